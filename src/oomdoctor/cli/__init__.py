@@ -1,0 +1,69 @@
+"""The thin CLI: parse, call the library, render, map errors to exit codes.
+
+Each subcommand is one module exposing `NAME`, `HELP`, `add_arguments(parser)` and `run(args) -> int`
+(memray's Command pattern). Adding a command is one module plus one line in `_COMMAND_MODULES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from oomdoctor._version import __version__
+from oomdoctor.errors import EXIT_INTERNAL, EXIT_USAGE, OomDoctorError
+
+# name -> module under oomdoctor.cli; imported lazily so `oomdoctor doctor` never imports torch.
+_COMMAND_MODULES: dict[str, str] = {
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line, as the contract asks."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"oomdoctor: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="oomdoctor", description="Find out why a PyTorch job ran out of GPU memory.")
+    parser.add_argument("--version", action="version", version=f"oomdoctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, modname in _COMMAND_MODULES.items():
+        module = importlib.import_module(f"oomdoctor.cli.{modname}")
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = getattr(args, "_module", None)
+    if module is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(module.run(args))
+    except OomDoctorError as exc:
+        print(f"oomdoctor {args.command}: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("oomdoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 3
+        print(f"oomdoctor {args.command}: internal error: {type(exc).__name__}: {exc} "
+              "(please report it; set OOMDOCTOR_DEBUG=1 for the traceback)", file=sys.stderr)
+        if _debug():
+            raise
+        return EXIT_INTERNAL
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("OOMDOCTOR_DEBUG", "") not in ("", "0")

@@ -1,0 +1,1 @@
+"""Renderers: (report data) -> str. They only format; no collection, no decisions."""

@@ -1,0 +1,47 @@
+"""Sizes as people write them (`8GiB`, `8192MiB`, `8GB`, `123456`) and as PyTorch prints them."""
+
+from __future__ import annotations
+
+import re
+
+from oomdoctor.errors import UsageError
+
+_UNITS = {
+    "": 1, "b": 1, "bytes": 1, "byte": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '8GiB', '8192MiB', '8GB', '1.5 GiB' or plain '123'. Raises UsageError."""
+    m = _SIZE_RE.match(str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"invalid size {text!r}: use e.g. 8GiB, 8192MiB, 8GB or plain bytes")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def torch_size_to_bytes(number: str, unit: str) -> int:
+    """Bytes from PyTorch's `format_size` output ('1.95', 'GiB'). PyTorch uses binary units."""
+    factor = {"bytes": 1, "byte": 1, "b": 1, "kib": 1024, "kb": 1024, "mib": 1024**2, "mb": 1024**2,
+              "gib": 1024**3, "gb": 1024**3, "tib": 1024**4, "tb": 1024**4}[unit.lower()]
+    return int(round(float(number.replace(",", "")) * factor))
+
+
+def format_bytes(n: int | float | None) -> str:
+    """Human size with binary units, 2 decimals above KiB: '1.95 GiB', '512 bytes'."""
+    if n is None:
+        return "n/a"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{int(n)} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.2f} {unit}"
+    raise AssertionError("unreachable")
