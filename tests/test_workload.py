@@ -1,0 +1,60 @@
+"""GIVEN workload files WHEN loaded and stepped on the CPU THEN the contract holds and errors name the file."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from oomdoctor.errors import InputError
+from oomdoctor.runtime.workload import load_workload
+
+MLP = """
+import torch
+def build(batch_size):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    return {"model": model, "inputs": (torch.randn(batch_size, 8),),
+            "target": torch.randint(0, 4, (batch_size,)),
+            "loss": torch.nn.functional.cross_entropy, "optimizer": "adam"}
+"""
+
+
+def write(tmp_path, text, name="w.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_three_steps_change_the_weights_and_create_adam_state(tmp_path):
+    torch = pytest.importorskip("torch")
+    from oomdoctor.runtime.step import StepRunner
+
+    spec = load_workload(write(tmp_path, MLP)).spec(4)
+    before = [p.detach().clone() for p in spec.model.parameters()]
+    runner = StepRunner(spec, device_type="cpu")
+    for _ in range(3):
+        runner.step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, spec.model.parameters()))
+    assert len(runner.optimizer.state) == len(before)
+    assert all(p.grad is None for p in spec.model.parameters())  # zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("def build(:\n", "syntax error"),
+    ("x = 1\n", "no build"),
+    ("def build(b):\n    raise RuntimeError('boom')\n", "raised RuntimeError: boom"),
+    ("def build(b):\n    return [1]\n", "must return a dict"),
+    ("def build(b):\n    return {'model': 1, 'inputs': 2, 'optimizer': 'lion'}\n", "optimizer must be"),
+    ("raise ImportError('no module named foo')\n", "importing it raised"),
+])
+def test_bad_workloads_name_the_file(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as exc:
+        load_workload(path).spec(2)
+    assert str(path) in exc.value.message and needle in exc.value.message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such workload file"):
+        load_workload(tmp_path / "nope.py")
