@@ -122,8 +122,9 @@ def probe_context(facts: FactSet) -> Iterator[Finding]:
     """`doctor --probe` creates a CUDA context N times in fresh child processes. Any failure on a GPU that
     is not full points at the context/driver path (driver/kernel mismatch, a sharing hook, a
     half-initialised device), the seed case's intermittent "CUDA error: out of memory" during
-    `model.to('cuda')`. Failures on a full GPU are other processes' memory. Source: issue 2 (probe design),
-    environment-facts.md 1e, 4.
+    `model.to('cuda')`. Failures on a full GPU are other processes' memory (reproduced on an H200: a process
+    that leaves 300 MiB free makes the next one fail while creating its context, fixtures/real-oom/
+    hog_leaves_300MiB_then_alloc_1GiB.txt). Source: environment-facts.md 1e, 4 [CUDAERR][TORCHDRV].
     """
     p = as_dict(facts.value("probe.context"))
     attempts, failures = as_int(p.get("attempts")), as_int(p.get("failures"))
@@ -148,7 +149,8 @@ def probe_context(facts: FactSet) -> Iterator[Finding]:
 @check("FWK004", L, "A small allocation fails after the context (probe)")
 def probe_alloc(facts: FactSet) -> Iterator[Finding]:
     """After a context exists, the probe allocates a small tensor; a failure there with memory free means
-    the allocation path itself is broken (sharing-layer limit, driver). Source: issue 2 (probe design).
+    the allocation path itself is broken (sharing-layer limit, driver): cudaErrorMemoryAllocation = 2 with
+    room on the device. Source: environment-facts.md 4, 9 [CUDAERR][HAMICORE].
     """
     p = as_dict(facts.value("probe.alloc"))
     if not p or p.get("ok") is not False:
