@@ -65,7 +65,9 @@ FIRING = [
     ("SHR009", {"sharing__ld_preload": ["/opt/hooks/libweird.so"]}, "info", None, "libweird"),
     ("SHR010", {"driver__gpus": [a100(used=30 * GiB)]}, "warning", "other_process", "no process is visible"),
     ("SHR010", {"driver__gpus": [a100(used=30 * GiB)], "sharing__processes": [
-        {"gpu": 0, "pid": 9, "used_bytes": 29 * GiB, "name": "other", "self": False}]}, "warning", "other_process", "36%"),
+        {"gpu": 0, "pid": 9, "used_bytes": 29 * GiB, "name": "other", "self": False}]}, "info", "other_process", "36%"),
+    ("SHR010", {"driver__gpus": [a100(used=60 * GiB)], "sharing__processes": [
+        {"gpu": 0, "pid": 9, "used_bytes": 59 * GiB, "name": "other", "self": False}]}, "error", "other_process", "74%"),
     ("SHR011", {"probe__mem_get_info": [{"gpu": 0, "free_bytes": 7 * GiB, "total_bytes": 8 * GiB}]}, "warning", "gpu_sharing_limit", "8.00 GiB total"),
     ("STO001", {"shm__size_bytes": 64 * MiB}, "warning", "shm_exhausted", "64.00 MiB"),
     ("STO001", {"shm__size_bytes": 512 * MiB}, "info", None, "512.00 MiB"),
@@ -130,3 +132,11 @@ def test_healthy_facts_fire_nothing_above_info():
     for spec in CHECKS.values():
         for f in spec.fn(facts):
             assert f.severity.value == "info", (spec.id, f.title)
+
+
+def test_processes_named_in_the_jobs_logs_are_not_other_processes():
+    procs = [{"gpu": 0, "pid": 88412, "used_bytes": 70 * GiB, "name": "python", "self": False}]
+    log = [{"text": "[HAMI-core ERROR (pid:88412 thread=1 allocator.c:52)]: Device 0 OOM 10779361280 / 10737418240"}]
+    facts = make_facts(driver__gpus=[a100(used=71 * GiB)], sharing__processes=procs, workload__oom_events=log)
+    assert list(CHECKS["SHR010"].fn(facts)) == []
+    assert list(CHECKS["SHR010"].fn(make_facts(driver__gpus=[a100(used=71 * GiB)], sharing__processes=procs)))

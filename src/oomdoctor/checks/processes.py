@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from oomdoctor.checks._util import (
@@ -24,6 +25,16 @@ from oomdoctor.checks.registry import check
 
 L = Layer.GPU_SHARING
 GiB = 1024**3
+_LOG_PID = re.compile(r"pid(?:\(s\))?[:=\s]*(\d+)", re.I)
+
+
+def job_pids(facts: FactSet) -> set[int]:
+    """PIDs the job's own log lines name (HAMi's 'pid:N', DataLoader's 'pid N'): not 'other' processes."""
+    pids = set()
+    for e in as_list(facts.value("workload.oom_events")):
+        if isinstance(e, dict):
+            pids.update(int(m) for m in _LOG_PID.findall(str(e.get("text", ""))))
+    return pids
 
 
 @check("SHR010", L, "Other processes hold GPU memory")
@@ -32,25 +43,30 @@ def other_processes(facts: FactSet) -> Iterator[Finding]:
     is not available to the job; PyTorch's OOM then reports little free memory although the job itself
     uses little ("Process N has M memory in use"). Inside a container NVML's PIDs are host PIDs and other
     tenants are invisible, but their memory still counts in the device's "used": a large "used" with no
-    visible process is the same problem. Source: environment-facts.md section 8 [NVMLPROC][NVD1483].
+    visible process is the same problem. From inside a container the job's own process cannot be told
+    apart from others (host PIDs), so PIDs named in the job's logs count as the job's, processes holding
+    half the GPU or more are an error, a quarter to a half only a note. Source: environment-facts.md
+    section 8 [NVMLPROC][NVD1483].
     """
     for g in gpus(facts):
         idx, total, used = g.get("index"), as_int(g.get("memory_total_bytes")), as_int(g.get("memory_used_bytes"))
         if not total:
             continue
         procs = procs_on(facts, g)
-        others = [p for p in procs if not truthy(p.get("self"))]
+        mine = job_pids(facts)
+        others = [p for p in procs if not truthy(p.get("self")) and as_int(p.get("pid")) not in mine]
         held = sum(as_int(p.get("used_bytes")) or 0 for p in others)
         evidence = [ev_value(f"driver.gpus[{idx}]", f"used {mib(used)} of {mib(total)}", facts.source("driver.gpus"))]
         if others and held >= 0.25 * total:
+            big = held >= 0.5 * total
             top = sorted(others, key=lambda p: as_int(p.get("used_bytes")) or 0, reverse=True)[:3]
             evidence.append(ev_value("sharing.processes", "; ".join(
                 f"pid {p.get('pid')} {p.get('name') or ''} {mib(p.get('used_bytes'))}" for p in top),
                 facts.source("sharing.processes")))
-            yield finding("SHR010", L, Severity.ERROR if held >= 0.5 * total else Severity.WARNING, Confidence.HIGH,
-                          f"GPU {idx}: {len(others)} other process(es) hold {mib(held)} of {mib(total)} "
-                          f"({100 * held / total:.0f}%)",
-                          f"stop them or move the job to a free GPU: `nvidia-smi --query-compute-apps=pid,process_name,"
+            yield finding("SHR010", L, Severity.ERROR if big else Severity.INFO, Confidence.HIGH if big else Confidence.LOW,
+                          f"GPU {idx}: {len(others)} process(es) not known to be this job hold {mib(held)} of {mib(total)} "
+                          f"({100 * held / total:.0f}%): a job started now gets only the rest",
+                          f"if they are not your job, stop them or move the job to a free GPU: `nvidia-smi --query-compute-apps=pid,process_name,"
                           f"used_memory --format=csv -i {idx}`, then `kill <pid>`; make earlier scripts exit before the job",
                           Category.OTHER_PROCESS, evidence)
         elif not procs and used is not None and used >= max(GiB, 0.1 * total):

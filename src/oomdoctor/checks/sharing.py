@@ -38,7 +38,10 @@ def present(value: Any) -> bool:
 
 
 def parse_limit(text: Any) -> int | None:
-    """HAMi / MPS style sizes: '4096m', '1G', '512M', '3000' (MiB when no unit, as HAMi documents)."""
+    """HAMi / MPS style sizes: '4096m', '1G', '512M', '3000' (MiB when no unit, as HAMi documents).
+    An int is already bytes (what the collectors store)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
     if not m:
         return None
@@ -60,7 +63,8 @@ def mig(facts: FactSet) -> Iterator[Finding]:
         gpu = m.get("gpu")
         insts = [i for i in as_list(m.get("instances")) if isinstance(i, dict)]
         if cur in ("enabled", "true", "1"):
-            sizes = ", ".join(f"{i.get('name', '?')} ({mib(i.get('memory_total_bytes'))})" for i in insts[:4])
+            sizes = ", ".join(f"{i.get('name') or 'instance ' + str(i.get('index', '?'))} ({mib(i.get('memory_total_bytes'))})"
+                              for i in insts[:4])
             yield finding("SHR001", L, Severity.WARNING, Confidence.HIGH,
                           f"GPU {gpu} is in MIG mode: each job sees only its instance" + (f": {sizes}" if sizes else ""),
                           "size the job for the instance (see `nvidia-smi -L`), request a larger profile "
@@ -118,7 +122,7 @@ def hami(facts: FactSet) -> Iterator[Finding]:
     evidence = [ev(facts, "sharing.hami")] if present(h) else [ev(facts, "sharing.ld_preload")]
     yield finding("SHR003", L, Severity.WARNING, Confidence.HIGH,
                   f"HAMi slices the GPU: this container may use {shown}"
-                  + (f" (card: {mib(totals[0])})" if totals and totals[0] else ""),
+                  + (f" (NVML total as seen here: {mib(totals[0])})" if totals and totals[0] else ""),
                   "request more `nvidia.com/gpumem` (or `nvidia.com/gpumem-percentage`) for the pod, or shrink the "
                   "job to fit; the OOM text's 'total capacity' is the slice", SLICE, evidence)
 
