@@ -58,6 +58,8 @@ FIRING = [
     ("SHR002", {"sharing__mps": {"pipe_directory": "/tmp/nvidia-mps", "control_present": True}}, "info", "other_process", "MPS is in use"),
     ("SHR003", {"sharing__hami": {"memory_limits": {"0": "3000m"}}}, "warning", "gpu_sharing_limit", "2.93 GiB"),
     ("SHR004", {"sharing__vcuda": {"config": "/etc/vcuda/vcuda.config"}, "cuda__torch_runtime": "12.1"}, "error", "context_or_driver", "only up to 11.5"),
+    ("SHR004", {"sharing__vcuda": {"config": "/etc/vcuda/vcuda.config"}, "sharing__k8s_resources": [
+        {"pod": "p", "container": "c", "resource": "tencent.com/vcuda-memory", "value": "32"}], "cuda__torch_runtime": "11.3"}, "warning", "gpu_sharing_limit", "32 x 256 MiB = 8.00 GiB"),
     ("SHR005", {"sharing__cgpu": {"dev_mem": 22, "container_mem": 8, "unit": "GiB"}}, "warning", "gpu_sharing_limit", "8 of 22"),
     ("SHR006", {"sharing__runai": {"gpu_portion": "0.5"}}, "warning", "gpu_sharing_limit", "0.5"),
     ("SHR007", {"sharing__vgpu": [{"gpu": 0, "mode": "VGPU"}]}, "info", "gpu_sharing_limit", "vGPU guest"),

@@ -49,7 +49,7 @@ def test_json_round_trips_for_diff_and_fleet():
 def test_text_without_tty_has_no_escape_codes_and_all_parts():
     out = render_text(seed_report(), color=False, width=100)
     assert "\x1b[" not in out
-    assert all(len(line) <= 100 for line in out.splitlines())
+    assert all(len(line) <= 100 and line == line.rstrip() for line in out.splitlines())
     for layer in LAYERS:
         assert re.search(rf"\| {layer}\s+\| (OK|WARN|FAIL|UNKNOWN)", out), layer
     assert "[ERROR] DRV003" in out and "remedy:" in out and "evidence: kernel.release" in out

@@ -14,6 +14,7 @@ from oomdoctor.checks._util import (
     Layer,
     Severity,
     as_dict,
+    as_int,
     as_list,
     ev,
     ev_value,
@@ -24,7 +25,7 @@ from oomdoctor.checks._util import (
     truthy,
 )
 from oomdoctor.checks.registry import check
-from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA
+from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA, VCUDA_MEMORY_UNIT
 from oomdoctor.knowledge.versions import cuda_mm, fmt
 
 L = Layer.GPU_SHARING
@@ -147,8 +148,16 @@ def vcuda(facts: FactSet) -> Iterator[Finding]:
                       "run this job on whole GPUs (nvidia.com/gpu without vcuda resources) or use a torch build for "
                       "CUDA <= 11.5", Category.CONTEXT_OR_DRIVER, evidence)
         return
+    share = ""
+    for r in as_list(facts.value("sharing.k8s_resources")):
+        if isinstance(r, dict) and r.get("resource") == "tencent.com/vcuda-memory":
+            units = as_int(r.get("value"))
+            if units:
+                share = f"; the pod requests {units} x 256 MiB = {mib(units * VCUDA_MEMORY_UNIT)} of GPU memory"
+                evidence.append(ev_value("sharing.k8s_resources", r, facts.source("sharing.k8s_resources")))
     yield finding("SHR004", L, Severity.WARNING, Confidence.MEDIUM,
-                  "GPU sharing layer tkestack gpu-manager/vcuda is present: CUDA and NVML calls go through its hooks",
+                  "GPU sharing layer tkestack gpu-manager/vcuda is present: CUDA and NVML calls go through its hooks"
+                  + share,
                   "to rule it out, run the job once on a whole GPU without vcuda resources (the seed case's test); "
                   "otherwise request enough `tencent.com/vcuda-memory` (units of 256 MiB)",
                   SLICE, evidence)

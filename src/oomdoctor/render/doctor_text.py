@@ -37,11 +37,16 @@ def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
         status = report.layer_status.get(name, LayerStatus.UNKNOWN).value
         entries = report.facts.by_layer(name)
         lines = []
-        available = [(k, e) for k, e in entries.items() if e.available]
+        # None / [] / {} say "not present": shown in JSON and HTML, folded here (limits: None = unlimited).
+        available = [(k, e) for k, e in entries.items()
+                     if e.available and (e.value not in (None, [], {}) or "limit" in k)]
+        empty = [k for k, e in entries.items() if e.available and (k, e) not in available]
         for key, entry in available[:MAX_FACTS_PER_LAYER]:
             lines.append(f"{key} = {fact_value_text(key, entry.value)}")
         if len(available) > MAX_FACTS_PER_LAYER:
             lines.append(f"... {len(available) - MAX_FACTS_PER_LAYER} more (--format json shows all)")
+        if empty:
+            lines.append(f"none/empty: {', '.join(empty[:6])}" + (" ..." if len(empty) > 6 else ""))
         missing = [k for k, e in entries.items() if isinstance(e, Unavailable)]
         if missing:
             lines.append(f"unavailable: {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else ""))
@@ -84,7 +89,10 @@ def render_text(report: DoctorReport, *, color: bool = False, width: int = 100) 
     body.append(f"{v.category.value}\n", style="bold red" if v.category.value != "unknown" else "bold")
     body.append(v.summary)
     console.print(Panel(body, title="Verdict", title_align="left", box=box.ASCII2 if not color else box.ROUNDED))
-    return buf.getvalue()
+    text = buf.getvalue()
+    if not color:  # rich pads lines to the width; a file should not carry trailing blanks
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text
 
 
 __all__ = ["render_text"]
