@@ -155,6 +155,7 @@ def vcuda(facts: FactSet) -> Iterator[Finding]:
             if units:
                 share = f"; the pod requests {units} x 256 MiB = {mib(units * VCUDA_MEMORY_UNIT)} of GPU memory"
                 evidence.append(ev_value("sharing.k8s_resources", r, facts.source("sharing.k8s_resources")))
+                break  # requests and limits name the same share
     yield finding("SHR004", L, Severity.WARNING, Confidence.MEDIUM,
                   "GPU sharing layer tkestack gpu-manager/vcuda is present: CUDA and NVML calls go through its hooks"
                   + share,
