@@ -132,8 +132,8 @@ def kernel_validated(facts: FactSet) -> Iterator[Finding]:
         return
     yield finding(
         "DRV003", L, Severity.ERROR, Confidence.HIGH,
-        f"Kernel {fmt(kv)} is older than every kernel CUDA {fmt(cuda)} (driver {branch}) is validated on "
-        f"(lowest: {fmt(lowest)})", remedy, Category.CONTEXT_OR_DRIVER, evidence)
+        f"Kernel {fmt(kv)} is older than every {'non-EL7 ' if el7_row else ''}kernel CUDA {fmt(cuda)} "
+        f"(driver {branch}) is validated on (lowest: {fmt(lowest)})", remedy, Category.CONTEXT_OR_DRIVER, evidence)
 
 
 @check("DRV004", L, "Xid errors in the kernel log")
