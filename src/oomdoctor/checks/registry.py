@@ -6,6 +6,7 @@ holds and cites the documented behaviour it follows (a URL or a source key of en
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ class CheckSpec:
 
     @property
     def doc(self) -> str:
-        return (self.fn.__doc__ or "").strip()
+        return inspect.cleandoc(self.fn.__doc__ or "")
 
 
 CHECKS: dict[str, CheckSpec] = {}

@@ -1,0 +1,87 @@
+"""Helpers shared by checks: evidence from facts, tolerant readers of list/dict fact values."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
+from oomdoctor.units import format_bytes
+
+__all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
+           "as_dict", "as_int", "as_list", "ev", "ev_value", "finding", "gpus", "mib", "short"]
+
+
+def short(value: Any, limit: int = 160) -> str:
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            text = str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mib(n: Any) -> str:
+    return format_bytes(n) if isinstance(n, (int, float)) else "n/a"
+
+
+def ev(facts: FactSet, key: str, shown: Any = None) -> Evidence:
+    """Evidence for a fact: its (or a derived) value and where the FactSet says it was read."""
+    value = facts.value(key) if shown is None else shown
+    return Evidence(key, short(value), facts.source(key) or "unknown source")
+
+
+def ev_value(fact: str, value: Any, source: str) -> Evidence:
+    return Evidence(fact, short(value), source)
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def gpus(facts: FactSet) -> list[dict[str, Any]]:
+    """driver.gpus as a list of dicts (anything else dropped), with `index` filled in."""
+    out = []
+    for i, g in enumerate(as_list(facts.value("driver.gpus"))):
+        if isinstance(g, dict):
+            g = dict(g)
+            g.setdefault("index", i)
+            out.append(g)
+    return out
+
+
+def finding(check_id: str, layer: Layer, severity: Severity, confidence: Confidence, title: str, remedy: str,
+            category: Category | None = None, evidence: Iterable[Evidence] = ()) -> Finding:
+    return Finding(id=check_id, layer=layer, severity=severity, confidence=confidence, title=title,
+                   remedy=remedy, category=category, evidence=tuple(evidence))
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "enabled")
+    return bool(value)

@@ -1,0 +1,10 @@
+"""The doctor report as JSON (CONTRACTS.md section 4): envelope + layers (all eight) + findings + verdict."""
+
+from __future__ import annotations
+
+from oomdoctor.facts.report import DoctorReport
+from oomdoctor.render.envelope import dumps
+
+
+def render_json(report: DoctorReport) -> str:
+    return dumps(report.to_json())
