@@ -86,7 +86,9 @@ def _one(ctx: CollectContext, key: str, rels: list[str], parse: Callable[[str], 
 
 
 def _v2(ctx: CollectContext, path: str) -> list[Entry]:
-    root = path == "/"
+    # The host's root cgroup has no memory.max/memory.current at all: no limit. A container's
+    # namespace root has them; there a missing file is unknown, not "unlimited".
+    root = path == "/" and not ctx.exists(f"{_BASE}/memory.max") and not ctx.exists(f"{_BASE}/memory.current")
     out = [
         _one(ctx, "cgroup.memory_limit_bytes", _candidates(ctx, "", path, "memory.max"), parse_limit, root, None),
         _one(ctx, "cgroup.memory_high_bytes", _candidates(ctx, "", path, "memory.high"), parse_limit, root, None),
@@ -105,7 +107,7 @@ def _v2(ctx: CollectContext, path: str) -> list[Entry]:
 
 
 def _v1(ctx: CollectContext, path: str, cpu_path: str) -> list[Entry]:
-    root = path == "/"
+    root = False  # v1 has limit files at every level, the root included
     out = [
         _one(ctx, "cgroup.memory_limit_bytes", _candidates(ctx, "memory", path, "memory.limit_in_bytes"),
              parse_limit, root, None),

@@ -84,10 +84,21 @@ def gather(ctx: CollectContext, *, probe: bool = False, probe_attempts: int = 5,
         entries.append(Fact("workload.gpu_processes_self", self_gpu_usage(procs.value), procs.source))
     else:
         entries.append(Unavailable("workload.gpu_processes_self", "GPU processes unknown", "sharing.processes"))
+    entries += _capabilities_from_torch(entries)
     seen = {e.key for e in entries}
     reason = ("internal error: " + "; ".join(problems))[:500] if problems else "not collected"
     entries += [Unavailable(k, reason, "oomdoctor") for k in FACT_KEYS if k not in seen]
     return FactSet(entries), probe_doc
+
+
+def _capabilities_from_torch(entries: list[Entry]) -> list[Entry]:
+    """nvidia-smi XML has no compute capability; torch's device list (child or bundle) does."""
+    by_key = {e.key: e for e in entries}
+    caps, devices = by_key.get("cuda.device_capabilities"), by_key.get("torch.devices")
+    if caps is None or caps.available or devices is None or not devices.available or not devices.value:
+        return []
+    values = [d.get("capability") for d in devices.value if isinstance(d, dict)]
+    return [Fact("cuda.device_capabilities", values, devices.source)] if values and all(values) else []
 
 
 def collect_live(*, probe: bool = False, probe_attempts: int = 5, import_torch: bool | None = None) -> FactSet:
