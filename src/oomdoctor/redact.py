@@ -45,7 +45,7 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
 )
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
-_URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s:/@]+):([^\s@/]+)@")
+_URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s:/@]*):([^\s@/]+)@")
 # KEY=value / key: value / "key": "value" assignments inside free text (logs, command lines).
 _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&]+)"

@@ -18,6 +18,7 @@ from oomdoctor.parsers.nvidia_version import parse_driver_version_file, parse_sy
 
 _TOOLKIT_TXT = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")
 _CUDA_DIR = re.compile(r"^cuda(?:-\d+(?:\.\d+)?)?$")
+_COMPAT_LIB = re.compile(r"^libcuda\.so\.\d+\.\d+(?:\.\d+)?$")  # the versioned file, not the .so.1 link
 
 
 def collect_driver(ctx: CollectContext) -> list[Entry]:
@@ -97,6 +98,6 @@ def _compat_libs(ctx: CollectContext) -> Entry:
     for d in ctx.listdir("usr/local") or []:
         if _CUDA_DIR.match(d):
             for name in ctx.listdir(f"usr/local/{d}/compat") or []:
-                if name.startswith("libcuda.so."):
+                if _COMPAT_LIB.match(name):
                     found.append(f"/usr/local/{d}/compat/{name}")
     return Fact("cuda.compat_libs", sorted(set(found)), ctx.label("usr/local/cuda*/compat"))

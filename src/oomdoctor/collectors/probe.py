@@ -118,7 +118,8 @@ def run_attempt(ctx: CollectContext, measure: bool) -> dict[str, Any]:
     cfg = json.dumps({"measure": measure, "alloc_bytes": ALLOC_BYTES})
     res = ctx.runner.run([sys.executable, "-c", CHILD_SCRIPT, cfg], timeout=PROBE_TIMEOUT_S)
     if res.error:
-        return {"ok": False, "error": res.error, "seconds": None}
+        # a hang is a result (context creation that never returns); failing to start is not
+        return {"ok": False, "error": res.error, "seconds": None, "launch_failed": "timed out" not in res.error}
     for line in res.stdout.splitlines():
         if line.startswith(MARKER):
             try:
@@ -145,7 +146,9 @@ def run_probes(ctx: CollectContext, attempts: int = 5) -> dict[str, Any]:
 
 
 def summarise(results: list[dict[str, Any]], snap: GpuSnapshot) -> dict[str, Any]:
-    errors = Counter(str(r["error"]) for r in results if not r.get("ok") and r.get("error"))
+    # group by the first line: CUDA appends the same boilerplate ("Search for ...", "CUDA kernel errors
+    # might be asynchronously reported ...") to every message; the full text stays in `attempts`
+    errors = Counter(str(r["error"]).strip().splitlines()[0] for r in results if not r.get("ok") and r.get("error"))
     seconds = [r["seconds"] for r in results if isinstance(r.get("seconds"), (int, float))]
     ctx_bytes = [r["context_bytes"] for r in results if isinstance(r.get("context_bytes"), int)]
     methods = {r.get("context_method") for r in results if r.get("context_method")}
@@ -156,6 +159,9 @@ def summarise(results: list[dict[str, Any]], snap: GpuSnapshot) -> dict[str, Any
         gpu = by_uuid.get(entry.get("uuid"))
         entry["nvml_total_bytes"] = gpu.get("memory_total_bytes") if gpu else None
         entry["nvml_free_bytes"] = gpu.get("memory_free_bytes") if gpu else None
+        # cudaMemGetInfo's total excludes the driver-reserved memory that NVML v2 lists apart
+        # (validated on an H100: torch total == NVML total - reserved), so compare against that
+        entry["nvml_reserved_bytes"] = gpu.get("memory_reserved_bytes") if gpu else None
         entry["nvml_index"] = gpu.get("index") if gpu else None
     return {
         "attempts": results,
@@ -167,6 +173,7 @@ def summarise(results: list[dict[str, Any]], snap: GpuSnapshot) -> dict[str, Any
         "context_bytes_method": sorted(methods)[0] if methods else None,
         "alloc": (first_ok or {}).get("alloc"),
         "mem_get_info": mem,
+        "launch_failed": bool(results) and all(r.get("launch_failed") for r in results),
         "torch_missing": any(str(r.get("error") or "").startswith("torch not importable") for r in results),
     }
 
@@ -176,6 +183,9 @@ def probe_facts(doc: dict[str, Any] | None, why: str, src: str, snap: GpuSnapsho
         return [Unavailable(k, why, src) for k in PROBE_KEYS]
     if doc.get("torch_missing"):
         return [Unavailable(k, "the probe needs torch, which is not installed", src) for k in PROBE_KEYS]
+    if doc.get("launch_failed"):
+        first = (doc.get("attempts") or [{}])[0].get("error")
+        return [Unavailable(k, f"the probe process could not start: {first}", src) for k in PROBE_KEYS]
     context = doc.get("context") if isinstance(doc.get("context"), dict) else {}
     no_gpu = snap is not None and (not snap.ok or not snap.gpus)
     if context.get("no_device") and no_gpu:

@@ -166,6 +166,8 @@ def _process_name(pid: int) -> str | None:
     try:
         import psutil
 
-        return " ".join(psutil.Process(pid).cmdline()[:3])[:120] or psutil.Process(pid).name()
+        proc = psutil.Process(pid)
+        cmd = " ".join(" ".join(proc.cmdline()[:3]).split())  # `python -c "<script>"` spans lines
+        return cmd[:120] or proc.name()
     except Exception:  # noqa: BLE001 - no such pid in our namespace, or no permission
         return None
