@@ -8,11 +8,12 @@
 3. A bundle is written and read back (bundle -> collect_bundle) to check the live path writes
    what the offline path reads.
 
-Usage: python validation/doctor_collect_live.py OUTDIR
+Usage: python validation/doctor_collect_live.py OUTDIR [--leave-mib 300] [--attempts 5] [--skip-idle] [--skip-bundle]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -46,11 +47,11 @@ def summary(facts) -> dict:
     return out
 
 
-def timed_collect(label: str, outdir: Path) -> dict:
+def timed_collect(label: str, outdir: Path, attempts: int) -> dict:
     from oomdoctor.collectors.machine import collect_live
 
     t0 = time.monotonic()
-    facts = collect_live(probe=True)
+    facts = collect_live(probe=True, probe_attempts=attempts)
     seconds = round(time.monotonic() - t0, 2)
     (outdir / f"facts_{label}.json").write_text(json.dumps(facts.to_json(), indent=1, default=str))
     s = summary(facts)
@@ -61,18 +62,26 @@ def timed_collect(label: str, outdir: Path) -> dict:
 
 
 def main() -> None:
-    outdir = Path(sys.argv[1])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--leave-mib", type=int, default=300)
+    ap.add_argument("--attempts", type=int, default=5)
+    ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--skip-bundle", action="store_true")
+    args = ap.parse_args()
+    outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    results = {"own_pid": os.getpid()}
-    results["idle"] = timed_collect("idle", outdir)
+    results = {"own_pid": os.getpid(), "leave_mib": args.leave_mib, "attempts": args.attempts}
+    if not args.skip_idle:
+        results["idle"] = timed_collect("idle", outdir, args.attempts)
 
-    hog = subprocess.Popen([sys.executable, "-c", HOG, "300"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(args.leave_mib)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
     line = hog.stdout.readline().strip()
     print(f"hog pid {hog.pid}: {line}")
     results["hog"] = {"pid": hog.pid, "ready": line}
     try:
-        results["with_hog"] = timed_collect("with_hog", outdir)
+        results["with_hog"] = timed_collect(f"with_hog_leave{args.leave_mib}", outdir, args.attempts)
         procs = (results["with_hog"]["sharing.processes"] or {}).get("value") or []
         found = [p for p in procs if p["pid"] == hog.pid]
         results["hog_found"] = found
@@ -81,6 +90,9 @@ def main() -> None:
         hog.stdin.close()
         hog.wait(timeout=60)
 
+    if args.skip_bundle:
+        (outdir / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+        return
     from oomdoctor.collectors.bundle_write import write_bundle
     from oomdoctor.collectors.machine import collect_bundle
 
