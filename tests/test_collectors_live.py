@@ -263,7 +263,8 @@ def test_probe_summary_counts_intermittent_failures_and_matches_nvml_by_uuid():
     bad = {"ok": False, "error": "RuntimeError: CUDA error: out of memory", "seconds": None}
     doc = summarise([ok, bad, dict(ok, mem_get_info=[]), bad, dict(ok, mem_get_info=[])], snap)
     assert doc["context"]["attempts"] == 5 and doc["context"]["failures"] == 2
-    assert doc["context"]["errors"] == [{"error": "RuntimeError: CUDA error: out of memory", "count": 2}]
+    assert doc["context"]["errors"] == ["RuntimeError: CUDA error: out of memory"]
+    assert doc["context"]["error_counts"] == [{"error": "RuntimeError: CUDA error: out of memory", "count": 2}]
     assert doc["context_bytes"] == 520 * MiB
     assert doc["mem_get_info"][0]["nvml_total_bytes"] == 80 * 1024**3  # slicing: torch sees 8 GiB
     facts = {e.key: e for e in probe_facts(doc, "", "probe", snap)}

@@ -166,7 +166,8 @@ def summarise(results: list[dict[str, Any]], snap: GpuSnapshot) -> dict[str, Any
     return {
         "attempts": results,
         "context": {"attempts": len(results), "failures": sum(1 for r in results if not r.get("ok")),
-                    "errors": [{"error": e, "count": n} for e, n in errors.most_common()],
+                    "errors": [e for e, _ in errors.most_common()],
+                    "error_counts": [{"error": e, "count": n} for e, n in errors.most_common()],
                     "seconds": round(statistics.median(seconds), 4) if seconds else None,
                     "no_device": all(r.get("no_device") for r in results)},
         "context_bytes": int(statistics.median(ctx_bytes)) if ctx_bytes else None,
