@@ -116,3 +116,32 @@ def test_bundle_written_here_reads_back(tmp_path):
     assert facts.value("k8s.terminations")[0]["reason"] == "OOMKilled"
     assert facts.value("workload.oom_events")[0]["kind"] == "cuda_error_oom"
     assert facts.has("kernel.release") and facts.has("host.mem_total_bytes")
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "binary_files"])
+def test_doctor_cli_on_bad_bundles(tmp_path, kind):
+    """The acceptance list: corrupt/truncated tarballs exit 2 with one line; garbage inside files does not."""
+    good = make_tgz(tmp_path / "ok.tar.gz")
+    target = tmp_path / "b.tar.gz"
+    if kind == "truncated":
+        target.write_bytes(good[: len(good) - 200])
+    elif kind == "garbage":
+        target.write_bytes(bytes(range(256)) * 100)
+    else:
+        root = tmp_path / "bin"
+        root.mkdir()
+        for rel in ("meta.json", "proc/version", "proc/mounts", "commands/nvidia-smi-q.xml", "commands/torch.json",
+                    "proc/self/environ", "k8s/pod.yaml", "logs/x.log"):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(b"\xff\xfe\x00\x01" * 500 + bytes(range(256)))
+        target = root
+    out = subprocess.run([sys.executable, "-m", "oomdoctor", "doctor", "--bundle", str(target), "--format", "json"],
+                         capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+                         timeout=120)
+    assert "Traceback" not in out.stderr
+    if kind == "binary_files":
+        assert out.returncode in (0, 1), out.stderr
+        assert json.loads(out.stdout)["schema_version"] == 1
+    else:
+        assert out.returncode == 2
+        assert out.stderr.count("\n") == 1 and f"bundle {target}" in out.stderr

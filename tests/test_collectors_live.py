@@ -16,6 +16,7 @@ from oomdoctor.collectors.nvml import LiveBackend, PynvmlBackend, SmiCommandBack
 from oomdoctor.collectors.probe import probe_facts, summarise
 from oomdoctor.facts.keys import FACT_KEYS
 from oomdoctor.parsers.gpu_snapshot import GpuSnapshot
+from oomdoctor.redact import redact_env
 
 MiB = 1024 * 1024
 BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
@@ -194,7 +195,8 @@ def test_live_collectors_on_a_fake_root(tmp_path):
     root = fake_root(tmp_path)
     dmesg = CommandResult(("dmesg",), 0, "[1.0] NVRM: Xid (PCI:0000:07:00): 79, GPU has fallen off the bus.\n", "")
     runner = FakeRunner({"dmesg": dmesg})
-    ctx = CollectContext(root=root, env={"CUDA_DEVICE_MEMORY_LIMIT": "4g", "HF_TOKEN": "hf_x", "PATH": "/bin"},
+    env = redact_env({"CUDA_DEVICE_MEMORY_LIMIT": "4g", "HF_TOKEN": "hf_x", "PATH": "/bin"})  # as live_context does
+    ctx = CollectContext(root=root, env=env,
                          gpu=PynvmlBackend(FakeNvml()), runner=runner, self_pids=frozenset({4242}))
     facts, doc = gather(ctx, import_torch=False)
     assert doc is None and set(facts) == set(FACT_KEYS)
@@ -292,3 +294,22 @@ def test_collect_live_does_not_import_torch_or_init_cuda_here():
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_reports_made_with_planted_secrets_hold_none(monkeypatch, tmp_path):
+    """doctor live, in every format, with secrets in the environment: none appears in the output."""
+    import subprocess
+    import sys
+
+    secrets = {"HF_TOKEN": "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345", "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+               "DB_PASSWORD": "s3cr3t-P4ssw0rd!", "LD_PRELOAD": "/x/ghp_16C7e42F292c6912E7710c838347Ae178B4a.so",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,token=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3In0.abcdefghij",
+               "CUDA_MPS_PIPE_DIRECTORY": "https://bob:hunter2pw@example.com/pipe"}
+    env = {**os.environ, **secrets, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    for fmt in ("json", "text", "html"):
+        out = subprocess.run([sys.executable, "-m", "oomdoctor", "doctor", "--format", fmt], capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert out.returncode in (0, 1), out.stderr
+        for value in ("hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345", "AKIAIOSFODNN7EXAMPLE", "s3cr3t-P4ssw0rd!",
+                      "ghp_16C7e42F292c6912E7710c838347Ae178B4a", "eyJhbGciOiJIUzI1NiJ9", "hunter2pw"):
+            assert value not in out.stdout, (fmt, value)

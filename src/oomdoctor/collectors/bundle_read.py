@@ -66,11 +66,11 @@ def extract_tar(path: Path, dest: Path) -> None:
     except InputError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
-        reason = str(exc).strip() or type(exc).__name__
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # one line: tarfile lists every method tried
         if isinstance(exc, EOFError) or "end-of-stream" in reason or "unexpected end" in reason:
-            reason = f"truncated archive ({reason})"
+            reason = f"truncated archive ({reason[:200]})"
         elif isinstance(exc, tarfile.ReadError):
-            reason = f"not a readable tar archive ({reason})"
+            reason = "not a tar or .tar.gz archive (or a damaged one)"
         raise InputError(f"bundle {path}: {reason}") from None
 
 

@@ -12,7 +12,7 @@ import re
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
-from oomdoctor.redact import redacted_names
+from oomdoctor.redact import MASK
 
 _ENV_FACTS = (
     ("runtime.nvidia_visible_devices", "NVIDIA_VISIBLE_DEVICES"),
@@ -46,8 +46,8 @@ def collect_runtime(ctx: CollectContext) -> list[Entry]:
     out.append(_container(ctx, kubernetes, cgroup_text))
     out.append(_dev_nodes(ctx))
     out.append(_hypervisor(ctx))
-    out.append(Fact("runtime.env_redacted", redacted_names(env) if not ctx.bundle
-                    else sorted(k for k, v in env.items() if v == "***"), src))
+    # the context's environment is already redacted (live and bundle alike): list what was hidden
+    out.append(Fact("runtime.env_redacted", sorted(k for k, v in env.items() if MASK in v), src))
     return out
 
 

@@ -28,6 +28,7 @@ from oomdoctor.facts import Fact, FactSet, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.facts.keys import FACT_KEYS
 from oomdoctor.parsers.procfs import parse_environ
+from oomdoctor.redact import redact_env
 
 COLLECTORS: tuple[Callable[[CollectContext], list[Entry]], ...] = (
     collect_system, collect_cgroup, collect_runtime, collect_sharing, collect_driver, collect_cuda,
@@ -38,7 +39,9 @@ COLLECTORS: tuple[Callable[[CollectContext], list[Entry]], ...] = (
 def live_context(runner: CommandRunner | None = None, gpu: Any = None) -> CollectContext:
     runner = runner or CommandRunner()
     backend = gpu or LiveBackend(PynvmlBackend(), SmiCommandBackend(runner))
-    return CollectContext(root=Path("/"), env=dict(os.environ), gpu=backend, runner=runner,
+    # Collectors only ever see the redacted environment, so no fact (and no report) can carry a
+    # secret; the sharing/runtime variables they read are not secret-named and pass unchanged.
+    return CollectContext(root=Path("/"), env=redact_env(os.environ), gpu=backend, runner=runner,
                           bundle=False, self_pids=frozenset({os.getpid()}))
 
 
@@ -57,7 +60,7 @@ def bundle_context(root: Path) -> CollectContext:
     except OSError:
         pass
     pid = meta.get("pid")
-    return CollectContext(root=root, env=parse_environ(env_bytes), gpu=BundleSmiBackend(xml, why, nvml_error),
+    return CollectContext(root=root, env=redact_env(parse_environ(env_bytes)), gpu=BundleSmiBackend(xml, why, nvml_error),
                           runner=NoCommands(), bundle=True, meta=meta,
                           self_pids=frozenset({pid}) if isinstance(pid, int) else frozenset())
 
