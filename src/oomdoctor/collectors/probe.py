@@ -140,8 +140,11 @@ def run_probes(ctx: CollectContext, attempts: int = 5) -> dict[str, Any]:
         r = run_attempt(ctx, measure=not measured)
         results.append(r)
         measured = measured or bool(r.get("ok"))
-        if str(r.get("error") or "").startswith("torch not importable"):
+        if str(r.get("error") or "").startswith("torch not importable") or r.get("launch_failed"):
             break
+        snap = ctx.gpu_snapshot()
+        if r.get("no_device") and (not snap.ok or not snap.gpus):
+            break  # no GPU at all: repeating proves nothing
     return summarise(results, ctx.gpu_snapshot())
 
 
