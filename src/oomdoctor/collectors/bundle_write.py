@@ -171,7 +171,7 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
     _cgroup_files(ctx, w)
     w.add("proc/self/environ", _environ(dict(ctx.env)))
     w.add("dev/nvidia-nodes.txt", "".join(f"{n}\n" for n in list_dev_nodes(ctx)))
-    shm = shm_usage_live() or {}
+    shm = shm_usage_live(ctx) or {}
     w.add("commands/shm.json", json.dumps({**shm, "torch_segments": count_torch_segments(ctx.listdir("dev/shm"))}))
     smi = ctx.runner.run(["nvidia-smi", "-q", "-x"], timeout=SMI_TIMEOUT_S)
     if smi.ok:

@@ -27,9 +27,9 @@ def tmpfs_size(option: str | None) -> int | None:
     return int(number) * _SUFFIX[suffix] if number.isdigit() and len(number) < 20 else None
 
 
-def shm_usage_live() -> dict[str, int] | None:
+def shm_usage_live(ctx: CollectContext) -> dict[str, int] | None:
     try:
-        st = os.statvfs("/dev/shm")
+        st = os.statvfs(ctx.path("dev/shm"))
     except OSError:
         return None
     return {"size_bytes": st.f_blocks * st.f_frsize, "used_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
@@ -68,7 +68,7 @@ def collect_storage(ctx: CollectContext) -> list[Entry]:
         out.append(Fact("shm.torch_segments", segments, xsrc) if isinstance(segments, int)
                    else Unavailable("shm.torch_segments", "not recorded in the bundle", xsrc))
         return out
-    usage = shm_usage_live()
+    usage = shm_usage_live(ctx) if mount is not None or text is None else None
     if usage:
         out.append(Fact("shm.size_bytes", usage["size_bytes"], "statvfs(/dev/shm)"))
         out.append(Fact("shm.used_bytes", usage["used_bytes"], "statvfs(/dev/shm)"))
