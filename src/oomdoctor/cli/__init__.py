@@ -17,6 +17,7 @@ from oomdoctor.errors import EXIT_INTERNAL, EXIT_USAGE, OomDoctorError
 # name -> module under oomdoctor.cli; imported lazily so `oomdoctor doctor` never imports torch.
 _COMMAND_MODULES: dict[str, str] = {
     "doctor": "doctor",
+    "bundle": "bundle",
 }
 
 

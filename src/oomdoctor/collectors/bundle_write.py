@@ -1,0 +1,210 @@
+"""Write a bundle of this machine (CONTRACTS §5): the files the collectors read, redacted, as .tar.gz.
+
+The bundle mirrors the filesystem so that `collect_bundle` runs the very collectors that read a
+live machine. What leaves the machine is limited to what the collectors need: the environment is
+redacted (oomdoctor.redact), the kernel log is cut to NVRM/Xid/OOM lines, logs are redacted line
+by line, manifests are parsed and their Secrets blanked, and existence-only signals (libvgpu.so,
+the vcuda socket, the service-account directory) become empty marker files, never the real content.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import tarfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from oomdoctor._version import __version__
+from oomdoctor.collectors.container import SA_DIR, list_dev_nodes
+from oomdoctor.collectors.context import CollectContext
+from oomdoctor.collectors.kernel_log import read_kernel_log
+from oomdoctor.collectors.machine import live_context
+from oomdoctor.collectors.nvml import SMI_TIMEOUT_S
+from oomdoctor.collectors.probe import run_probes
+from oomdoctor.collectors.sharing import HAMI_FILES, VCUDA_FILES
+from oomdoctor.collectors.storage import count_torch_segments, shm_usage_live
+from oomdoctor.collectors.torch_child import run_torch_child
+from oomdoctor.errors import InputError
+from oomdoctor.parsers.k8s_manifest import ManifestError, load_documents
+from oomdoctor.parsers.kernlog import relevant_lines
+from oomdoctor.parsers.procfs import cgroup_path_for, parse_proc_cgroup
+from oomdoctor.redact import redact_env, redact_manifest, redact_text
+
+COPIED_FILES = ("proc/version", "proc/meminfo", "proc/mounts", "proc/self/cgroup", "proc/driver/nvidia/version",
+                "etc/os-release", "etc/ld.so.preload", "sys/class/dmi/id/sys_vendor", "sys/class/dmi/id/product_name",
+                "usr/local/cuda/version.json", "usr/local/cuda/version.txt", "etc/vcuda/vcuda.config",
+                "etc/vcuda/pids.config")
+MARKERS = (".dockerenv", "run/.containerenv", *HAMI_FILES, *VCUDA_FILES[2:])
+CGROUP_V2 = ("memory.max", "memory.high", "memory.current", "memory.peak", "memory.events", "cpu.max",
+             "cgroup.controllers")
+CGROUP_V1 = (("memory", "memory.limit_in_bytes"), ("memory", "memory.usage_in_bytes"),
+             ("memory", "memory.max_usage_in_bytes"), ("memory", "memory.oom_control"),
+             ("cpu,cpuacct", "cpu.cfs_quota_us"), ("cpu,cpuacct", "cpu.cfs_period_us"),
+             ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"))
+MAX_LOG_BYTES = 32 * 1024 * 1024
+
+
+class BundleWriter:
+    """Collects bytes by bundle path, then writes one .tar.gz."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.dirs: set[str] = set()
+
+    def add(self, rel: str, data: bytes | str) -> None:
+        self.files[rel] = data.encode("utf-8") if isinstance(data, str) else data
+
+    def write(self, out: Path) -> None:
+        now = time.time()
+        top = "oomdoctor-bundle"
+        with tarfile.open(out, "w:gz") as tar:
+            for rel in sorted(self.dirs):
+                info = tarfile.TarInfo(f"{top}/{rel}")
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+                tar.addfile(info)
+            for rel, data in sorted(self.files.items()):
+                info = tarfile.TarInfo(f"{top}/{rel}")
+                info.size, info.mode, info.mtime = len(data), 0o644, now
+                tar.addfile(info, io.BytesIO(data))
+
+
+def _copy(ctx: CollectContext, w: BundleWriter, rel: str, target: str | None = None, limit: int = 1 << 20) -> None:
+    data, _ = ctx.read_bytes(rel, limit=limit)
+    if data is not None:
+        w.add(target or rel, data)
+
+
+def _cgroup_files(ctx: CollectContext, w: BundleWriter) -> None:
+    """The job's effective cgroup files, stored at the top of sys/fs/cgroup as a container sees them."""
+    text, _ = ctx.read_text("proc/self/cgroup")
+    entries = parse_proc_cgroup(text or "")
+    v2_path = (cgroup_path_for(entries, None) or "/").strip("/")
+    for name in CGROUP_V2:
+        for rel in (f"sys/fs/cgroup/{v2_path}/{name}", f"sys/fs/cgroup/{name}"):
+            data, _ = ctx.read_bytes(rel.replace("//", "/"), limit=1 << 16)
+            if data is not None:
+                w.add(f"sys/fs/cgroup/{name}", data)
+                break
+    for sub, name in CGROUP_V1:
+        controller = "cpu" if sub.startswith("cpu") else sub
+        path = (cgroup_path_for(entries, controller) or "/").strip("/")
+        for rel in (f"sys/fs/cgroup/{sub}/{path}/{name}", f"sys/fs/cgroup/{sub}/{name}"):
+            data, _ = ctx.read_bytes(rel.replace("//", "/"), limit=1 << 16)
+            if data is not None:
+                w.add(f"sys/fs/cgroup/{sub}/{name}", data)
+                break
+
+
+def _environ(env: dict[str, str]) -> bytes:
+    red = redact_env(env)
+    return b"".join(f"{k}={v}".encode("utf-8", errors="replace") + b"\0" for k, v in sorted(red.items()))
+
+
+def add_log(w: BundleWriter, path: str) -> None:
+    p = Path(path)
+    try:
+        data = p.read_bytes()[:MAX_LOG_BYTES]
+    except OSError as exc:
+        raise InputError(f"log {path}: {exc.strerror or exc}") from None
+    text = data.decode("utf-8", errors="replace")
+    w.add(f"logs/{_unique(w, 'logs', p.name)}", "\n".join(redact_text(line) for line in text.splitlines()) + "\n")
+
+
+def add_manifest(w: BundleWriter, path: str) -> None:
+    p = Path(path)
+    try:
+        text = p.read_bytes()[: 4 << 20].decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"manifest {path}: {exc.strerror or exc}") from None
+    try:
+        docs = load_documents(text)
+    except ManifestError as exc:
+        raise InputError(f"manifest {path}: {exc}") from None
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    buf = io.StringIO()
+    yaml.dump_all([redact_manifest(d) for d in docs], buf)
+    name = p.stem + ".yaml"
+    w.add(f"k8s/{_unique(w, 'k8s', name)}", buf.getvalue())
+
+
+def _unique(w: BundleWriter, folder: str, name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "file"
+    candidate, n = safe, 1
+    while f"{folder}/{candidate}" in w.files:
+        n += 1
+        candidate = f"{n}-{safe}"
+    return candidate
+
+
+def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), probe: bool = False,
+                 probe_attempts: int = 5, ctx: CollectContext | None = None) -> BundleWriter:
+    ctx = ctx or live_context()
+    w = BundleWriter()
+    for path in logs:  # user inputs first: a bad path fails before any slow command runs
+        add_log(w, path)
+    for path in manifests:
+        add_manifest(w, path)
+    for rel in COPIED_FILES:
+        _copy(ctx, w, rel)
+    for rel in MARKERS:
+        if ctx.exists(rel):
+            w.add(rel, b"")
+    if ctx.exists(SA_DIR):
+        w.dirs.add(SA_DIR)  # the directory only: the token never leaves the machine
+    pipe = (ctx.env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps").lstrip("/")
+    if ctx.exists(f"{pipe}/control"):
+        w.add(f"{pipe}/control", b"")
+    for d in ctx.listdir("usr/local") or []:
+        if d.startswith("cuda"):
+            for name in ctx.listdir(f"usr/local/{d}/compat") or []:
+                if name.startswith("libcuda.so."):
+                    w.add(f"usr/local/{d}/compat/{name}", b"")
+    _cgroup_files(ctx, w)
+    w.add("proc/self/environ", _environ(dict(ctx.env)))
+    w.add("dev/nvidia-nodes.txt", "".join(f"{n}\n" for n in list_dev_nodes(ctx)))
+    shm = shm_usage_live(ctx) or {}
+    w.add("commands/shm.json", json.dumps({**shm, "torch_segments": count_torch_segments(ctx.listdir("dev/shm"))}))
+    smi = ctx.runner.run(["nvidia-smi", "-q", "-x"], timeout=SMI_TIMEOUT_S)
+    if smi.ok:
+        w.add("commands/nvidia-smi-q.xml", smi.stdout)
+    smi_txt = ctx.runner.run(["nvidia-smi"], timeout=SMI_TIMEOUT_S)
+    if smi_txt.error is None and (smi_txt.stdout or smi_txt.stderr):
+        w.add("commands/nvidia-smi.txt", redact_text(smi_txt.stdout or smi_txt.stderr))
+    lines, _, _ = read_kernel_log(ctx)
+    if lines is not None:
+        w.add("commands/dmesg.txt", "".join(redact_text(line) + "\n" for line in relevant_lines(lines)))
+    torch_json, why = run_torch_child(ctx)
+    w.add("commands/torch.json", json.dumps(torch_json if torch_json is not None
+                                            else {"version": None, "error": why}, indent=1))
+    if probe:
+        w.add("commands/probe.json", json.dumps(run_probes(ctx, probe_attempts), indent=1, default=str))
+    snap = ctx.gpu_snapshot()
+    meta: dict[str, Any] = {
+        "format": "oomdoctor-bundle", "version": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "tool_version": __version__, "hostname": socket.gethostname(),
+        "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "pid": os.getpid(), "nvml_error": snap.nvml_error or (snap.error if snap.source == "NVML" else None),
+    }
+    w.add("meta.json", json.dumps(meta, indent=1))
+    return w
+
+
+def write_bundle(out: str | Path, **kwargs: Any) -> BundleWriter:
+    w = build_bundle(**kwargs)
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        w.write(out)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return w

@@ -1,0 +1,134 @@
+"""Where collectors read from: a root directory, an environment, a GPU backend and a command runner.
+
+Live: root "/", os.environ, NVML (or `nvidia-smi -q -x`), real commands with timeouts.
+Bundle: root = the extracted bundle, its proc/self/environ, its commands/*.xml|json|txt, and no
+commands at all. The collectors are the same code for both; only the context differs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oomdoctor.parsers.gpu_snapshot import GpuSnapshot
+
+MAX_FILE_BYTES = 8 * 1024 * 1024  # no file we read is legitimately bigger; logs are read with their own cap
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None  # "not found", "timed out after 10 s", ...
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+
+class CommandRunner:
+    """Runs external commands with a time limit; never raises."""
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, env: Mapping[str, str] | None = None) -> CommandResult:
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
+                                  env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: not found")
+        except subprocess.TimeoutExpired:
+            return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: timed out after {timeout:g} s")
+        except OSError as exc:
+            return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: {exc.strerror or exc}")
+        return CommandResult(tuple(argv), proc.returncode,
+                             proc.stdout[:MAX_FILE_BYTES].decode("utf-8", errors="replace"),
+                             proc.stderr[:65536].decode("utf-8", errors="replace"))
+
+
+class NoCommands(CommandRunner):
+    """Bundle mode: nothing of the local machine may be run."""
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0, env: Mapping[str, str] | None = None) -> CommandResult:
+        return CommandResult(tuple(argv), None, "", "", "not run: reading a bundle")
+
+
+@dataclass
+class CollectContext:
+    root: Path
+    env: Mapping[str, str]
+    gpu: Any  # a GpuBackend (collectors.nvml); typed loosely to keep this module import-light
+    runner: CommandRunner = field(default_factory=CommandRunner)
+    bundle: bool = False
+    self_pids: frozenset[int] = frozenset()
+    meta: dict[str, Any] = field(default_factory=dict)
+    _gpu_snapshot: GpuSnapshot | None = None
+
+    @property
+    def where(self) -> str:
+        return "bundle" if self.bundle else "live"
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/")
+
+    def label(self, rel: str) -> str:
+        """How a source is named in evidence: '/proc/meminfo' live, 'bundle:proc/meminfo' offline."""
+        return f"bundle:{rel.lstrip('/')}" if self.bundle else "/" + rel.lstrip("/")
+
+    def _inside(self, p: Path) -> bool:
+        if not self.bundle:
+            return True
+        try:
+            p.resolve().relative_to(self.root.resolve())
+            return True
+        except (ValueError, OSError):
+            return False
+
+    def exists(self, rel: str) -> bool:
+        p = self.path(rel)
+        try:
+            return self._inside(p) and (p.exists() or p.is_symlink())
+        except OSError:
+            return False
+
+    def read_bytes(self, rel: str, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, str]:
+        """(content, "") or (None, why not). Never raises."""
+        p = self.path(rel)
+        if not self._inside(p):
+            return None, f"{self.label(rel)} points outside the bundle"
+        try:
+            with open(p, "rb") as fh:
+                return fh.read(limit), ""
+        except FileNotFoundError:
+            return None, f"{self.label(rel)} not present"
+        except PermissionError:
+            return None, f"{self.label(rel)}: permission denied"
+        except IsADirectoryError:
+            return None, f"{self.label(rel)} is a directory"
+        except OSError as exc:
+            return None, f"{self.label(rel)}: {exc.strerror or exc}"
+
+    def read_text(self, rel: str, limit: int = MAX_FILE_BYTES) -> tuple[str | None, str]:
+        data, why = self.read_bytes(rel, limit)
+        if data is None:
+            return None, why
+        return data.decode("utf-8", errors="replace"), ""
+
+    def listdir(self, rel: str) -> list[str] | None:
+        p = self.path(rel)
+        if not self._inside(p):
+            return None
+        try:
+            return sorted(os.listdir(p))
+        except OSError:
+            return None
+
+    def gpu_snapshot(self) -> GpuSnapshot:
+        """The backend is asked once per collection; every collector shares the answer."""
+        if self._gpu_snapshot is None:
+            self._gpu_snapshot = self.gpu.snapshot()
+        return self._gpu_snapshot

@@ -1,0 +1,116 @@
+"""GIVEN secrets planted in env, URLs, manifests and logs WHEN redacted or bundled THEN none survives."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.redact import MASK, is_secret_name, redact_env, redact_manifest, redact_text
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+GH = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+HF = "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+SLACK = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7x3yz\nQWERTYuiop\n-----END RSA PRIVATE KEY-----"
+PASSWORD = "s3cr3t-P4ssw0rd!"
+PLANTED = (AWS, GH, HF, SLACK, JWT, "MIIEpAIBAAKCAQEA7x3yz", PASSWORD, "hunter2pw", "bearer-token-value-123")
+
+
+def test_env_redacts_by_name_and_by_value():
+    env = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "HF_TOKEN": HF,
+           "DB_PASSWORD": PASSWORD, "MY_VAR": AWS, "PATH": "/usr/bin", "SOME_URL": "https://bob:hunter2pw@x.io/a",
+           "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": "0", "API_KEY": "abc", "PWD": "/work",
+           "GITHUB_PAT": GH, "SESSION_COOKIE": "c", "SSH_PRIVATE": PEM}
+    red = redact_env(env)
+    assert red["AWS_SECRET_ACCESS_KEY"] == MASK and red["HF_TOKEN"] == MASK and red["DB_PASSWORD"] == MASK
+    assert red["MY_VAR"] == MASK  # value looks like an AWS key id
+    assert red["SOME_URL"] == f"https://bob:{MASK}@x.io/a"
+    assert red["PATH"] == "/usr/bin" and red["TOKENIZERS_PARALLELISM"] == "false" and red["PWD"] == "/work"
+    assert red["CUDA_VISIBLE_DEVICES"] == "0"
+    for value in red.values():
+        for secret in PLANTED:
+            assert secret not in value
+
+
+def test_text_redaction_of_log_lines():
+    text = "\n".join([
+        f"export HF_TOKEN={HF}", "Authorization: Bearer bearer-token-value-123", f"key id {AWS} used",
+        f"cloning https://user:{PASSWORD}@github.com/org/repo.git", f"slack {SLACK}", f"jwt={JWT}", PEM,
+        f'{{"password": "{PASSWORD}"}}', f"--db-password={PASSWORD}", "CUDA out of memory. Tried to allocate 2.00 GiB",
+    ])
+    out = redact_text(text)
+    for secret in PLANTED:
+        assert secret not in out, secret
+    assert "CUDA out of memory. Tried to allocate 2.00 GiB" in out
+    assert "https://user:***@github.com" in out
+
+
+def test_manifest_secret_kind_and_env_values():
+    docs = [{"kind": "Secret", "metadata": {"name": "s"}, "data": {"token": "aGVsbG8="}, "stringData": {"pw": PASSWORD}},
+            {"kind": "Pod", "spec": {"containers": [{"name": "c", "env": [
+                {"name": "WANDB_API_KEY", "value": "0123456789abcdef"}, {"name": "MODE", "value": "train"},
+                {"name": "URL", "value": f"redis://:{PASSWORD}@redis:6379"}]}]}}]
+    red = redact_manifest(docs)
+    assert red[0]["data"] == {"token": MASK} and red[0]["stringData"] == {"pw": MASK}
+    env = red[1]["spec"]["containers"][0]["env"]
+    assert env[0]["value"] == MASK and env[1]["value"] == "train"
+    assert PASSWORD not in str(red)
+
+
+def test_secret_names():
+    for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "APIKEY", "DB_PASSWORD", "GITHUB_PAT", "MY_CREDENTIALS",
+                 "AUTH", "PRIVATE_KEY", "SESSION_ID"):
+        assert is_secret_name(name), name
+    for name in ("PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TOKENIZERS_PARALLELISM", "KEYBOARD", "PYTORCH_CUDA_ALLOC_CONF",
+                 "NVIDIA_DRIVER_CAPABILITIES", "PWD", "PASSAGE"):
+        assert not is_secret_name(name), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=500))
+def test_redact_text_never_raises(text):
+    redact_text(text)
+
+
+def test_bundle_tarball_bytes_hold_no_planted_secret(tmp_path, monkeypatch):
+    """End to end: secrets in the environment, a log and a manifest never reach the tarball."""
+    from oomdoctor.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", HF)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS)
+    monkeypatch.setenv("DB_PASSWORD", PASSWORD)
+    monkeypatch.setenv("INNOCENT", GH)
+    monkeypatch.setenv("DATASET_URL", "s3://bob:hunter2pw@bucket/x")
+    log = tmp_path / "train.log"
+    log.write_text(f"starting with token {HF}\nAuthorization: Bearer bearer-token-value-123\n"
+                   "RuntimeError: CUDA error: out of memory\n")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(f"""apiVersion: v1
+kind: Secret
+metadata: {{name: creds}}
+stringData: {{password: "{PASSWORD}"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+  - name: c
+    env:
+    - {{name: SLACK_WEBHOOK_TOKEN, value: "{SLACK}"}}
+    - {{name: JWT, value: "{JWT}"}}
+""")
+    out = tmp_path / "b.tar.gz"
+    monkeypatch.setattr("oomdoctor.collectors.torch_child.TORCH_TIMEOUT_S", 60.0)
+    assert main(["bundle", "-o", str(out), "--log", str(log), "--manifest", str(manifest)]) == 0
+    raw = gzip.decompress(out.read_bytes())
+    for secret in PLANTED:
+        assert secret.encode() not in raw, secret
+    assert b"RuntimeError: CUDA error: out of memory" in raw
+    assert b"HF_TOKEN=***" in raw
+    assert os.environ["HF_TOKEN"] == HF  # the job's own environment is untouched
