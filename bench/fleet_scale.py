@@ -66,7 +66,7 @@ def node_report(n: int, rng: random.Random) -> dict:
     if sick:
         findings.append(Finding("DRV007", Layer.DRIVER, Severity.WARNING, Confidence.HIGH, "row remap pending", "reset GPU"))
     findings.append(Finding("STO001", Layer.STORAGE, Severity.INFO, Confidence.LOW, "64 MiB /dev/shm", "n/a"))
-    r = DoctorReport(facts, tuple(findings), Verdict(Category.UNKNOWN, ""), {l.value: LayerStatus.OK for l in Layer}, {})
+    r = DoctorReport(facts, tuple(findings), Verdict(Category.UNKNOWN, ""), {layer.value: LayerStatus.OK for layer in Layer}, {})
     return envelope(r.to_json())
 
 
