@@ -57,6 +57,9 @@ def validate_manifest(doc: dict[str, Any]) -> str | None:
         raise InputError(f"--fix needs kubernetes-validate (pip install 'oomdoctor[k8s]'): {exc}") from None
     if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
         return None
+    if doc["kind"] == "List" and isinstance(doc.get("items"), list):
+        errors = [validate_manifest(item) for item in doc["items"]]
+        return next((e for e in errors if e), None)
     try:
         kubernetes_validate.validate(doc, utils.latest_version(), strict=True)
     except utils.SchemaNotFoundError:
