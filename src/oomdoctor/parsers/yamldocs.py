@@ -9,6 +9,7 @@ comment names each document. Unrendered templates are refused with a one-line er
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +88,9 @@ def load_documents(text: str, name: str) -> list[YamlDoc]:
         if not chunk.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in chunk.splitlines()):
             continue
         try:
-            data = new_yaml().load(chunk)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ReusedAnchorWarning and friends: not the user's concern here
+                data = new_yaml().load(chunk)
         except YAMLError as exc:
             raise InputError(f"{name}: malformed YAML{_where(exc, start)}: {_problem(exc)}") from None
         except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:

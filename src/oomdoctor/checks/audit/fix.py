@@ -44,6 +44,9 @@ def fix_config(cfg: ConfigFile) -> FixResult:
                 _fix_docker(cfg, w, ed, result.changes)
         except FixUnsupported as exc:
             result.skipped.append(f"{w.label}: {exc}")
+        except (KeyError, IndexError, TypeError, AttributeError, StopIteration, ValueError) as exc:
+            # a shape the editor does not understand (aliases, merge keys, odd nesting): leave it to a human
+            result.skipped.append(f"{w.label}: unsupported YAML shape ({type(exc).__name__})")
     if ed.changed:
         result.text = ed.apply()
     result.changed_docs = sorted(set(result.changed_docs))
