@@ -111,3 +111,25 @@ def test_report_round_trip_keeps_findings_for_diff():
     r = DoctorReport(_fs(Fact("kernel.release", "5.15.0", "x")), (f,), Verdict(Category.UNKNOWN, ""), {})
     back = report_from_json(r.to_json())
     assert diff_reports(r, back).differences == []
+
+
+def _bundle(root: Path, kernel: str) -> Path:
+    (root / "proc").mkdir(parents=True)
+    (root / "meta.json").write_text('{"format": "oomdoctor-bundle", "version": 1, "created": "2026-11-21T00:00:00Z"}')
+    (root / "proc" / "version").write_text(
+        f"Linux version {kernel} (mockbuild@x) (gcc version 4.8.5 20150623 (Red Hat 4.8.5-39) (GCC) ) #1 SMP\n")
+    return root
+
+
+def test_bundles_are_collected_and_diagnosed(tmp_path, capsys):
+    import importlib.util
+
+    a = _bundle(tmp_path / "good", "4.18.0-372.9.1.el8.x86_64")
+    b = _bundle(tmp_path / "bad", "3.10.0-1062.9.1.el7.x86_64")
+    rc = main(["diff", "--format", "json", str(a), str(b)])
+    if importlib.util.find_spec("oomdoctor.collectors.machine") is None:
+        assert rc == 2 and "collectors.machine" in capsys.readouterr().err
+        return
+    assert rc == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["differences"][0]["key"] == "kernel.release"

@@ -47,7 +47,8 @@ def to_text(files: list[AuditedFile]) -> str:
             lines.append("  no OOM risks found")
         for a in f.findings:
             fd = a.finding
-            where = f"{a.object}" + (f" > {a.container}" if a.container else "") + (f"  line {a.line}" if a.line else "")
+            shown = a.container if a.container and not a.object.endswith(f"/{a.container}") else None
+            where = f"{a.object}" + (f" > {shown}" if shown else "") + (f"  line {a.line}" if a.line else "")
             if a.origin and a.origin != f"line {a.line}":
                 where += f"  ({a.origin})"
             mark = "  [fixed]" if fd.id in f.fixed_ids else ""

@@ -9,8 +9,8 @@ from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
 from oomdoctor.render.svg import bar_chart
 
-_SHOWN = ("kernel.release", "driver.version", "cuda.driver_max", "torch.version", "driver.gpu_names",
-          "driver.gpu_count", "os.id")
+_SHOWN = {"driver.gpu_count": "", "driver.gpu_names": "x", "kernel.release": "kernel", "driver.version": "driver",
+          "cuda.driver_max": "CUDA", "torch.version": "torch", "os.id": ""}
 _SEV_COLOR = {"critical": "#82071e", "error": "#cf222e", "warning": "#9a6700", "info": "#57606a"}
 
 
@@ -19,14 +19,14 @@ def to_json(result) -> str:
 
 
 def _value(v: Any) -> str:
-    if v is None:
-        return "n/a"
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return "/".join(v)
     return v if isinstance(v, str) else json.dumps(v, default=str)
 
 
 def _describe(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k.split('.', 1)[1] if k != 'driver.version' else 'driver'} {_value(values.get(k))}"
-                     for k in _SHOWN if values.get(k) is not None) or "no fingerprint facts"
+    parts = [f"{label} {_value(values[k])}".strip() for k, label in _SHOWN.items() if values.get(k) is not None]
+    return " ".join(parts[:2]) + (", " if len(parts) > 2 else "") + ", ".join(parts[2:]) if parts else "no fingerprint facts"
 
 
 def to_text(result, max_groups: int = 10, max_outliers: int = 50) -> str:
