@@ -1,4 +1,5 @@
-"""Bench: `oomdoctor fleet` over N synthetic node reports (default 10,000), from a directory and from a
+"""Bench: `oomdoctor fleet` over N synthetic node reports (default 10,000; findings from the real
+checks engine), from a directory and from a
 kubectl-logs-style stream on stdin, against the peer approach (json.load + report_from_json per report,
 i.e. the full DoctorReport model) in the same run. Prints a table.
 
@@ -17,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from oomdoctor.facts import Category, Confidence, Fact, FactSet, Finding, Layer, Severity, Verdict
-from oomdoctor.facts.model import LayerStatus
-from oomdoctor.facts.report import DoctorReport, report_from_json
-from oomdoctor.render.envelope import envelope
+from oomdoctor.checks.engine import diagnose
+from oomdoctor.facts import Fact, FactSet
+from oomdoctor.facts.report import report_from_json
+from oomdoctor.render.doctor_json import render_json
 
 POOLS = [  # (weight, gpu name, count, kernel, driver, cuda, os)
     (0.7, "NVIDIA H100 80GB HBM3", 8, "5.15.0-105-generic", "550.54.15", "12.4", "ubuntu 22.04"),
@@ -59,15 +60,7 @@ def node_report(n: int, rng: random.Random) -> dict:
         Fact("os.id", os_id, "/etc/host-os-release"), Fact("shm.size_bytes", 67108864, "/proc/mounts"),
         Fact("python.version", "3.11.9", "sys"),
     ])
-    findings = []
-    if kernel.startswith("3.10"):
-        findings.append(Finding("DRV004", Layer.DRIVER, Severity.ERROR, Confidence.MEDIUM, "old kernel", "upgrade",
-                                Category.CONTEXT_OR_DRIVER))
-    if sick:
-        findings.append(Finding("DRV007", Layer.DRIVER, Severity.WARNING, Confidence.HIGH, "row remap pending", "reset GPU"))
-    findings.append(Finding("STO001", Layer.STORAGE, Severity.INFO, Confidence.LOW, "64 MiB /dev/shm", "n/a"))
-    r = DoctorReport(facts, tuple(findings), Verdict(Category.UNKNOWN, ""), {layer.value: LayerStatus.OK for layer in Layer}, {})
-    return envelope(r.to_json())
+    return json.loads(render_json(diagnose(facts, {"source": "live"})))
 
 
 def in_process(paths: list[str], stdin: bytes | None = None) -> dict:

@@ -45,7 +45,7 @@ def test_seed_pair_kernel_comes_first_with_explanation():
 def test_finding_only_on_one_side_ranks_by_severity():
     result = diff_reports(_load("seed-good.json"), _load("seed-bad.json"))
     f = next(d for d in result.differences if d.kind == "finding")
-    assert f.key == "DRV004" and f.a is None and f.b and "only on B" in f.note
+    assert f.key == "DRV003" and f.a is None and f.b and "only on B" in f.note
     assert result.differences.index(f) == 1  # after the kernel, before anything of lower weight
 
 

@@ -45,7 +45,7 @@ def node(name: str, *, kernel: str | None = None, remap: bool = False, xid: bool
 
 def fleet_of(n: int = 20) -> list[dict]:
     docs = [node(f"gpu-{i:02d}") for i in range(n)]
-    docs[3] = node("gpu-03", kernel="3.10.0-1160.el7.x86_64", findings=("STO001", "DRV004"))
+    docs[3] = node("gpu-03", kernel="3.10.0-1160.el7.x86_64", findings=("STO001", "DRV003"))
     docs[7] = node("gpu-07", remap=True)
     docs[9] = node("gpu-09", xid=True)
     docs += [node(f"h100-{i}", driver="550.54.15") for i in range(5)]
@@ -63,7 +63,7 @@ def test_groups_outliers_and_counts():
     assert outliers["gpu-09"] == ["driver.xid_events"]
     assert outliers["h100-0"] == ["driver.version"]  # a small group one key away from the majority
     assert "gpu-00" not in outliers
-    assert result.finding_counts == {"STO001": 25, "DRV004": 1}
+    assert result.finding_counts == {"STO001": 25, "DRV003": 1}
 
 
 def test_another_pool_is_not_an_outlier():

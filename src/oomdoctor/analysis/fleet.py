@@ -127,7 +127,13 @@ def _health(facts: Mapping[str, Any]) -> list[str]:
     out = []
     gpus = facts.get("driver.gpus")
     if isinstance(gpus, list):
-        bad = {f for g in gpus if isinstance(g, Mapping) for f in _GPU_HEALTH if _truthy(g.get(f))}
+        bad: set[str] = set()
+        for g in gpus:
+            if isinstance(g, Mapping):
+                for f in _GPU_HEALTH:
+                    v = g.get(f)
+                    if v and _truthy(v):  # almost always False/0: skip the type dispatch
+                        bad.add(f)
         out += [f"driver.gpus.{f}" for f in sorted(bad)]
     for key in ("driver.xid_events", "driver.nvrm_errors"):
         if isinstance(facts.get(key), list) and facts[key]:
