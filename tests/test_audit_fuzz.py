@@ -74,3 +74,46 @@ def test_arbitrary_script_text(text):
 def test_report_streams_never_crash(parts):
     for source, doc, error in iter_stream("".join(parts)):
         assert isinstance(source, str) and (doc is not None or error)
+
+
+def _manifest(ind: int, seq_off: int, containers_flow: bool, volumes: str, res_flow: bool, extra_mount: bool) -> str:
+    p = " " * ind
+    dash = " " * seq_off
+
+    def block_seq(items: list[str], base: str) -> str:
+        return "".join(f"{base}{dash}- {it}\n" for it in items)
+
+    res = ("resources: {limits: {memory: 64Gi, nvidia.com/gpu: 2}, requests: {nvidia.com/gpu: 1}}"
+           if res_flow or containers_flow else None)
+    if containers_flow:
+        c = "{name: t, image: nvcr.io/nvidia/pytorch:24.05-py3, args: [--num-workers=4]" + (f", {res}" if res else "") + "}"
+        containers = f"{p}containers: [{c}]\n"
+    else:
+        body = f"{p}{dash}  image: nvcr.io/nvidia/pytorch:24.05-py3  # the image\n{p}{dash}  args: [--num-workers=4]\n"
+        if res:
+            body += f"{p}{dash}  {res}\n"
+        else:
+            body += (f"{p}{dash}  resources:\n{p}{dash}  {p}limits:\n{p}{dash}  {p}{p}memory: 64Gi\n"
+                     f"{p}{dash}  {p}{p}nvidia.com/gpu: 2\n{p}{dash}  {p}requests:\n{p}{dash}  {p}{p}nvidia.com/gpu: 1\n")
+        if extra_mount:
+            body += f"{p}{dash}  volumeMounts:\n" + block_seq(["name: data", "  mountPath: /data"], f"{p}{dash}  ")[:-1] + "\n"
+        containers = f"{p}containers:\n{p}{dash}- name: t\n" + body
+    vols = {"none": "", "flow": f"{p}volumes: []\n",
+            "block": f"{p}volumes:\n{p}{dash}- name: data\n{p}{dash}  persistentVolumeClaim: {{claimName: d}}\n"}[volumes]
+    return f"apiVersion: v1\nkind: Pod\nmetadata:\n{p}name: p\nspec:\n{containers}{vols}"
+
+
+@FUZZ
+@given(st.sampled_from([2, 4]), st.sampled_from([0, 2]), st.booleans(), st.sampled_from(["none", "flow", "block"]),
+       st.booleans(), st.booleans())
+def test_fix_works_on_every_yaml_style(ind, seq_off, cflow, volumes, rflow, extra):
+    text = _manifest(ind, seq_off, cflow, volumes, rflow, extra)
+    cfg = parse_config(text, "p.yaml")
+    assert {a.finding.id for a in audit(cfg)} >= {"AUD001", "AUD007"}
+    result = fix_config(cfg)
+    assert not result.skipped
+    fixed = parse_config(result.text, "p.yaml")  # still YAML, same workload
+    assert not {a.finding.id for a in audit(fixed)} & {"AUD001", "AUD007"}
+    kept = [ln for ln in text.splitlines() if "nvidia.com/gpu: 1" not in ln and "volumes: []" not in ln]
+    new_lines = result.text.splitlines()
+    assert all(ln in new_lines for ln in kept if not cflow and not rflow)

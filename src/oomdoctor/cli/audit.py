@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, OomDoctorError, UsageError
+from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError, UsageError
 
 NAME = "audit"
 HELP = "find OOM risks in Kubernetes manifests, compose files and docker run lines"
@@ -77,11 +77,14 @@ def _fix(cfg, entry, args) -> None:
         print(f"oomdoctor audit: {cfg.path}: not patched automatically: {note}", file=sys.stderr)
     if result.text == cfg.text:
         return
-    fixed = parse_config(result.text, cfg.path)  # the patch must still parse, with the same workloads
+    try:
+        fixed = parse_config(result.text, cfg.path)  # the patch must still parse, with the same workloads
+    except InputError as exc:
+        raise OomDoctorError(f"{cfg.path}: the patch would not parse ({exc.message}); nothing written") from None
     if cfg.type == "kubernetes":
         for i in result.changed_docs:
-            before = validate_manifest(_plain(cfg.docs[i].data))
-            after = validate_manifest(_plain(fixed.docs[i].data))
+            before = validate_manifest(_plain(cfg.docs[i].data, cfg.path))
+            after = validate_manifest(_plain(fixed.docs[i].data, cfg.path))
             if after and after != before:
                 raise OomDoctorError(f"{cfg.path}: the patched manifest fails schema validation ({after}); nothing written")
             if before:
@@ -102,5 +105,8 @@ def _fix(cfg, entry, args) -> None:
     entry.output = out
 
 
-def _plain(data):
-    return json.loads(json.dumps(data, default=str))
+def _plain(data, path: str):
+    try:
+        return json.loads(json.dumps(data, default=str))
+    except (ValueError, RecursionError):  # self-referencing YAML aliases
+        raise InputError(f"{path}: recursive YAML aliases; cannot validate the patched manifest") from None

@@ -14,7 +14,7 @@ from typing import Any
 
 from oomdoctor.checks.audit import gpu, storage
 from oomdoctor.checks.audit.base import docker_size, k8s_size, recommended_shm, shm_volumes
-from oomdoctor.checks.audit.textedit import Editor, FixUnsupported, Style, detect_style, emit
+from oomdoctor.checks.audit.textedit import Editor, FixUnsupported, Style, detect_style, emit, flow
 from oomdoctor.parsers.config_file import ConfigFile
 from oomdoctor.parsers.config_model import ContainerSpec, Workload, parse_quantity
 from oomdoctor.parsers.yamldocs import YamlDoc
@@ -77,24 +77,29 @@ class _Doc:
     def abs(self, rel: int) -> int:
         return self.doc.start_line + rel
 
+    def is_flow(self, node: Any) -> bool:
+        """Flow style, read from the text: ruamel does not mark empty `[]`/`{}` as flow."""
+        line = self.ed.lines[self.abs(node.lc.line)]
+        return node.fa.flow_style() or line[node.lc.col:node.lc.col + 1] in ("[", "{")
+
     def map_end(self, m: Any) -> tuple[int, int]:
         """(last line, key column) of a block mapping."""
-        if m.fa.flow_style():
+        if self.is_flow(m):
             raise FixUnsupported("flow-style mapping")
         first = next(iter(m))
         line, col = m.lc.key(first)
         return self.ed.block_end(self.abs(line), col, True, self.limit), col
 
     def add_key(self, m: Any, key: str, value: Any) -> None:
-        if m.fa.flow_style():
-            self._add_flow(m, f"{key}: {value}")
+        if self.is_flow(m):
+            self._add_flow(m, f"{key}: {flow(value)}")
             return
         end, col = self.map_end(m)
         self.ed.insert_after(end, emit({key: value}, col, self.style))
 
     def append_item(self, seq: Any, item: Mapping) -> None:
-        if seq.fa.flow_style():
-            self._add_flow(seq, "{" + ", ".join(f"{k}: {v}" for k, v in item.items()) + "}", "]")
+        if self.is_flow(seq):
+            self._add_flow(seq, flow(item), "]")
             return
         dash = seq.lc.col
         end = self.ed.block_end(self.abs(seq.lc.line), dash, False, self.limit)

@@ -97,7 +97,8 @@ def visible_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
         cvd = env_value(c, "CUDA_VISIBLE_DEVICES")
         if cvd is not None and given:
             items = [x.strip() for x in cvd.split(",") if x.strip()]
-            ev = [("env CUDA_VISIBLE_DEVICES", cvd), ("GPUs given", "all" if n is None else str(n))]
+            ev = [("env CUDA_VISIBLE_DEVICES", shown_env("CUDA_VISIBLE_DEVICES", cvd)),
+                  ("GPUs given", "all" if n is None else str(n))]
             bad = [x for x in items if x.isdigit() and n is not None and int(x) >= n]
             uuids = [x for x in items if x.startswith(("GPU-", "MIG-"))]
             if bad:

@@ -141,3 +141,12 @@ def emit(value: Any, col: int, style: Style) -> list[str]:
     else:
         out.append(f"{pad}{value}")
     return out
+
+
+def flow(value: Any) -> str:
+    """Flow-style YAML for small dicts/lists of plain scalars: `[{name: dshm, mountPath: /dev/shm}]`."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(flow(v) for v in value) + "]"
+    return str(value)
