@@ -159,3 +159,12 @@ def test_text_and_html(capsys, tmp_path):
     assert main(["fleet", "--format", "html", str(d)]) == 1
     html = capsys.readouterr().out
     assert "<svg" in html and "gpu-03" in html and "<script" not in html
+
+
+def test_empty_and_non_json_files_are_reported_as_skipped(tmp_path, capsys):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "log.json").write_text("doctor crashed before printing\n")
+    (tmp_path / "ok.json").write_text(json.dumps(node("ok")))
+    assert main(["fleet", "--format", "json", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {s["source"]: s["reason"] for s in doc["skipped"]} == {"empty": "empty file", "log": "no JSON report in it"}

@@ -96,4 +96,9 @@ def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:
             try:
                 yield stem, json.loads(text), ""
             except json.JSONDecodeError:
-                yield from iter_stream(text, stem)  # logs captured to a file: several reports
+                found = False
+                for item in iter_stream(text, stem):  # logs captured to a file: several reports
+                    found = True
+                    yield item
+                if not found:
+                    yield stem, None, "empty file" if not text.strip() else "no JSON report in it"
