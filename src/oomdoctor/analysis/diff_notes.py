@@ -31,9 +31,9 @@ def _kernel(a: Any, b: Any) -> str:
     if old:
         side, v = old[0]
         return (f"kernel {'.'.join(map(str, v[:2]))} on {side} is older than 4.15: NVIDIA drivers 560+ no longer "
-                "build on it and CUDA 12.5+ dropped EL7; old kernels with new drivers (535+) gave CUDA context "
-                "failures reported as out of memory in containers until the kernel was upgraded (seed case: "
-                "3.10 bad, 4.18 good) [NVLINUXH][IG124]")
+                "build on it and CUDA 12.5+ dropped EL7; in the seed case a 3.10 host with driver 535 gave "
+                "`CUDA error: out of memory` in containers until the kernel was upgraded (4.18/4.19 worked) "
+                "[NVLINUXH][IG124]")
     if va and vb and va[:2] != vb[:2]:
         return ("different kernel series: the NVIDIA kernel module is built against the kernel, and HMM/UVM and "
                 "cgroup memory behaviour change with it [RN132][CGV2]")
