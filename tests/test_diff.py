@@ -133,3 +133,11 @@ def test_bundles_are_collected_and_diagnosed(tmp_path, capsys):
     assert rc == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["differences"][0]["key"] == "kernel.release"
+
+
+def test_crossed_threshold_outranks_an_equal_weight_version_change():
+    a = _fs(Fact("kernel.release", "6.8.0-79-generic", "x"), Fact("driver.version", "580.95.05", "x"))
+    b = _fs(Fact("kernel.release", "3.10.0-1062.9.1.el7.x86_64", "x"), Fact("driver.version", "535.129.03", "x"))
+    result = diff_reports(DoctorReport(a, (), Verdict(Category.UNKNOWN, ""), {}),
+                          DoctorReport(b, (), Verdict(Category.UNKNOWN, ""), {}))
+    assert [d.key for d in result.differences] == ["kernel.release", "driver.version"]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from oomdoctor.analysis.diff_notes import explain
+from oomdoctor.analysis.diff_notes import explain, threshold_bonus
 from oomdoctor.facts import LAYERS, FactSet
 from oomdoctor.facts.keys import FACT_KEYS
 from oomdoctor.facts.report import DoctorReport
@@ -122,7 +122,8 @@ def diff_facts(a: FactSet, b: FactSet) -> tuple[list[Difference], int]:
                         diffs.append(Difference(k, spec.layer, va.get(sub), vb.get(sub), spec.weight,
                                                 explain(k, va.get(sub), vb.get(sub)) or explain(key, va, vb)))
                 continue
-            diffs.append(Difference(key, spec.layer, va, vb, spec.weight, explain(key, va, vb)))
+            diffs.append(Difference(key, spec.layer, va, vb, spec.weight + threshold_bonus(key, va, vb),
+                                    explain(key, va, vb)))
         elif pa or pb:
             # known on one side only: still worth showing, at a lower score (the other side could not tell)
             diffs.append(Difference(key, spec.layer, va, vb, spec.weight * 0.6,

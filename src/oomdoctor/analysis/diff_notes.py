@@ -100,3 +100,16 @@ def explain(key: str, a: Any, b: Any) -> str:
     if key == "host.mem_total_bytes":
         return "host RAM differs: model loading and pinned memory need host memory"
     return ""
+
+
+def threshold_bonus(key: str, a: Any, b: Any) -> float:
+    """Extra score when one side crosses a documented threshold, not just a different version:
+    a kernel below 4.15 (the 560+ driver floor, EL7) or the 64 MiB default /dev/shm. A crossed
+    threshold outranks an equally weighted plain version change."""
+    if key == "kernel.release":
+        for v in (_version(a), _version(b)):
+            if v is not None and v[:2] < KERNEL_FLOOR_NEW_DRIVERS:
+                return 5.0
+    if key == "shm.size_bytes" and SHM_DEFAULT in (a, b):
+        return 5.0
+    return 0.0

@@ -138,7 +138,8 @@ def vcuda(w: Workload, path: str) -> Iterator[AuditFinding]:
     multiples) and `tencent.com/vcuda-memory` (units of 256 MiB) [TKEGM]. A fractional core share needs
     a memory share, and memory without cores allocates nothing. The vcuda hook library supports CUDA up
     to 11.5.1 [TKEVC]: a newer CUDA in the image bypasses or breaks the hooks (wrong totals, context
-    failures that look like OOM, as in the seed case).
+    failures that look like OOM). Even with whole GPUs (core >= 100) the hooks stay in the path; in the
+    seed case switching gpu-manager off made the OOMs vanish for a while (info).
     """
     for c in main_containers(w):
         core, mem = _lim(c, "tencent.com/vcuda-core"), _lim(c, "tencent.com/vcuda-memory")
@@ -169,6 +170,12 @@ def vcuda(w: Workload, path: str) -> Iterator[AuditFinding]:
             yield finding("AUD011", Layer.GPU_SHARING, Severity.INFO, Confidence.HIGH,
                           f"vcuda slice: the job sees {gib(int(nmem) * 256 * 2**20)} of GPU memory",
                           "size batch and model to the slice", w, c, path, ev, Category.TRUE_CAPACITY)
+        elif ncore is not None and ncore >= 100:
+            yield finding("AUD011", Layer.GPU_SHARING, Severity.INFO, Confidence.MEDIUM,
+                          "whole GPU(s) through gpu-manager: the vcuda hooks still sit between the job and CUDA/NVML",
+                          "if allocations fail while the host's nvidia-smi shows free memory, run once with "
+                          "nvidia.com/gpu instead of vcuda resources (the seed case's test)", w, c, path, ev,
+                          Category.CONTEXT_OR_DRIVER)
 
 
 @audit_check("AUD012", Layer.GPU_SHARING, "Aliyun gpushare (aliyun.com/gpu-mem): limit only advisory without cGPU")
