@@ -184,3 +184,18 @@ def test_generic_pod_template_search_for_unknown_crd():
     assert w.kind == "RayJob" and w.containers[0].name == "w"
     with pytest.raises(InputError):
         parse_config("apiVersion: v1\nkind: Foo\nmetadata: {name: f}\n", "f.yaml")
+
+
+def test_stdin_is_recognised_by_content(monkeypatch, capsys):
+    import io
+    import sys
+
+    manifest = ("apiVersion: v1\nkind: Pod\nmetadata: {name: ci}\nspec:\n  containers:\n  - name: c\n    image: docker:27\n"
+                "    command: [sh, -c, 'docker run --gpus all trainer python train.py']\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(manifest.encode())))
+    assert main(["audit", "--format", "json", "-"]) == 0  # a Pod (no GPU), not a script
+    assert json.loads(capsys.readouterr().out)["files"][0]["type"] == "kubernetes"
+    script = b"docker run --gpus all trainer python train.py --num-workers 8\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(script)))
+    assert main(["audit", "--format", "json", "-"]) == 1
+    assert json.loads(capsys.readouterr().out)["files"][0]["type"] == "docker-run"

@@ -32,13 +32,28 @@ def parse_config(text: str, name: str) -> ConfigFile:
     lower = name.lower()
     if not text.strip():
         raise InputError(f"{name}: empty file")
-    looks_script = lower.endswith(_SCRIPT_SUFFIXES) or text.startswith("#!")
-    if looks_script or not lower.endswith(_YAML_SUFFIXES):
-        runs = find_docker_runs(text, name)
-        if runs or looks_script:
-            if not runs:
-                raise InputError(f"{name}: no `docker run` / `podman run` command found")
-            return ConfigFile(name, text, "docker-run", [r.workload for r in runs], runs=runs)
+    if lower.endswith(_SCRIPT_SUFFIXES) or text.startswith("#!"):
+        return _script(text, name)
+    if lower.endswith(_YAML_SUFFIXES):
+        return _yaml(text, name)
+    # no telling extension (stdin, `Dockerfile.run`, ...): YAML first, then `docker run` lines
+    try:
+        return _yaml(text, name)
+    except InputError as exc:
+        try:
+            return _script(text, name)
+        except InputError:
+            raise exc from None
+
+
+def _script(text: str, name: str) -> ConfigFile:
+    runs = find_docker_runs(text, name)
+    if not runs:
+        raise InputError(f"{name}: no `docker run` / `podman run` command found")
+    return ConfigFile(name, text, "docker-run", [r.workload for r in runs], runs=runs)
+
+
+def _yaml(text: str, name: str) -> ConfigFile:
     docs = load_documents(text, name)
     if not docs:
         raise InputError(f"{name}: no YAML documents (only comments or blank lines)")
