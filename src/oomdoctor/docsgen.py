@@ -44,15 +44,19 @@ def _facts_page() -> str:
 
 
 def _check_pages() -> dict[str, str]:
-    try:
-        importlib.import_module("oomdoctor.checks.all")
-    except ModuleNotFoundError:
-        return {}
-    from oomdoctor.checks.registry import CHECKS
+    for module in ("oomdoctor.checks.all", "oomdoctor.checks.audit"):  # audit rules: AUDIT_CHECKS
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            pass
+    from oomdoctor.checks.registry import AUDIT_CHECKS, CHECKS
 
+    specs = [*CHECKS.values(), *AUDIT_CHECKS.values()]
+    if not specs:
+        return {}
     pages = {}
     index = ["# Checks", "", "| id | layer | title |", "|---|---|---|"]
-    for spec in sorted(CHECKS.values(), key=lambda s: s.id):
+    for spec in sorted(specs, key=lambda s: s.id):
         pages[f"checks/{spec.id}.md"] = (
             f"# {spec.id}: {spec.title}\n\nLayer: `{spec.layer.value}`\n\n{spec.doc}\n"
         )

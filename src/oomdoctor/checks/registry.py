@@ -40,3 +40,19 @@ def check(check_id: str, layer: Layer, title: str) -> Callable[[CheckFn], CheckF
         return fn
 
     return register
+
+
+# --- audit-fleet: rules over job configs (manifests, compose, docker run) -------------------------
+# Same id/layer/title/doc contract as CHECKS, but a rule takes a `Workload` and the file's path and
+# yields `AuditFinding`s (oomdoctor.checks.audit.base). Pages: docs/checks/AUDxxx.md.
+AUDIT_CHECKS: dict[str, CheckSpec] = {}
+
+
+def audit_check(check_id: str, layer: Layer, title: str) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        if check_id in AUDIT_CHECKS or check_id in CHECKS:
+            raise ValueError(f"duplicate check id {check_id}")
+        AUDIT_CHECKS[check_id] = CheckSpec(check_id, layer, title, fn)
+        return fn
+
+    return register

@@ -72,3 +72,23 @@ def line_chart(
         out.append(f'<text x="{lx + 14}" y="{top + 9}">{escape(name)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def bar_chart(items: Sequence[tuple[str, float]], *, width: int = 900, bar_height: int = 18,
+              colors: Sequence[str] = ()) -> str:
+    """Horizontal bars, one per (label, value), largest first as given."""
+    if not items:
+        return f'<svg width="{width}" height="30"><text x="10" y="20">no data</text></svg>'
+    left, right, gap = 170, 60, 6
+    top = max(v for _, v in items) or 1
+    height = len(items) * (bar_height + gap) + gap
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    for i, (label, value) in enumerate(items):
+        y = gap + i * (bar_height + gap)
+        w = (width - left - right) * value / top
+        color = colors[i] if i < len(colors) else PALETTE[0]
+        out.append(f'<text x="{left - 6}" y="{y + bar_height - 5}" text-anchor="end">{escape(label)}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_height}" fill="{color}"/>')
+        out.append(f'<text x="{left + w + 4:.1f}" y="{y + bar_height - 5}">{value:g}</text>')
+    out.append("</svg>")
+    return "".join(out)

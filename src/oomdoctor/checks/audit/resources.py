@@ -1,0 +1,71 @@
+"""Host memory limits of GPU containers: too small for a model load, or not Guaranteed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from oomdoctor.checks.audit.base import AuditFinding, finding, gib, gpu_count, launcher, main_containers
+from oomdoctor.checks.registry import audit_check
+from oomdoctor.facts import Category, Confidence, Layer, Severity
+from oomdoctor.parsers.config_model import Workload
+
+FLOOR_PER_GPU = 4 * 2**30
+
+
+@audit_check("AUD005", Layer.RESOURCES, "memory limit below the floor for a GPU job")
+def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
+    """Every process that drives a GPU needs host RAM before the GPU sees a byte: the CUDA runtime and
+    libraries (cuBLAS, cuDNN, NCCL) map hundreds of MiB to a few GiB per process, and `torch.load`
+    materialises a checkpoint in host memory before `.to("cuda")` (one copy per rank). A container
+    limit under 4 GiB per GPU is OOM-killed during the model load, before training starts
+    [OCPOOM][CGV2]. The floor is deliberately low: it flags limits that cannot work, not tight ones.
+    """
+    for c in main_containers(w):
+        limit = c.memory_limit
+        if not limit or not c.wants_gpu:
+            continue
+        n = gpu_count(c) or 1
+        floor = FLOOR_PER_GPU * n
+        if limit >= floor:
+            continue
+        ev = [("memory limit", c.limits.get("memory") or c.memory_limit_raw), ("GPUs", str(n))]
+        if launcher(c):
+            ev.append(("launcher", launcher(c)))
+        yield finding("AUD005", Layer.RESOURCES, Severity.WARNING, Confidence.MEDIUM,
+                      f"memory limit {gib(limit)} for {n} GPU(s): model load and CUDA libraries need more host RAM",
+                      f"give at least {gib(floor)} ({gib(FLOOR_PER_GPU)} per GPU) plus the checkpoint size per rank; "
+                      "load checkpoints with torch.load(..., mmap=True) to avoid a full host copy",
+                      w, c, path, ev, Category.HOST_OOM)
+
+
+@audit_check("AUD006", Layer.RESOURCES, "GPU container without Guaranteed memory (requests != limits)")
+def not_guaranteed(w: Workload, path: str) -> Iterator[AuditFinding]:
+    """A pod is in the Guaranteed QoS class only when every container's memory (and CPU) request equals
+    its limit. Burstable and BestEffort pods are the kubelet's first eviction victims under node memory
+    pressure and get a higher `oom_score_adj`, so the kernel OOM killer picks them first: a long GPU
+    job dies for a neighbour's spike (https://kubernetes.io/docs/concepts/workloads/pods/pod-qos/,
+    https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/).
+    No memory limit at all is a warning; a request below half the limit a warning; other mismatches info.
+    """
+    if w.source != "kubernetes":
+        return
+    for c in main_containers(w):
+        if not c.wants_gpu:
+            continue
+        limit, request = c.memory_limit, c.memory_request
+        if limit is None:
+            yield finding("AUD006", Layer.RESOURCES, Severity.WARNING, Confidence.MEDIUM,
+                          "GPU container has no memory limit: BestEffort/Burstable QoS, first to be evicted or "
+                          "OOM-killed under node memory pressure",
+                          "set resources.requests.memory = resources.limits.memory (Guaranteed QoS), sized "
+                          "for the job's peak host RAM plus /dev/shm", w, c, path,
+                          [("resources.requests.memory", c.requests.get("memory", "unset")),
+                           ("resources.limits.memory", "unset")], Category.HOST_OOM)
+        elif request is not None and request != limit:
+            sev = Severity.WARNING if request * 2 < limit else Severity.INFO
+            yield finding("AUD006", Layer.RESOURCES, sev, Confidence.MEDIUM,
+                          f"memory request {gib(request)} != limit {gib(limit)}: Burstable QoS, evicted or "
+                          "OOM-killed before Guaranteed pods",
+                          f"set resources.requests.memory to {c.limits.get('memory')} (equal to the limit)",
+                          w, c, path, [("resources.requests.memory", c.requests.get("memory", "")),
+                                       ("resources.limits.memory", c.limits.get("memory", ""))], Category.HOST_OOM)

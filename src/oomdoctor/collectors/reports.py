@@ -1,0 +1,104 @@
+"""Read doctor reports for `diff` and `fleet`: JSON files, directories of them, stdin, bundles.
+
+Bundles go through `collectors.machine.collect_bundle` and `checks.engine.diagnose` (imported lazily
+by the CLI; collectors never import checks). Parsing of concatenated/prefixed streams is pure
+(`parsers.report_stream`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from oomdoctor.errors import InputError
+from oomdoctor.parsers.report_stream import iter_stream
+
+MAX_REPORT_BYTES = 64 * 2**20
+MAX_STREAM_BYTES = 4 * 2**30
+
+
+def is_bundle(path: str) -> bool:
+    return os.path.isdir(path) or path.endswith((".tar.gz", ".tgz", ".tar"))
+
+
+def _decode(data: bytes, name: str) -> str:
+    if b"\x00" in data[:4096]:
+        raise InputError(f"{name}: binary file, not a JSON report")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: not valid UTF-8 (byte {exc.start})") from None
+
+
+def read_json_report(path: str) -> Any:
+    """One JSON document (a doctor report) from a file; InputError naming the file otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_REPORT_BYTES // 2**20} MiB, not a doctor report")
+    text = _decode(data, path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        docs = [d for _, d, err in iter_stream(text, path) if not err]
+        if docs:
+            return docs[-1]  # a captured log with one report in it: take the last
+        raise InputError(f"{path}: not a JSON doctor report (line {exc.lineno}: {exc.msg})") from None
+
+
+def collect_bundle_facts(path: str):
+    try:
+        from oomdoctor.collectors.machine import collect_bundle
+    except ImportError:
+        raise InputError(f"{path}: reading bundles needs oomdoctor.collectors.machine, which this build lacks; "
+                         "pass `doctor --format json` reports instead") from None
+    return collect_bundle(path)
+
+
+def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:
+    """(source name, parsed JSON or None, error) for every report under `paths` ('-' = stdin)."""
+    for path in paths:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_STREAM_BYTES)
+            try:
+                text = data.decode("utf-8", errors="strict")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"<stdin>: not valid UTF-8 (byte {exc.start})") from None
+            yield from iter_stream(text, "stdin")
+            continue
+        p = Path(path)
+        if p.is_dir():
+            files = sorted(str(f) for f in p.rglob("*.json"))
+            if not files:
+                raise InputError(f"{path}: no *.json reports in this directory")
+        elif p.exists():
+            files = [path]
+        else:
+            raise InputError(f"{path}: no such file or directory")
+        for f in files:
+            stem = Path(f).name.removesuffix(".json")
+            try:
+                with open(f, "rb") as fh:
+                    data = fh.read(MAX_REPORT_BYTES + 1)
+                text = _decode(data, f)
+            except (OSError, InputError) as exc:
+                yield stem, None, getattr(exc, "message", str(exc))
+                continue
+            try:
+                yield stem, json.loads(text), ""
+            except json.JSONDecodeError:
+                found = False
+                for item in iter_stream(text, stem):  # logs captured to a file: several reports
+                    found = True
+                    yield item
+                if not found:
+                    yield stem, None, "empty file" if not text.strip() else "no JSON report in it"
