@@ -313,3 +313,16 @@ def test_reports_made_with_planted_secrets_hold_none(monkeypatch, tmp_path):
         for value in ("hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345", "AKIAIOSFODNN7EXAMPLE", "s3cr3t-P4ssw0rd!",
                       "ghp_16C7e42F292c6912E7710c838347Ae178B4a", "eyJhbGciOiJIUzI1NiJ9", "hunter2pw"):
             assert value not in out.stdout, (fmt, value)
+
+
+def test_daemonset_names_the_node_and_reads_the_hosts_os_release(tmp_path):
+    """GIVEN deploy/'s NODE_NAME and /etc/host-os-release mount WHEN collected THEN the node, not the pod, is named."""
+    from oomdoctor.collectors.system import collect_system
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n')
+    (tmp_path / "etc/host-os-release").write_text('PRETTY_NAME="Rocky Linux 8.9"\nID=rocky\nVERSION_ID="8.9"\n')
+    ctx = CollectContext(root=tmp_path, env={"NODE_NAME": "gpu-node-17"}, runner=FakeRunner())
+    facts = {e.key: e for e in collect_system(ctx)}
+    assert facts["host.name"].value == "gpu-node-17" and facts["host.name"].source == "env:NODE_NAME"
+    assert facts["os.id"].value == "rocky 8.9"

@@ -39,7 +39,7 @@ from oomdoctor.parsers.procfs import cgroup_path_for, parse_proc_cgroup
 from oomdoctor.redact import redact_env, redact_manifest, redact_text
 
 COPIED_FILES = ("proc/version", "proc/meminfo", "proc/mounts", "proc/self/cgroup", "proc/driver/nvidia/version",
-                "etc/os-release", "etc/ld.so.preload", "sys/class/dmi/id/sys_vendor", "sys/class/dmi/id/product_name",
+                "etc/os-release", "etc/host-os-release", "etc/ld.so.preload", "sys/class/dmi/id/sys_vendor", "sys/class/dmi/id/product_name",
                 "usr/local/cuda/version.json", "usr/local/cuda/version.txt", "etc/vcuda/vcuda.config",
                 "etc/vcuda/pids.config")
 MARKERS = (".dockerenv", "run/.containerenv", *HAMI_FILES, *VCUDA_FILES[2:])
@@ -191,7 +191,7 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
     meta: dict[str, Any] = {
         "format": "oomdoctor-bundle", "version": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "tool_version": __version__, "hostname": socket.gethostname(),
+        "tool_version": __version__, "hostname": ctx.env.get("NODE_NAME", "").strip() or socket.gethostname(),
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "pid": os.getpid(), "nvml_error": snap.nvml_error or (snap.error if snap.source == "NVML" else None),
     }

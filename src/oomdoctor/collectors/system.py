@@ -46,7 +46,9 @@ def _host(ctx: CollectContext) -> list[Entry]:
         out.append(Fact("host.cpu_count", cpus, src) if isinstance(cpus, int)
                    else Unavailable("host.cpu_count", "no cpu_count in meta.json", src))
         return out
-    out.append(Fact("host.name", socket.gethostname(), "gethostname()"))
+    node = ctx.env.get("NODE_NAME", "").strip()  # set from spec.nodeName by deploy/ (pod hostname = pod name)
+    out.append(Fact("host.name", node, "env:NODE_NAME") if node
+               else Fact("host.name", socket.gethostname(), "gethostname()"))
     try:
         cpus = len(os.sched_getaffinity(0))
         out.append(Fact("host.cpu_count", cpus, "sched_getaffinity"))
@@ -69,8 +71,12 @@ def _kernel(ctx: CollectContext) -> list[Entry]:
 
 
 def _os_release(ctx: CollectContext) -> list[Entry]:
-    src = ctx.label("etc/os-release")
-    text, why = ctx.read_text("etc/os-release")
+    # deploy/ mounts the node's file at /etc/host-os-release: in a pod, /etc/os-release is the image's.
+    src = ctx.label("etc/host-os-release")
+    text, why = ctx.read_text("etc/host-os-release")
+    if text is None:
+        src = ctx.label("etc/os-release")
+        text, why = ctx.read_text("etc/os-release")
     if text is None:
         text2, _ = ctx.read_text("usr/lib/os-release")
         if text2 is not None:
