@@ -322,7 +322,8 @@ def test_daemonset_names_the_node_and_reads_the_hosts_os_release(tmp_path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/os-release").write_text('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n')
     (tmp_path / "etc/host-os-release").write_text('PRETTY_NAME="Rocky Linux 8.9"\nID=rocky\nVERSION_ID="8.9"\n')
-    ctx = CollectContext(root=tmp_path, env={"NODE_NAME": "gpu-node-17"}, runner=FakeRunner())
+    ctx = CollectContext(root=tmp_path, env={"NODE_NAME": "gpu-node-17"}, gpu=PynvmlBackend(FakeNvml(init_error=12)),
+                         runner=FakeRunner())
     facts = {e.key: e for e in collect_system(ctx)}
     assert facts["host.name"].value == "gpu-node-17" and facts["host.name"].source == "env:NODE_NAME"
     assert facts["os.id"].value == "rocky 8.9"
