@@ -81,7 +81,9 @@ def other_processes(facts: FactSet) -> Iterator[Finding]:
 def virtual_total(facts: FactSet) -> Iterator[Finding]:
     """`torch.cuda.mem_get_info()` total is what CUDA lets this process use; NVML's total is the card.
     A clearly smaller CUDA total is the signature of a slicing layer (MIG instance, HAMi, vcuda, cGPU,
-    vGPU); the OOM message's "total capacity" shows the same smaller number. Source: environment-facts.md
+    vGPU); the OOM message's "total capacity" shows the same smaller number. Unsliced, CUDA's total is
+    NVML's total minus the driver's reserved memory (H100, driver 580: 85 017 493 504 = 85 520 809 984 -
+    503 316 480; docs/validation/doctor-collect.md), so that is the baseline. Source: environment-facts.md
     section 4 (general note) and 3c [HAMICORE][MIGNAMES].
     """
     cards = gpus(facts)
@@ -92,9 +94,11 @@ def virtual_total(facts: FactSet) -> Iterator[Finding]:
             continue
         gi = item.get("gpu")
         cuda_total = as_int(item.get("total_bytes"))
-        card = next((g for g in cards if g.get("index") == gi), cards[0] if len(cards) == 1 else None)
-        nvml_total = as_int(card.get("memory_total_bytes")) if card else None
-        if not cuda_total or not nvml_total or cuda_total >= 0.97 * nvml_total:
+        card = next((g for g in cards if g.get("index") == gi), cards[0] if len(cards) == 1 else None) or {}
+        nvml_total = as_int(item.get("nvml_total_bytes")) or as_int(card.get("memory_total_bytes"))
+        reserved = as_int(item.get("nvml_reserved_bytes")) or as_int(card.get("memory_reserved_bytes")) or 0
+        # Unsliced, CUDA's total is NVML's total minus the driver's reserved memory (measured on an H100).
+        if not cuda_total or not nvml_total or cuda_total >= 0.97 * (nvml_total - reserved):
             continue
         yield finding("SHR011", L, Severity.INFO if mig_on else Severity.WARNING, Confidence.HIGH,
                       f"GPU {gi}: CUDA reports {mib(cuda_total)} total but NVML reports {mib(nvml_total)}: "
