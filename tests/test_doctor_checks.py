@@ -85,7 +85,7 @@ FIRING = [
     ("FWK002", {"torch__error": "ModuleNotFoundError: No module named 'torch'"}, "info", None, "not installed"),
     ("FWK002", {"torch__cuda_available": False, "cuda__torch_runtime": None, "torch__version": "2.8.0+cpu"}, "warning", "not_oom", "CPU-only"),
     ("FWK003", {"probe__context": {"attempts": 5, "failures": 2, "errors": ["CUDA error: out of memory"], "seconds": 9}}, "error", "context_or_driver", "2 of 5"),
-    ("FWK003", {"probe__context": {"attempts": 5, "failures": 5, "errors": ["out of memory"]},
+    ("FWK003", {"probe__context": {"attempts": 5, "failures": 5, "errors": [{"error": "CUDA error: out of memory\nSearch for", "count": 5}]},
                 "driver__gpus": [a100(used=79 * GiB)]}, "critical", "other_process", "nearly full"),
     ("FWK004", {"probe__alloc": {"ok": False, "error": "CUDA error: out of memory"}}, "error", "context_or_driver", "small CUDA allocation"),
     ("FWK005", {"probe__context_bytes": 1200 * MiB}, "warning", "true_capacity", "1.17 GiB"),
