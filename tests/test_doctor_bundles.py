@@ -21,14 +21,14 @@ BUNDLES = ROOT / "tests" / "fixtures" / "bundles"
 
 # scenario -> (verdict, finding ids that must be present, ids that must be absent)
 EXPECTED = {
-    "seed_a100_k8s": ("context_or_driver", {"DRV003", "SHR004", "DRV008", "CUDA001", "STO001", "WRK001"}, set()),
+    "seed_a100_k8s": ("context_or_driver", {"DRV003", "SHR004", "SHR011", "DRV008", "CUDA001", "STO001", "WRK001"}, set()),
     "old_driver_new_torch": ("context_or_driver", {"CUDA001", "FWK002"}, set()),
-    "docker_shm_64m": ("shm_exhausted", {"STO001", "STO003"}, set()),
+    "docker_shm_64m": ("shm_exhausted", {"STO001", "STO003"}, {"SHR011"}),
     "hami_slice": ("gpu_sharing_limit", {"SHR003", "WRK001"}, {"SHR010"}),
-    "other_processes": ("other_process", {"SHR010"}, set()),
-    "cgroup_oom_137": ("host_oom", {"RES001", "RES004"}, set()),
+    "other_processes": ("other_process", {"SHR010"}, {"SHR011"}),
+    "cgroup_oom_137": ("host_oom", {"RES001", "RES004"}, {"SHR011"}),
     "mig_slice": ("gpu_sharing_limit", {"SHR001"}, set()),
-    "healthy_node": ("unknown", set(), set()),
+    "healthy_node": ("unknown", set(), {"SHR011"}),
 }
 
 

@@ -72,6 +72,8 @@ FIRING = [
     ("SHR010", {"driver__gpus": [a100(used=60 * GiB)], "sharing__processes": [
         {"gpu": 0, "pid": 9, "used_bytes": 59 * GiB, "name": "other", "self": False}]}, "error", "other_process", "74%"),
     ("SHR011", {"probe__mem_get_info": [{"gpu": 0, "free_bytes": 7 * GiB, "total_bytes": 8 * GiB}]}, "warning", "gpu_sharing_limit", "8.00 GiB total"),
+    ("SHR011", {"torch__devices": [{"name": "NVIDIA A100-PCIE-40GB", "total_memory": 8 * GiB, "capability": "8.0"}]},
+     "warning", "gpu_sharing_limit", "8.00 GiB total"),
     ("STO001", {"shm__size_bytes": 64 * MiB}, "warning", "shm_exhausted", "64.00 MiB"),
     ("STO001", {"shm__size_bytes": 512 * MiB}, "info", None, "512.00 MiB"),
     ("STO002", {"shm__size_bytes": 1 * GiB, "shm__used_bytes": 900 * MiB}, "warning", "shm_exhausted", "88% full"),
@@ -85,7 +87,7 @@ FIRING = [
     ("FWK002", {"torch__error": "ModuleNotFoundError: No module named 'torch'"}, "info", None, "not installed"),
     ("FWK002", {"torch__cuda_available": False, "cuda__torch_runtime": None, "torch__version": "2.8.0+cpu"}, "warning", "not_oom", "CPU-only"),
     ("FWK003", {"probe__context": {"attempts": 5, "failures": 2, "errors": ["CUDA error: out of memory"], "seconds": 9}}, "error", "context_or_driver", "2 of 5"),
-    ("FWK003", {"probe__context": {"attempts": 5, "failures": 5, "errors": ["out of memory"]},
+    ("FWK003", {"probe__context": {"attempts": 5, "failures": 5, "errors": [{"error": "CUDA error: out of memory\nSearch for", "count": 5}]},
                 "driver__gpus": [a100(used=79 * GiB)]}, "critical", "other_process", "nearly full"),
     ("FWK004", {"probe__alloc": {"ok": False, "error": "CUDA error: out of memory"}}, "error", "context_or_driver", "small CUDA allocation"),
     ("FWK005", {"probe__context_bytes": 1200 * MiB}, "warning", "true_capacity", "1.17 GiB"),

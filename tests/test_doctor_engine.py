@@ -89,7 +89,7 @@ def test_no_check_breaks_on_arbitrary_fact_values(values):
 def test_non_finite_and_huge_numbers_everywhere():
     from oomdoctor.facts import Fact
 
-    weird = (float("inf"), float("nan"), -1e308, 2**70, -5,
+    weird = (float("inf"), float("nan"), -1e308, 2**70, -5, "¹", "¹²³⁴", "٣", "nvidia¹",
              [{"gpu": 0, "index": 0, "used_bytes": float("inf"), "memory_total_bytes": float("nan"),
                "memory_used_bytes": float("inf"), "code": float("nan")}],
              {"attempts": float("inf"), "failures": "x", "memory_limits": {"0": float("nan")}})

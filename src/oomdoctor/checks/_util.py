@@ -47,7 +47,7 @@ def as_int(value: Any) -> int | None:
         return value
     if isinstance(value, float):
         return int(value) if math.isfinite(value) else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().lstrip("-").isdigit():
         return int(value.strip())
     return None
 

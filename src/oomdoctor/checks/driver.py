@@ -120,7 +120,7 @@ def kernel_validated(facts: FactSet) -> Iterator[Finding]:
             yield finding(
                 "DRV003", L, Severity.ERROR, Confidence.HIGH,
                 f"Kernel {rel} (RHEL/CentOS {minor or '7'}) is below what driver {branch} (CUDA {fmt(cuda)}) is "
-                f"validated on outside the EL7 end-of-life tail (lowest other: {fmt(lowest)})",
+                f"validated on: every validated kernel is >= {fmt(lowest)} except EL7's end-of-life 3.10 entry",
                 remedy + "; or stay on EL7 with a driver branch whose CUDA is 11.x (<= 520)",
                 Category.CONTEXT_OR_DRIVER, evidence)
         else:

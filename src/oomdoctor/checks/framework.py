@@ -130,7 +130,12 @@ def probe_context(facts: FactSet) -> Iterator[Finding]:
     attempts, failures = as_int(p.get("attempts")), as_int(p.get("failures"))
     if not attempts:
         return
-    errors = [str(e) for e in as_list(p.get("errors")) if e]
+    errors = []
+    for e in as_list(p.get("errors")):  # strings, or {"error", "count"} from older collectors
+        text = e.get("error") if isinstance(e, dict) else e
+        if text:
+            first = str(text).strip().splitlines()[0] if str(text).strip() else str(text)
+            errors.append(first + (f" (x{e['count']})" if isinstance(e, dict) and e.get("count") else ""))
     evidence = [ev(facts, "probe.context", f"{failures or 0}/{attempts} failed" + (f"; first: {errors[0]}" if errors else ""))]
     if not failures:
         yield finding("FWK003", L, Severity.INFO, Confidence.HIGH, f"CUDA contexts created {attempts}/{attempts} times",
@@ -140,7 +145,8 @@ def probe_context(facts: FactSet) -> Iterator[Finding]:
     yield finding("FWK003", L, Severity.CRITICAL if failures == attempts else Severity.ERROR, Confidence.HIGH,
                   f"CUDA context creation failed {failures} of {attempts} times"
                   + (" (the GPU is nearly full)" if full else " while the GPU has free memory"),
-                  "free the GPU (SHR010)" if full else
+                  "free the GPU: find the holder with `nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                  "--format=csv` (SHR010 names it when visible) and stop it, or run on another GPU" if full else
                   "check the driver/kernel pair (DRV002/DRV003), the sharing layer (SHR003/SHR004), `dmesg | grep -E 'NVRM|Xid'`; "
                   "retry on a node with a validated kernel",
                   Category.OTHER_PROCESS if full else Category.CONTEXT_OR_DRIVER, evidence)

@@ -77,29 +77,51 @@ def other_processes(facts: FactSet) -> Iterator[Finding]:
                           "`hostPID: true` (or docker `--pid=host`) makes them visible", Category.OTHER_PROCESS, evidence)
 
 
+def _card_for(cards: list[dict], item: dict, index: object) -> dict:
+    uuid = item.get("uuid")
+    if uuid:
+        for g in cards:
+            if g.get("uuid") == uuid:
+                return g
+    if index is not None:
+        for g in cards:
+            if g.get("index") == index:
+                return g
+    return cards[0] if len(cards) == 1 else {}
+
+
 @check("SHR011", L, "CUDA sees a different GPU size than NVML")
 def virtual_total(facts: FactSet) -> Iterator[Finding]:
-    """`torch.cuda.mem_get_info()` total is what CUDA lets this process use; NVML's total is the card.
-    A clearly smaller CUDA total is the signature of a slicing layer (MIG instance, HAMi, vcuda, cGPU,
-    vGPU); the OOM message's "total capacity" shows the same smaller number. Source: environment-facts.md
-    section 4 (general note) and 3c [HAMICORE][MIGNAMES].
+    """`torch.cuda.mem_get_info()` total (probe) and `torch.cuda.get_device_properties().total_memory`
+    (the torch child) are what CUDA lets this process use; NVML's total is the card. A clearly smaller
+    CUDA total is the signature of a slicing layer (MIG instance, HAMi, vcuda, cGPU, vGPU); the OOM
+    message's "total capacity" shows the same smaller number. Unsliced, CUDA's total is NVML's total
+    minus the driver's reserved memory (H100, driver 580: 85 017 493 504 = 85 520 809 984 - 503 316 480
+    for both torch numbers; docs/validation/doctor-collect.md), so that is the baseline. Source:
+    environment-facts.md section 4 (general note) and 3c [HAMICORE][MIGNAMES][TKEHIJ].
     """
     cards = gpus(facts)
     mig_on = any(isinstance(m, dict) and str(m.get("current", "")).lower() in ("enabled", "true")
                  for m in as_list(facts.value("sharing.mig")))
-    for item in as_list(facts.value("probe.mem_get_info")):
-        if not isinstance(item, dict):
-            continue
-        gi = item.get("gpu")
-        cuda_total = as_int(item.get("total_bytes"))
-        card = next((g for g in cards if g.get("index") == gi), cards[0] if len(cards) == 1 else None)
-        nvml_total = as_int(card.get("memory_total_bytes")) if card else None
-        if not cuda_total or not nvml_total or cuda_total >= 0.97 * nvml_total:
-            continue
-        yield finding("SHR011", L, Severity.INFO if mig_on else Severity.WARNING, Confidence.HIGH,
-                      f"GPU {gi}: CUDA reports {mib(cuda_total)} total but NVML reports {mib(nvml_total)}: "
-                      + ("the MIG instance's size" if mig_on else "a slicing layer limits this process"),
-                      "size the job for the CUDA total, or ask for a bigger share / whole GPU",
-                      Category.GPU_SHARING_LIMIT,
-                      [ev_value("probe.mem_get_info", f"total {mib(cuda_total)}", facts.source("probe.mem_get_info")),
-                       ev_value(f"driver.gpus[{gi}].memory_total_bytes", mib(nvml_total), facts.source("driver.gpus"))])
+    seen: set[object] = set()
+    sources = [("probe.mem_get_info", "total_bytes", "gpu"), ("torch.devices", "total_memory", None)]
+    for key, field, index_key in sources:
+        for i, item in enumerate(as_list(facts.value(key))):
+            if not isinstance(item, dict):
+                continue
+            gi = item.get(index_key) if index_key else i
+            cuda_total = as_int(item.get(field))
+            card = _card_for(cards, item, gi)
+            nvml_total = as_int(item.get("nvml_total_bytes")) or as_int(card.get("memory_total_bytes"))
+            reserved = as_int(item.get("nvml_reserved_bytes")) or as_int(card.get("memory_reserved_bytes")) or 0
+            if not cuda_total or not nvml_total or cuda_total >= 0.97 * (nvml_total - reserved) or gi in seen:
+                continue
+            seen.add(gi)
+            yield finding("SHR011", L, Severity.INFO if mig_on else Severity.WARNING, Confidence.HIGH,
+                          f"GPU {gi}: CUDA reports {mib(cuda_total)} total but NVML reports {mib(nvml_total)}: "
+                          + ("the MIG instance's size" if mig_on else "a slicing layer limits this process"),
+                          "size the job for the CUDA total, or ask for a bigger share / whole GPU",
+                          Category.GPU_SHARING_LIMIT,
+                          [ev_value(key, f"total {mib(cuda_total)}", facts.source(key)),
+                           ev_value(f"driver.gpus[{card.get('index', gi)}].memory_total_bytes", mib(nvml_total),
+                                    facts.source("driver.gpus"))])

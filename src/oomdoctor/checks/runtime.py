@@ -50,7 +50,7 @@ def cuda_visible_devices(facts: FactSet) -> Iterator[Finding]:
                       "unset CUDA_VISIBLE_DEVICES or set it to the GPUs the job should use, e.g. CUDA_VISIBLE_DEVICES=0",
                       Category.CONTEXT_OR_DRIVER, evidence)
         return
-    idx = [int(e) for e in entries if e.isdigit()]
+    idx = [int(e) for e in entries if e.isascii() and e.isdigit()]
     if n is not None and any(i >= n for i in idx):
         bad = [i for i in idx if i >= n]
         yield finding("RUN001", L, Severity.ERROR, Confidence.HIGH,
@@ -111,7 +111,7 @@ def dev_nodes(facts: FactSet) -> Iterator[Finding]:
     if not expect_gpu:
         return
     missing = [n for n in ("nvidiactl", "nvidia-uvm") if n not in nodes]
-    if not any(n.startswith("nvidia") and n[6:].isdigit() for n in nodes):
+    if not any(n.startswith("nvidia") and n[6:].isascii() and n[6:].isdigit() for n in nodes):
         missing.append("nvidia<N>")
     if missing:
         yield finding("RUN004", L, Severity.ERROR, Confidence.MEDIUM,

@@ -34,7 +34,7 @@ def arch_list_from_spec(spec: str) -> list[str]:
         part = part.strip()
         ptx = part.endswith("+PTX")
         num = part.replace("+PTX", "").replace(".", "")
-        if not num.isdigit():
+        if not (num.isascii() and num.isdigit()):
             continue
         out.append(f"sm_{num}")
         if ptx:

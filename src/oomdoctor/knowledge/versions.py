@@ -22,7 +22,7 @@ def cuda_mm(text: object) -> tuple[int, int] | None:
     """(major, minor) of a CUDA version: '12.2', '11.3.109', 'cu113', 12020 (driver API int)."""
     if text is None:
         return None
-    if isinstance(text, int) or (isinstance(text, str) and text.isdigit() and len(text) >= 4):
+    if isinstance(text, int) or (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) >= 4):
         n = int(text)
         return (n // 1000, (n % 1000) // 10)
     s = str(text)

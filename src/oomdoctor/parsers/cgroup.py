@@ -13,12 +13,17 @@ class Unparsable(ValueError):
     """The file did not hold what its name promises."""
 
 
+def _ascii_digits(text: str) -> bool:
+    """str.isdigit() also accepts digits such as '¹' that int() rejects."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_limit(text: str) -> int | None:
     """`memory.max`/`memory.high` ('max' or bytes) and v1 `memory.limit_in_bytes`. None = unlimited."""
     value = text.strip().split("\n", 1)[0].strip()
     if value == "max":
         return None
-    if not value.isdigit() or len(value) > 20:
+    if not _ascii_digits(value) or len(value) > 20:
         raise Unparsable(f"not a byte count: {value[:40]!r}")
     n = int(value)
     return None if n >= _V1_UNLIMITED else n
@@ -27,7 +32,7 @@ def parse_limit(text: str) -> int | None:
 def parse_counter(text: str) -> int:
     """A single non-negative integer (memory.current, memory.usage_in_bytes, memory.peak)."""
     value = text.strip().split("\n", 1)[0].strip()
-    if not value.isdigit() or len(value) > 20:
+    if not _ascii_digits(value) or len(value) > 20:
         raise Unparsable(f"not a counter: {value[:40]!r}")
     return int(value)
 
@@ -37,7 +42,7 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and len(parts[1]) <= 20:
+        if len(parts) == 2 and _ascii_digits(parts[1]) and len(parts[1]) <= 20:
             out[parts[0]] = int(parts[1])
     return out
 
@@ -50,7 +55,7 @@ def parse_cpu_max(text: str) -> float | None:
     if parts[0] == "max":
         return None
     period = parts[1] if len(parts) > 1 else "100000"
-    if not parts[0].isdigit() or not period.isdigit() or int(period) == 0:
+    if not _ascii_digits(parts[0]) or not _ascii_digits(period) or int(period) == 0:
         raise Unparsable(f"not a quota/period: {text.strip()[:40]!r}")
     return round(int(parts[0]) / int(period), 3)
 
@@ -61,6 +66,6 @@ def parse_cfs_quota(quota_text: str, period_text: str) -> float | None:
     period = period_text.strip()
     if quota == "-1":
         return None
-    if not quota.lstrip("-").isdigit() or not period.isdigit() or int(period) == 0:
+    if not _ascii_digits(quota.lstrip("-")) or not _ascii_digits(period) or int(period) == 0:
         raise Unparsable(f"not a quota/period: {quota[:20]!r}/{period[:20]!r}")
     return round(int(quota) / int(period), 3)

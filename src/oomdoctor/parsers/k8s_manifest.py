@@ -63,7 +63,7 @@ def _quantity(value: Any) -> Any:
     text = str(value).strip()
     kube = {"Ki": "KiB", "Mi": "MiB", "Gi": "GiB", "Ti": "TiB", "K": "KB", "M": "MB", "G": "GB", "T": "TB"}
     for suffix, unit in kube.items():
-        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isascii() and text[: -len(suffix)].replace(".", "", 1).isdigit():
             try:
                 return parse_size(text[: -len(suffix)] + unit)
             except Exception:  # noqa: BLE001 - fall back to the raw text

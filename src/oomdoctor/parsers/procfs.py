@@ -151,7 +151,7 @@ def parse_cpu_list(text: str) -> int | None:
         if not part:
             continue
         lo, dash, hi = part.partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not (lo.isascii() and lo.isdigit()) or (dash and not (hi.isascii() and hi.isdigit())):
             return None
         total += (int(hi) - int(lo) + 1) if dash else 1
     return total or None

@@ -37,7 +37,7 @@ def _size(node: ET.Element | None, path: str) -> int | None:
 
 def _int(node: ET.Element | None, path: str) -> int | None:
     value = _text(node, path)
-    return int(value) if value is not None and value.isdigit() and len(value) < 20 else None
+    return int(value) if value is not None and value.isascii() and value.isdigit() and len(value) < 20 else None
 
 
 def _yes(node: ET.Element | None, path: str) -> bool | None:
