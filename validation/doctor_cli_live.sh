@@ -6,12 +6,12 @@ out=${1:-/tmp/doctor-live}; mkdir -p "$out"
 export PYTHONPATH=$PWD/src
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; uname -r;
   python3 -c 'import torch,sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])'; } > "$out/machine.txt" 2>&1
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 python3 -m oomdoctor doctor --format json -o "$out/idle-noprobe.json"; echo "idle no-probe exit $?" >> "$out/exit.txt"
-t1=$(date +%s.%N)
+t1=$(date +%s%N)
 python3 -m oomdoctor doctor --probe > "$out/idle-probe.txt" 2>&1; echo "idle probe exit $?" >> "$out/exit.txt"
-t2=$(date +%s.%N)
-echo "no-probe seconds $(echo "$t1 - $t0" | bc); probe seconds $(echo "$t2 - $t1" | bc)" >> "$out/exit.txt"
+t2=$(date +%s%N)
+echo "no-probe ms $(( (t1 - t0) / 1000000 )); probe ms $(( (t2 - t1) / 1000000 ))" >> "$out/exit.txt"
 python3 - <<'PY' &
 import torch, time, sys
 free, total = torch.cuda.mem_get_info(0)
