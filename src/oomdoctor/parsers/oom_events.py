@@ -1,0 +1,320 @@
+"""Stream a log (blocks of bytes) into OOM-like events, memory readings and environment hints.
+
+Bounded memory whatever the input: lines are capped (by the reader) and here at `MAX_LINE`, an event
+keeps at most `MAX_EVENT_TEXT` characters, repeated events are counted not stored, readings are
+decimated past `MAX_READINGS` per series, and look-back context is the tail of the last block.
+
+Speed: a 1 GB log must be explained within a few times the time of `grep -c` (bench/explain_stream.py).
+So the per-byte work is one pre-filter pass in C: Hyperscan when installed (extra `fast`), else
+Python's `re`; only candidate lines reach the detailed patterns. Pure: bytes in, data out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor.parsers import oom_patterns as P
+
+MAX_LINE = 64 * 1024
+MAX_EVENT_TEXT = 8 * 1024
+MAX_EVENTS = 500
+MAX_READINGS = 4096
+MAX_SERIES = 16
+FULL_READING_BYTES = 8 << 20  # readings are parsed everywhere in the first 8 MiB ...
+SAMPLE_READING_BYTES = 256 << 10  # ... then in the first 256 KiB of each later block
+LOOKBACK = 6 * 1024
+
+# Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
+_CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
+_MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
+            "ALLOC_CONF", "Tried to allocate")
+_NOT_CONTINUATION = ("Traceback", "File \"", "During handling", "The above exception", "[rank")
+
+_PREFILTER_EXTRA = (rb"(?i:code|status)\W{0,4}137\b",)
+
+
+@dataclass
+class OomEvent:
+    kind: str
+    line: int
+    text: str
+    numbers: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    count: int = 1
+
+
+@dataclass
+class LogScan:
+    """Everything the classifier needs from one or more logs."""
+
+    events: list[OomEvent]
+    readings: dict[str, list[tuple[float, int]]]  # label -> [(step or line, bytes)]
+    env: dict[str, list[str]]
+    lines: int = 0
+    bytes: int = 0
+    dropped_events: int = 0
+
+
+class _Prefilter:
+    """Offsets of candidate matches in a block: Hyperscan if present, else one `re` pass."""
+
+    def __init__(self) -> None:
+        pats = [re.escape(x) for x in P.PREFILTER_LITERALS] + list(_PREFILTER_EXTRA)
+        self._hs = None
+        try:  # optional accelerator (pip install 'oomdoctor[fast]')
+            import hyperscan  # type: ignore[import-not-found]
+
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=[re.sub(rb"\(\?i:([^)]*)\)", rb"(?:\1)", p) for p in pats],
+                       ids=list(range(len(pats))), elements=len(pats),
+                       flags=[hyperscan.HS_FLAG_CASELESS if b"(?i" in p else 0 for p in pats])
+            self._hs = db
+        except Exception:  # noqa: BLE001 - no wheel for this platform, or an old library: fall back
+            self._hs = None
+        self._re = re.compile(b"|".join(pats))
+
+    @property
+    def engine(self) -> str:
+        return "hyperscan" if self._hs is not None else "re"
+
+    def ends(self, block: bytes) -> list[int]:
+        if self._hs is not None:
+            out: list[int] = []
+            self._hs.scan(block, match_event_handler=lambda _i, _f, to, _fl, _c: out.append(to))
+            out.sort()
+            return out
+        return [m.end() for m in self._re.finditer(block)]
+
+
+_PREFILTER: _Prefilter | None = None
+
+
+def prefilter_engine() -> str:
+    return _prefilter().engine
+
+
+def _prefilter() -> _Prefilter:
+    global _PREFILTER
+    if _PREFILTER is None:
+        _PREFILTER = _Prefilter()
+    return _PREFILTER
+
+
+def _decode(b: bytes) -> str:
+    return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+
+
+class LogScanner:
+    """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str, str], OomEvent] = {}
+        self._readings: dict[str, list[tuple[float, int]]] = {}
+        self._stride: dict[str, int] = {}
+        self._skip: dict[str, int] = {}
+        self._env: dict[str, list[str]] = {}
+        self._line = 0  # lines consumed before the current block
+        self._bytes = 0
+        self._tail = b""  # end of the previous block, for look-back context
+        self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
+        self._dropped = 0
+        self._skip_to = 0
+        self.source = ""
+
+    # -- input ----------------------------------------------------------------------------------
+    def start_source(self, name: str) -> None:
+        """The following blocks come from another file: line numbers restart, context is cut."""
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        self.source, self._line, self._tail = name, 0, b""
+
+    def feed(self, block: bytes) -> None:
+        if not block:
+            return
+        self._skip_to = 0
+        if self._pending is not None:
+            self._skip_to = self._continue(block, 0)
+        window = block if self._bytes < FULL_READING_BYTES else block[:SAMPLE_READING_BYTES]
+        self._scan_readings(window)
+        lineno, pos = self._line, 0
+        last_line_start = -1
+        for end in _prefilter().ends(block):
+            ls = block.rfind(b"\n", 0, max(end - 1, 0)) + 1
+            if ls == last_line_start or ls < self._skip_to:
+                continue
+            last_line_start = ls
+            lineno += block.count(b"\n", pos, ls)
+            pos = ls
+            le = block.find(b"\n", ls)
+            le = len(block) if le < 0 else le
+            self._line_hit(block, ls, le, lineno + 1)
+        self._line += block.count(b"\n")
+        if not block.endswith(b"\n"):
+            self._line += 1
+        self._bytes += len(block)
+        self._tail = block[-LOOKBACK:]
+
+    def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
+        buf: list[str] = []
+        size = 0
+        for line in lines:
+            line = line if line.endswith("\n") else line + "\n"
+            buf.append(line)
+            size += len(line)
+            if size >= chunk:
+                self.feed("".join(buf).encode("utf-8", errors="replace"))
+                buf, size = [], 0
+        if buf:
+            self.feed("".join(buf).encode("utf-8", errors="replace"))
+
+    # -- per line -------------------------------------------------------------------------------
+    def _line_hit(self, block: bytes, ls: int, le: int, lineno: int) -> None:
+        text = _decode(block[ls:le])
+        for name, pat in P.ENV_PATTERNS.items():
+            m = pat.search(text)
+            if m:
+                vals = self._env.setdefault(name, [])
+                v = m.group(1) if m.groups() else m.group(0)
+                if v not in vals and len(vals) < 8:
+                    vals.append(v)
+        kind = P.classify_line(text)
+        if kind is None:
+            return
+        ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
+        before = self._lookback(block, ls)
+        ev.details.update(_context(before, text))
+        if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
+            self._pending = (ev, 8)
+            self._skip_to = self._continue(block, le + 1)
+        else:
+            self._finish_event(ev)
+
+    def _continue(self, block: bytes, pos: int) -> int:
+        """Append continuation lines of the pending event from `pos`; returns where it stopped."""
+        assert self._pending is not None
+        ev, left = self._pending
+        while left > 0 and pos < len(block):
+            le = block.find(b"\n", pos)
+            le = len(block) if le < 0 else le
+            line = _decode(block[pos:le]).strip()
+            if not line or line.startswith(_NOT_CONTINUATION) or P.classify_line(line) not in (None, "generic_oom"):
+                left = 0
+                break
+            ev.text = (ev.text + " " + line)[:MAX_EVENT_TEXT]
+            left -= 1
+            pos = le + 1
+            if any(m in line for m in _MSG_END[:4]):
+                left = 0
+        if left > 0 and pos >= len(block):
+            self._pending = (ev, left)  # the message goes on in the next block
+            return pos
+        self._pending = None
+        self._finish_event(ev)
+        return pos
+
+    def _lookback(self, block: bytes, ls: int) -> str:
+        lo = max(0, ls - LOOKBACK)
+        chunk = block[lo:ls]
+        if lo == 0 and len(chunk) < LOOKBACK:
+            chunk = self._tail[-(LOOKBACK - len(chunk)):] + chunk if self._tail else chunk
+        return chunk.decode("utf-8", errors="replace")
+
+    def _finish_event(self, ev: OomEvent) -> None:
+        ev.numbers, det = P.extract(ev.kind, ev.text)
+        ev.details.update(det)
+        key = (ev.kind, _norm(ev.text), ev.source)
+        old = self._events.get(key)
+        if old is not None:
+            old.count += 1
+        elif len(self._events) < MAX_EVENTS:
+            self._events[key] = ev
+        else:
+            self._dropped += 1
+
+    # -- readings -------------------------------------------------------------------------------
+    def _scan_readings(self, window: bytes) -> None:
+        if b"em" not in window and b"EM" not in window and b"lloc" not in window and b"eserved" not in window:
+            return
+        text = window.decode("utf-8", errors="replace")
+        base, pos = self._line, 0
+        for m in P.READING.finditer(text):
+            ls = text.rfind("\n", 0, m.start()) + 1
+            le = text.find("\n", m.end())
+            line = text[ls:le if le >= 0 else len(text)]
+            if P.classify_line(line) is not None:
+                continue  # an OOM message is not a reading
+            r = P.parse_reading(line)
+            if r is None:
+                continue
+            base += text.count("\n", pos, ls)
+            pos = ls
+            label, value, step = r
+            if self.source:
+                label = f"{self.source}:{label}"
+            self._add_reading(label, float(step) if step is not None else float(base + 1), value)
+
+    def _add_reading(self, label: str, x: float, value: int) -> None:
+        series = self._readings.get(label)
+        if series is None:
+            if len(self._readings) >= MAX_SERIES:
+                return
+            series = self._readings[label] = []
+            self._stride[label], self._skip[label] = 1, 0
+        self._skip[label] += 1
+        if self._skip[label] < self._stride[label]:
+            return
+        self._skip[label] = 0
+        series.append((x, value))
+        if len(series) > MAX_READINGS:  # keep every other reading: the trend survives, memory does not grow
+            del series[1::2]
+            self._stride[label] *= 2
+
+    def finish(self) -> LogScan:
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
+        return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
+                       bytes=self._bytes, dropped_events=self._dropped)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _norm(text: str) -> str:
+    """Repeats of one error (per rank, per retry) differ only in pids/timestamps/prefixes."""
+    i = text.find("Error")
+    core = text[i:] if i >= 0 else text
+    return _DIGITS.sub("#", core[:400])
+
+
+_CALL_SITES = (
+    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init")),
+    ("pinned host memory (pin_memory)", ("pin_memory",)),
+    ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
+    ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),
+    ("moving the model or a tensor to the GPU (.to() / .cuda())", ("in convert", "in _apply", "in to\n", ".to(", ".cuda(", "in cuda\n")),
+)
+
+
+def _context(before: str, text: str) -> dict[str, Any]:
+    """Where the error was raised (from the traceback just above it)."""
+    out: dict[str, Any] = {}
+    recent = before[-3000:]
+    if "DataLoader worker process" in recent or "_worker_loop" in recent or "DataLoader worker" in text:
+        out["in_dataloader_worker"] = True
+    frames = recent + "\n"
+    if "Traceback" in recent:
+        frames = recent[recent.rfind("Traceback"):] + "\n"
+    for site, needles in _CALL_SITES:
+        if any(n in frames for n in needles):
+            out["call_site"] = site
+            break
+    return out
