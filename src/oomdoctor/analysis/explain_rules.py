@@ -87,24 +87,26 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                   f"the cap, not the GPU, is the limit: raise it to torch.cuda.set_per_process_memory_fraction({frac})"
                   " or shrink the batch to fit the cap")
         return
-    if U is not None and X is not None:
-        if fits_after_defrag and U >= 0.03 * (T or U) and U >= 64 * 1024**2:
-            # On OOM the allocator frees every unsplit cached block and retries before raising
-            # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
-            b.add("fragmentation", 3.0, f"{fb(U)} is reserved by PyTorch but unallocated, more than the "
-                  f"{why_x}: free memory exists inside PyTorch's cache but not in one block",
-                  ALLOC_CONF_FIX if d.get("format") == "2.1+" else
-                  f"export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{_split_mb(X)} (PyTorch < 2.1; "
-                  "stops large cached blocks being split)")
-        elif F is not None and U + F >= X and U >= 0.25 * X and U >= 64 * 1024**2:
-            b.add("fragmentation", 1.8, f"{fb(U)} reserved-unallocated plus {fb(F)} free would hold the "
-                  f"{why_x}, but neither alone does", ALLOC_CONF_FIX)
-            b.add("true_capacity", 1.2, f"the job uses nearly all of the GPU ({fb(T)})", _capacity_fix(X, F, U, T))
-        else:
-            b.add("true_capacity", 2.2, f"{why_x} but only {fb(F)} is free and {fb(U)} is cached "
-                  "unallocated: even without fragmentation it would not fit", _capacity_fix(X, F, U, T))
+    own = R if R is not None else P
+    own_share = own / T if own is not None and T else None
+    if U is not None and X is not None and U >= X and U >= 128 * 1024**2:
+        # On OOM the allocator frees every unsplit cached block and retries before raising
+        # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
+        b.add("fragmentation", 3.0 if U >= 0.05 * (T or U) else 2.2,
+              f"{fb(U)} is reserved by PyTorch but unallocated, more than the {why_x}: free memory exists "
+              "inside PyTorch's cache but not in one block", _frag_fix(X, d))
+    elif U is not None and X is not None and U >= 0.5 * X and U >= 512 * 1024**2 and (F is None or U + F >= X):
+        b.add("fragmentation", 2.0, f"{fb(U)} reserved-unallocated" + (f" plus {fb(F)} free" if F is not None else "")
+              + f" is close to the {why_x}: the cache is fragmented", _frag_fix(X, d))
+        b.add("true_capacity", 1.2, "the job uses nearly all of the memory it can get", _capacity_fix(X, F, U, T))
     elif X is not None:
-        b.add("true_capacity", 1.6, f"{why_x} and the allocator could not get it", _capacity_fix(X, F, 0, T))
+        # True capacity means this job's own footprint is what fills the GPU (CONTRACTS §2).
+        w = 2.2 if own_share is None or own_share >= 0.5 else 0.8
+        left = f" but only {fb(F)} is free" if F is not None else ""
+        cached = f" and {fb(U)} is cached unallocated" if U is not None else ""
+        b.add("true_capacity", w, f"{why_x}{left}{cached}: even without fragmentation it would not fit"
+              + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None and T else ""),
+              _capacity_fix(X, F, U, T))
     if T is not None and F is not None and others and others >= 0.1 * T:
         w = 3.4 if X is None or F + others >= X else 1.2
         top = ", ".join(f"pid {p['pid']} {fb(p['bytes'])}" for p in sorted(procs, key=lambda p: -p["bytes"])[:3])
@@ -120,7 +122,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif T is not None and F is not None and R is not None and not procs:
         hidden = T - F - R
         if hidden >= max(CONTEXT_MAX, 0.15 * T):
-            b.add("other_process", 1.8, f"{fb(hidden)} of the GPU is outside PyTorch's {fb(R)} reserve; a CUDA "
+            b.add("other_process", 3.0 if (X is None or hidden >= X) and R < 0.5 * T else 1.8, f"{fb(hidden)} of the GPU is outside PyTorch's {fb(R)} reserve; a CUDA "
                   "context takes 0.3-1 GiB, the rest belongs to other processes",
                   "check nvidia-smi for other processes on this GPU before the job starts")
     if X is not None and F is not None and F >= X + 64 * 1024**2 and C is None:
@@ -133,6 +135,13 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     _slice_evidence(T, env, b)
     if env.get("hami") or env.get("vcuda"):
         _env_hints(b, env)
+
+
+def _frag_fix(x: int, d: dict) -> str:
+    if d.get("format") in ("2.1+", "unknown"):
+        return ALLOC_CONF_FIX
+    return (f"export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{_split_mb(x)} (this PyTorch predates "
+            "expandable_segments, 2.1; stops cached blocks larger than that being split)")
 
 
 def _split_mb(x: int) -> int:

@@ -296,7 +296,7 @@ def _norm(text: str) -> str:
 
 
 _CALL_SITES = (
-    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init")),
+    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "cuCtxCreate")),
     ("pinned host memory (pin_memory)", ("pin_memory",)),
     ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
     ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),
@@ -310,9 +310,10 @@ def _context(before: str, text: str) -> dict[str, Any]:
     recent = before[-3000:]
     if "DataLoader worker process" in recent or "_worker_loop" in recent or "DataLoader worker" in text:
         out["in_dataloader_worker"] = True
-    frames = recent + "\n"
+    frames = ""
     if "Traceback" in recent:
         frames = recent[recent.rfind("Traceback"):] + "\n"
+    frames += text  # the message itself may name the call (cuDevicePrimaryCtxRetain, cublasCreate)
     for site, needles in _CALL_SITES:
         if any(n in frames for n in needles):
             out["call_site"] = site

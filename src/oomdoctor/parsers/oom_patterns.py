@@ -24,7 +24,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h).
     ("nccl_oom", r"NCCL WARN .*Cuda failure '?out of memory|ncclUnhandledCudaError.*out of memory"),
     # Caching allocator, 1.0 .. 2.x and ROCm ("HIP out of memory") [OOMTXT]; Apple MPS backend.
-    ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b"),
+    ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;"),
     ("mps_oom", r"MPS backend out of memory"),
     # THC era (<= 0.4): "cuda runtime error (2) : out of memory at .../THCStorage.cu" (§4.5).
     ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory"),
@@ -47,12 +47,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
     ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
-    ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus error|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device"),
-    ("dataloader_killed", r"DataLoader worker \(pid.{0,40}is killed by signal: Killed"),
+    ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device"),
+    ("dataloader_killed", r"DataLoader worker .{0,60}killed by signal: Killed"),
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
-    ("exit_137", r"(?i:exit(?:ed)?(?: with)? (?:code|status)|exitcode|exit_code|return ?code|returncode)[\"':= ]*137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
+    ("exit_137", r"(?i:\bexit\w*(?:\s+\w+){0,3}?\s+(?:code|status)|exitcode|exit_code|return ?code|returncode)[\"':= ]*137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"),
     ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory"),
     # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
@@ -71,7 +71,7 @@ PREFILTER_LITERALS: tuple[bytes, ...] = (
     b"emory", b"EMORY", b"rror", b"RROR", b"OOM", b"illed", b"Xid", b"_STATUS_", b"river", b"HAMI",
     b"vcuda", b"hijack", b"bad_alloc", b"No space left", b"SIGKILL", b"137", b"CUDA-capable",
     b"NVIDIA", b"Tesla", b"GeForce", b"A100", b"H100", b"H200", b"V100", b"MIG ", b"gpumem",
-    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"el7", b"3.10.0",
+    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"el7", b"3.10.0", b"Tried to allocate", b"signal: Bus",
 )
 
 ENV_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -110,7 +110,8 @@ _TORCH_FIELDS = (
     ("private_pool_bytes", r"with " + _N + r"\s?" + _U + r" allocated in private pools"),
     ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" is reserved by PyTorch but unallocated"),
     ("reserved_bytes", _N + r"\s?" + _U + r" reserved in total by PyTorch"),
-    ("reserved_bytes", _N + r"\s?" + _U + r" cached\)"),
+    # 1.0-1.3 print cached-but-unallocated as "N cached" (PR #13751: format_size(cached - allocated)).
+    ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" cached\)"),
 )
 _PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
 
@@ -163,6 +164,11 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_([A-Z_]+)", text)
         if m:
             det["status"] = f"{m.group(1)}_STATUS_{m.group(2)}"
+            code = re.search(r"_STATUS_SUCCESS \((\d+) vs\. 0\)", text)  # glog CHECK_EQ(err, SUCCESS)
+            if code and m.group(1) in _STATUS_CODES:
+                name = _STATUS_CODES[m.group(1)].get(int(code.group(1)))
+                if name:
+                    det["status"] = f"{m.group(1)}_STATUS_{name}"
     elif kind == "xid":
         m = re.search(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)", text)
         if m:
@@ -177,6 +183,16 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
             det["shmem_rss_bytes"] = int(m.group(1)) * 1024
         det["cgroup"] = "Memory cgroup out of memory" in text or "CONSTRAINT_MEMCG" in text
     return nums, det
+
+
+# cublasStatus_t / cudnnStatus_t values (cublas_api.h, cudnn.h).
+_STATUS_CODES = {
+    "CUBLAS": {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
+               11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"},
+    "CUDNN": {1: "NOT_INITIALIZED", 2: "ALLOC_FAILED", 3: "BAD_PARAM", 4: "INTERNAL_ERROR",
+              5: "INVALID_VALUE", 6: "ARCH_MISMATCH", 7: "MAPPING_ERROR", 8: "EXECUTION_FAILED",
+              9: "NOT_SUPPORTED"},
+}
 
 
 def _torch_format(text: str) -> str:
