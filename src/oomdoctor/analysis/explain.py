@@ -83,7 +83,7 @@ def _board_for(ev: OomEvent, scan: LogScan) -> Board:
     b = Board()
     event_rules(ev, b, scan.env)
     if ev.kind in _GPU_KINDS or ev.kind == "generic_oom":
-        leak_rules(scan.readings, b)
+        leak_rules(scan.readings, b, scan.env)
     return b
 
 

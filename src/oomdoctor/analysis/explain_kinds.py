@@ -129,9 +129,16 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
 
 
-def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board) -> None:
+LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.item()), outputs appended to "
+            "lists (append .detach().cpu()), evaluation without torch.no_grad(), hidden states not detached")
+
+
+def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict[str, list[str]] | None = None) -> None:
     """Memory that keeps rising step after step: PyTorch FAQ 'Don't accumulate history across your
     training loop' (docs/notes/faq: 'My model reports cuda runtime error(2): out of memory')."""
+    if env and env.get("growth"):
+        b.add("leak_in_code", 2.6, f"the text reports memory that keeps growing ('{env['growth'][0]}'), the "
+              "symptom of history kept across iterations (PyTorch FAQ)", LEAK_FIX)
     for label, series in readings.items():
         if len(series) < 6:
             continue
@@ -142,9 +149,7 @@ def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board) -> None:
         ups = sum(1 for p, q in zip(vals, vals[1:]) if q >= p) / (len(vals) - 1)
         if a > 0 and z >= 1.15 * a and m > a and z > m and ups >= 0.7 and z - a >= 256 * 1024**2:
             b.add("leak_in_code", 3.2, f"'{label}' rises from {fb(vals[0])} to {fb(vals[-1])} over "
-                  f"{len(series)} readings and does not level off", "look for tensors kept across steps: "
-                  "`total_loss += loss` (use loss.item()), outputs appended to lists, evaluation without "
-                  "torch.no_grad(), caches keyed by step")
+                  f"{len(series)} readings and does not level off", LEAK_FIX)
             return
 
 

@@ -99,7 +99,10 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("fragmentation", 2.0, f"{fb(U)} reserved-unallocated" + (f" plus {fb(F)} free" if F is not None else "")
               + f" is close to the {why_x}: the cache is fragmented", _frag_fix(X, d))
         b.add("true_capacity", 1.2, "the job uses nearly all of the memory it can get", _capacity_fix(X, F, U, T))
-    elif X is not None:
+    elif X is None:
+        b.add("true_capacity", 1.0, "the caching allocator ran out of memory (the message gives no numbers)",
+              _capacity_fix(None, F, None, T))
+    else:
         # True capacity means this job's own footprint is what fills the GPU (CONTRACTS §2).
         w = 2.2 if own_share is None or own_share >= 0.5 else 0.8
         left = f" but only {fb(F)} is free" if F is not None else ""

@@ -176,13 +176,7 @@ class LogScanner:
     # -- per line -------------------------------------------------------------------------------
     def _line_hit(self, block: bytes, ls: int, le: int, lineno: int) -> None:
         text = _decode(block[ls:le])
-        for name, pat in P.ENV_PATTERNS.items():
-            m = pat.search(text)
-            if m:
-                vals = self._env.setdefault(name, [])
-                v = m.group(1) if m.groups() else m.group(0)
-                if v not in vals and len(vals) < 8:
-                    vals.append(v)
+        self._env_scan(text)
         kind = P.classify_line(text)
         if kind is None:
             return
@@ -195,6 +189,15 @@ class LogScanner:
         else:
             self._finish_event(ev)
 
+    def _env_scan(self, text: str) -> None:
+        for name, pat in P.ENV_PATTERNS.items():
+            m = pat.search(text)
+            if m:
+                vals = self._env.setdefault(name, [])
+                v = (m.group(1) if m.groups() and m.group(1) else m.group(0))[:120]
+                if v not in vals and len(vals) < 8:
+                    vals.append(v)
+
     def _continue(self, block: bytes, pos: int) -> int:
         """Append continuation lines of the pending event from `pos`; returns where it stopped."""
         assert self._pending is not None
@@ -206,6 +209,7 @@ class LogScanner:
             if not line or line.startswith(_NOT_CONTINUATION) or P.classify_line(line) not in (None, "generic_oom"):
                 left = 0
                 break
+            self._env_scan(line)
             ev.text = (ev.text + " " + line)[:MAX_EVENT_TEXT]
             left -= 1
             pos = le + 1

@@ -63,7 +63,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>="),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
-    ("generic_oom", r"(?i:out of memory)"),
+    ("generic_oom", r"(?i:out of memory)|\bOOM\b"),
 ))
 
 # One regex for the pre-filter (bytes): any line that could hold one of the above or an env hint.
@@ -81,6 +81,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
     "hami": re.compile(r"HAMI-core|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
     "vcuda": re.compile(r"\bvcuda\b|tencent\.com/vcuda|gpu-manager"),
+    # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
+    # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
+    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
+                         r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
+                         r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"),
 }
 
 _SIZE = re.compile(_N + r"\s?" + _U)
