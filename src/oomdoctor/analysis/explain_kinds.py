@@ -39,6 +39,9 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "pod's nvidia.com/gpumem, not the physical GPU",
               "request more nvidia.com/gpumem (or gpumem-percentage) for the pod; setting CUDA_DISABLE_CONTROL=true "
               "once confirms the limit is the cause")
+    elif k == "tf_oom" and ("device:CPU" in ev.text or "by allocator cpu" in ev.text):
+        # TensorFlow names the device and allocator of the failed tensor: CPU means host RAM.
+        b.add("host_oom", 3.0, "TensorFlow's CPU allocator ran out: the tensor was on the host, in RAM", HOST_FIX)
     elif k in ("jax_oom", "tf_oom", "cupy_oom"):
         x = n.get("requested_bytes")
         if x and x >= 4 * 1024 * GIB:
