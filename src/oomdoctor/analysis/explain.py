@@ -21,7 +21,8 @@ from oomdoctor.parsers.oom_events import LogScan, LogScanner, OomEvent
 _MARKERS = {"vcuda_line"}
 # The failure of a GPU job is the GPU error when there is one; process exits follow from it.
 _GPU_KINDS = {"torch_oom", "mps_oom", "torch_oom_legacy", "cuda_driver_oom", "hami_oom", "jax_oom", "tf_oom",
-              "cupy_oom", "nccl_oom", "cublas_cudnn", "vllm_capacity", "vllm_free_memory", "batch_finder"}
+              "cupy_oom", "nccl_oom", "cublas_cudnn", "vllm_capacity", "vllm_free_memory", "batch_finder",
+              "hami_device_full", "torch_oom_nvml", "tensorrt_oom"}
 _OTHER_EVENT_WEIGHT = 0.3
 
 

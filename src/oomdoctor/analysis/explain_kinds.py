@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomdoctor.analysis.explain_rules import Board, _capacity_fix, driver_oom, torch_oom
+from oomdoctor.analysis.explain_rules import Board, _capacity_fix, _slice_evidence, driver_oom, torch_oom
 from oomdoctor.facts import FactSet
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.parsers.oom_events import OomEvent
@@ -42,6 +42,21 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k == "tf_oom" and ("device:CPU" in ev.text or "by allocator cpu" in ev.text):
         # TensorFlow names the device and allocator of the failed tensor: CPU means host RAM.
         b.add("host_oom", 3.0, "TensorFlow's CPU allocator ran out: the tensor was on the host, in RAM", HOST_FIX)
+    elif k == "hami_device_full":
+        # oom_check passed (the pod is within its gpumem limit) but the real allocation failed: the
+        # physical GPU is full of other pods' memory or of memory HAMi does not count (HAMi-core#79).
+        b.add("other_process", 2.2, "HAMi-core let the allocation through its limit check but the driver "
+              "refused it (res=2, CUDA_ERROR_OUT_OF_MEMORY): other pods on the shared GPU hold the memory",
+              "check which pods share this GPU (HAMi schedules several on one card); lower their gpumem or "
+              "spread them, since the card is oversubscribed")
+        b.add("gpu_sharing_limit", 1.6, "the sharing layer's accounting let the card be oversubscribed",
+              "set nvidia.com/gpumem so the pods on one GPU add up to less than its memory")
+    elif k in ("torch_oom_nvml", "tensorrt_oom"):
+        x = n.get("requested_bytes")
+        b.add("true_capacity", 2.0, ("PyTorch ran out of memory and then failed to query NVML for the message"
+              if k == "torch_oom_nvml" else "TensorRT could not allocate GPU memory")
+              + (f" ({fb(x)} requested)" if x else ""), _capacity_fix(x, None, None, None))
+        _slice_evidence(n.get("total_bytes") or 0, env, b)
     elif k in ("jax_oom", "tf_oom", "cupy_oom"):
         x = n.get("requested_bytes")
         if x and x >= 4 * 1024 * GIB:

@@ -175,7 +175,11 @@ def _slice_evidence(total: int | None, env: dict[str, list[str]], b: Board) -> N
                   "a bigger MIG profile) or a whole GPU")
             return
     if env.get("mig"):
-        b.add("gpu_sharing_limit", 1.0, f"the log shows a MIG profile ({env['mig'][0]}): the slice is the capacity")
+        # Inside a MIG instance cudaMemGetInfo/torch see only the instance (env-facts §4): the slice's
+        # size is the limit that was reached, whatever the rest of the GPU holds.
+        b.add("gpu_sharing_limit", 2.4, f"the log shows a MIG instance ({env['mig'][0]}): the OOM is the slice's "
+              "limit, not the whole GPU's", "use a larger MIG profile (or a whole GPU) for this job, or shrink "
+              "the job to the slice")
 
 
 def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:

@@ -18,9 +18,16 @@ _N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
 # (kind, regex). Order matters: the first match names the line. Kinds are the `kind` of JSON events.
 LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
-    # HAMi-core allocator.c oom_check: LOG_ERROR("Device %d OOM %lu / %lu") [HAMIOOM]; res=2 is
-    # CUDA_ERROR_OUT_OF_MEMORY returned through its cuMemoryAllocate hook (HAMi issue #585).
-    ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*(?:Device \d+ OOM|cuMemoryAllocate failed res=2)"),
+    # HAMi-core allocator.c: oom_check() refuses past the pod's limit and logs "Device %d OOM %lu / %lu"
+    # [HAMIOOM]; "cuMemoryAllocate failed res=%d" is logged after oom_check passed, when the real
+    # driver allocation failed (res=2 = CUDA_ERROR_OUT_OF_MEMORY: the physical GPU had no room).
+    ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*Device \d+ OOM"),
+    ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
+    # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
+    # e.g. inside a MIG instance (pytorch/pytorch#112377): an OOM whose message was lost.
+    ("torch_oom_nvml", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at .{0,120}CUDACachingAllocator\.cpp"),
+    # TensorRT's default allocator (IGpuAllocator): "Error Code 1: Cuda Runtime (out of memory)".
+    ("tensorrt_oom", r"Cuda Runtime \(out of memory\)|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"),
     # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h).
     ("nccl_oom", r"NCCL WARN .*Cuda failure '?out of memory|ncclUnhandledCudaError.*out of memory"),
     # Caching allocator, 1.0 .. 2.x and ROCm ("HIP out of memory") [OOMTXT]; Apple MPS backend.
@@ -71,7 +78,7 @@ PREFILTER_LITERALS: tuple[bytes, ...] = (
     b"emory", b"EMORY", b"rror", b"RROR", b"OOM", b"illed", b"Xid", b"_STATUS_", b"river", b"HAMI",
     b"vcuda", b"hijack", b"bad_alloc", b"No space left", b"SIGKILL", b"137", b"CUDA-capable",
     b"NVIDIA", b"Tesla", b"GeForce", b"A100", b"H100", b"H200", b"V100", b"MIG ", b"gpumem",
-    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"el7", b"3.10.0", b"Tried to allocate", b"signal: Bus",
+    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"NVML_SUCCESS", b"Requested amount of GPU", b"el7", b"3.10.0", b"Tried to allocate", b"signal: Bus",
 )
 
 ENV_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -152,6 +159,10 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
             nums["total_bytes"] = int(m.group(3))
             det["would_use_bytes"] = int(m.group(2))
             det["limit_bytes"] = int(m.group(3))
+    elif kind == "tensorrt_oom":
+        m = re.search(r"Requested amount of GPU memory \((\d+) bytes\)", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1))
     elif kind == "jax_oom":
         v = _find(r"trying to allocate " + _N + r"\s?" + _U, text)
         if v is not None:
