@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     scanner = LogScanner()
     for path in args.logs:
         scanner.start_source("<stdin>" if path == "-" else path)
-        for block in iter_blocks(path):
-            scanner.feed(block)
+        for buf, start, end in iter_blocks(path):
+            scanner.feed(buf, start, end)
     ex = explain_scan(scanner.finish(), facts)
     _redact(ex)
     if args.format == "json":

@@ -30,44 +30,55 @@ def check_readable(path: str) -> None:
         raise InputError(f"{path}: permission denied")
 
 
-def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[bytes]:
-    """Blocks of whole lines from `path` ('-' = stdin); over-long lines are cut at MAX_LINE."""
+def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[tuple[bytes, int, int]]:
+    """(buffer, start, end) spans of whole lines from `path` ('-' = stdin), in order.
+
+    Spans point into the reader's own buffer, so a 1 GB log is not copied block by block; lines
+    longer than MAX_LINE keep their first MAX_LINE bytes.
+    """
     check_readable(path)
     try:
         if path == "-":
-            yield from _blocks(sys.stdin.buffer, block_size)
+            yield from _spans(sys.stdin.buffer, block_size)
             return
         with open(path, "rb") as f:
-            yield from _blocks(f, block_size)
+            yield from _spans(f, block_size)
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
 
 
-def _blocks(f: BinaryIO, block_size: int) -> Iterator[bytes]:
-    carry = b""
+def _spans(f: BinaryIO, block_size: int) -> Iterator[tuple[bytes, int, int]]:
+    carry = b""  # the unfinished last line of the previous chunk
     skipping = False  # inside the tail of an over-long line
     while True:
         chunk = f.read(block_size)
         if not chunk:
             break
+        pos = 0
         if skipping:
             nl = chunk.find(b"\n")
             if nl < 0:
                 continue
-            chunk, skipping = chunk[nl + 1:], False
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            if len(data) > MAX_LINE:
-                yield data[:MAX_LINE] + b"\n"
+            pos, skipping = nl + 1, False
+        first = chunk.find(b"\n", pos)
+        if first < 0:  # no newline: the line goes on
+            carry += chunk[pos:]
+            if len(carry) > MAX_LINE:
+                yield carry[:MAX_LINE] + b"\n", 0, MAX_LINE + 1
                 carry, skipping = b"", True
-            else:
-                carry = data
             continue
-        body, carry = data[:cut + 1], data[cut + 1:]
+        if carry:  # finish the carried line: a small copy
+            head = (carry + chunk[pos:first + 1]) if len(carry) <= MAX_LINE else carry[:MAX_LINE] + b"\n"
+            yield head, 0, len(head)
+            carry = b""
+            pos = first + 1
+        last = chunk.rfind(b"\n", pos)
+        if last >= pos:
+            yield chunk, pos, last + 1
+            pos = last + 1
+        carry = chunk[pos:]
         if len(carry) > MAX_LINE:
-            body += carry[:MAX_LINE] + b"\n"
+            yield carry[:MAX_LINE] + b"\n", 0, MAX_LINE + 1
             carry, skipping = b"", True
-        yield body
     if carry:
-        yield carry
+        yield carry, 0, len(carry)

@@ -23,8 +23,8 @@ MAX_EVENT_TEXT = 8 * 1024
 MAX_EVENTS = 500
 MAX_READINGS = 4096
 MAX_SERIES = 16
-FULL_READING_BYTES = 8 << 20  # readings are parsed everywhere in the first 8 MiB ...
-SAMPLE_READING_BYTES = 256 << 10  # ... then in the first 256 KiB of each later block
+FULL_READING_BYTES = 2 << 20  # readings are parsed everywhere in the first 2 MiB ...
+SAMPLE_READING_BYTES = 16 << 10  # ... then in the first 16 KiB of each later (8 MiB) block
 LOOKBACK = 6 * 1024
 
 # Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
@@ -81,13 +81,15 @@ class _Prefilter:
     def engine(self) -> str:
         return "hyperscan" if self._hs is not None else "re"
 
-    def ends(self, block: bytes) -> list[int]:
+    def ends(self, block: bytes, start: int = 0, end: int | None = None) -> list[int]:
+        end = len(block) if end is None else end
         if self._hs is not None:
             out: list[int] = []
-            self._hs.scan(block, match_event_handler=lambda _i, _f, to, _fl, _c: out.append(to))
+            self._hs.scan(memoryview(block)[start:end],
+                          match_event_handler=lambda _i, _f, to, _fl, _c: out.append(to + start))
             out.sort()
             return out
-        return [m.end() for m in self._re.finditer(block)]
+        return [m.end() for m in self._re.finditer(block, start, end)]
 
 
 _PREFILTER: _Prefilter | None = None
@@ -123,6 +125,7 @@ class LogScanner:
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
         self._skip_to = 0
+        self._start = self._end = 0
         self.source = ""
 
     # -- input ----------------------------------------------------------------------------------
@@ -134,31 +137,34 @@ class LogScanner:
             self._finish_event(ev)
         self.source, self._line, self._tail = name, 0, b""
 
-    def feed(self, block: bytes) -> None:
-        if not block:
+    def feed(self, block: bytes, start: int = 0, end: int | None = None) -> None:
+        """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer)."""
+        end = len(block) if end is None else end
+        if end <= start:
             return
-        self._skip_to = 0
+        self._start, self._end = start, end
+        self._skip_to = start
         if self._pending is not None:
-            self._skip_to = self._continue(block, 0)
-        window = block if self._bytes < FULL_READING_BYTES else block[:SAMPLE_READING_BYTES]
-        self._scan_readings(window)
-        lineno, pos = self._line, 0
+            self._skip_to = self._continue(block, start)
+        want = max(SAMPLE_READING_BYTES, FULL_READING_BYTES - self._bytes)
+        self._scan_readings(block[start:min(end, start + want)])
+        lineno, pos = self._line, start
         last_line_start = -1
-        for end in _prefilter().ends(block):
-            ls = block.rfind(b"\n", 0, max(end - 1, 0)) + 1
+        for hit in _prefilter().ends(block, start, end):
+            ls = max(block.rfind(b"\n", start, max(hit - 1, start)) + 1, start)
             if ls == last_line_start or ls < self._skip_to:
                 continue
             last_line_start = ls
             lineno += block.count(b"\n", pos, ls)
             pos = ls
-            le = block.find(b"\n", ls)
-            le = len(block) if le < 0 else le
+            le = block.find(b"\n", ls, end)
+            le = end if le < 0 else le
             self._line_hit(block, ls, le, lineno + 1)
-        self._line += block.count(b"\n")
-        if not block.endswith(b"\n"):
+        self._line += block.count(b"\n", start, end)
+        if block[end - 1:end] != b"\n":
             self._line += 1
-        self._bytes += len(block)
-        self._tail = block[-LOOKBACK:]
+        self._bytes += end - start
+        self._tail = block[max(start, end - LOOKBACK):end]
 
     def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
         buf: list[str] = []
@@ -202,9 +208,9 @@ class LogScanner:
         """Append continuation lines of the pending event from `pos`; returns where it stopped."""
         assert self._pending is not None
         ev, left = self._pending
-        while left > 0 and pos < len(block):
-            le = block.find(b"\n", pos)
-            le = len(block) if le < 0 else le
+        while left > 0 and pos < self._end:
+            le = block.find(b"\n", pos, self._end)
+            le = self._end if le < 0 else le
             line = _decode(block[pos:le]).strip()
             if not line or line.startswith(_NOT_CONTINUATION) or P.classify_line(line) not in (None, "generic_oom"):
                 left = 0
@@ -215,7 +221,7 @@ class LogScanner:
             pos = le + 1
             if any(m in line for m in _MSG_END[:4]):
                 left = 0
-        if left > 0 and pos >= len(block):
+        if left > 0 and pos >= self._end:
             self._pending = (ev, left)  # the message goes on in the next block
             return pos
         self._pending = None
@@ -223,9 +229,9 @@ class LogScanner:
         return pos
 
     def _lookback(self, block: bytes, ls: int) -> str:
-        lo = max(0, ls - LOOKBACK)
+        lo = max(self._start, ls - LOOKBACK)
         chunk = block[lo:ls]
-        if lo == 0 and len(chunk) < LOOKBACK:
+        if lo == self._start and len(chunk) < LOOKBACK:
             chunk = self._tail[-(LOOKBACK - len(chunk)):] + chunk if self._tail else chunk
         return chunk.decode("utf-8", errors="replace")
 
@@ -243,19 +249,19 @@ class LogScanner:
 
     # -- readings -------------------------------------------------------------------------------
     def _scan_readings(self, window: bytes) -> None:
-        if b"em" not in window and b"EM" not in window and b"lloc" not in window and b"eserved" not in window:
-            return
+        """Memory figures printed per step. Two stages: a literal anchor, then the full pattern on that line."""
         text = window.decode("utf-8", errors="replace")
-        base, pos = self._line, 0
-        for m in P.READING.finditer(text):
+        base, pos, last = self._line, 0, -1
+        for m in P.READING_ANCHOR.finditer(text):
             ls = text.rfind("\n", 0, m.start()) + 1
+            if ls == last:
+                continue
+            last = ls
             le = text.find("\n", m.end())
             line = text[ls:le if le >= 0 else len(text)]
-            if P.classify_line(line) is not None:
-                continue  # an OOM message is not a reading
             r = P.parse_reading(line)
-            if r is None:
-                continue
+            if r is None or P.classify_line(line) is not None:
+                continue  # an OOM message is not a reading
             base += text.count("\n", pos, ls)
             pos = ls
             label, value, step = r

@@ -76,7 +76,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # One regex for the pre-filter (bytes): any line that could hold one of the above or an env hint.
 PREFILTER_LITERALS: tuple[bytes, ...] = (
     b"emory", b"EMORY", b"rror", b"RROR", b"OOM", b"illed", b"Xid", b"_STATUS_", b"river", b"HAMI",
-    b"vcuda", b"hijack", b"bad_alloc", b"No space left", b"SIGKILL", b"137", b"CUDA-capable",
+    b"vcuda", b"hijack", b"bad_alloc", b"No space left", b"SIGKILL", b"CUDA-capable", b"illed",
     b"NVIDIA", b"Tesla", b"GeForce", b"A100", b"H100", b"H200", b"V100", b"MIG ", b"gpumem",
     b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"NVML_SUCCESS", b"Requested amount of GPU", b"el7", b"3.10.0", b"Tried to allocate", b"signal: Bus",
 )
@@ -235,6 +235,7 @@ def classify_line(line: str) -> str | None:
 # --- memory readings in training logs (for leak detection) --------------------------------------
 # Labels people print: torch.cuda.memory_allocated()/max_memory_allocated()/memory_reserved(),
 # "mem", "GPU mem", YOLO's "GPU_mem 3.52G", Lightning/transformers "memory". Value with a unit.
+READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv")
 READING = re.compile(
     r"(?i)\b(max_memory_allocated|memory_allocated|max_memory_reserved|memory_reserved|gpu[_ ]?mem(?:ory)?|"
     r"cuda[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ](?:allocated|alloc|reserved|used))?|allocated|reserved)\b"
