@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("log size", f"{big.stat().st_size / 1e9:.2f} GB"),
         ("prefilter engine", prefilter_engine()),
-        ("grep -c 'out of memory' (best of %d)" % args.repeat, f"{g:.2f} s"),
-        ("oomdoctor explain (best of %d)" % args.repeat, f"{e:.2f} s ({big.stat().st_size / e / 1e9:.2f} GB/s)"),
+        (f"grep -c 'out of memory' (best of {args.repeat})", f"{g:.2f} s"),
+        (f"oomdoctor explain (best of {args.repeat})", f"{e:.2f} s ({big.stat().st_size / e / 1e9:.2f} GB/s)"),
         ("ratio explain / grep", f"{e / g:.1f}x"),
         ("peak RSS explain, this log", f"{rss_big / 1024:.0f} MiB"),
         ("peak RSS explain, log 10x smaller", f"{rss_small / 1024:.0f} MiB"),

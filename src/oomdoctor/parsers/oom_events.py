@@ -212,7 +212,9 @@ class LogScanner:
             le = block.find(b"\n", pos, self._end)
             le = self._end if le < 0 else le
             line = _decode(block[pos:le]).strip()
-            if not line or line.startswith(_NOT_CONTINUATION) or P.classify_line(line) not in (None, "generic_oom"):
+            kind = P.classify_line(line)
+            body = line.startswith("Tried to allocate") and "Tried to allocate" not in ev.text  # 1.x wraps here
+            if not line or line.startswith(_NOT_CONTINUATION) or (kind not in (None, "generic_oom") and not body):
                 left = 0
                 break
             self._env_scan(line)
