@@ -81,11 +81,13 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("fragmentation", 2.5, f"{fb(U)} is reserved but unallocated, more than the {why_x}, "
                   f"under a {fb(C)} per-process cap", ALLOC_CONF_FIX)
         else:
-            frac = f"{min(1.0, need / T + 0.01):.2f}" if T else "a larger fraction"
+            now = f" (now {C / T:.4f} of {fb(T)} = {fb(C)}; this allocation needs {fb(need)})" if T else ""
+            frac = f"{min(1.0, need / T):.4f}" if T else "a larger fraction"
             b.add("true_capacity", 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
                   f"PyTorch holds {fb(used)} and {why_x}" + (f", while the GPU still has {fb(F)} free" if F else ""),
-                  f"the cap, not the GPU, is the limit: raise it to torch.cuda.set_per_process_memory_fraction({frac})"
-                  " or shrink the batch to fit the cap")
+                  f"the cap, not the GPU, is the limit{now}: this allocation alone needs a fraction above {frac} "
+                  "(torch.cuda.set_per_process_memory_fraction), with headroom for the rest of the step; "
+                  "or shrink the batch to fit the cap")
         return
     own = R if R is not None else P
     own_share = own / T if own is not None and T else None

@@ -62,9 +62,12 @@ class LogScan:
 class _Prefilter:
     """Offsets of candidate matches in a block: Hyperscan if present, else one `re` pass."""
 
-    def __init__(self) -> None:
-        pats = [re.escape(x) for x in P.PREFILTER_LITERALS] + list(_PREFILTER_EXTRA)
+    def __init__(self, use_hyperscan: bool = True, literals: tuple[bytes, ...] = P.PREFILTER_LITERALS) -> None:
+        pats = [re.escape(x) for x in literals] + list(_PREFILTER_EXTRA)
         self._hs = None
+        self._re = re.compile(b"|".join(pats))
+        if not use_hyperscan:
+            return
         try:  # optional accelerator (pip install 'oomdoctor[fast]')
             import hyperscan  # type: ignore[import-not-found]
 
@@ -75,7 +78,6 @@ class _Prefilter:
             self._hs = db
         except Exception:  # noqa: BLE001 - no wheel for this platform, or an old library: fall back
             self._hs = None
-        self._re = re.compile(b"|".join(pats))
 
     @property
     def engine(self) -> str:
@@ -92,18 +94,20 @@ class _Prefilter:
         return [m.end() for m in self._re.finditer(block, start, end)]
 
 
-_PREFILTER: _Prefilter | None = None
+_PREFILTERS: dict[bool, _Prefilter] = {}
 
 
 def prefilter_engine() -> str:
     return _prefilter().engine
 
 
-def _prefilter() -> _Prefilter:
-    global _PREFILTER
-    if _PREFILTER is None:
-        _PREFILTER = _Prefilter()
-    return _PREFILTER
+def _prefilter(with_env: bool = True) -> _Prefilter:
+    """The pre-filter for event lines, plus environment-hint lines when `with_env`."""
+    pf = _PREFILTERS.get(with_env)
+    if pf is None:
+        pf = _PREFILTERS[with_env] = _Prefilter(
+            literals=P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+    return pf
 
 
 def _decode(b: bytes) -> str:
@@ -126,6 +130,7 @@ class LogScanner:
         self._dropped = 0
         self._skip_to = 0
         self._start = self._end = 0
+        self._src_bytes = 0
         self.source = ""
 
     # -- input ----------------------------------------------------------------------------------
@@ -135,7 +140,7 @@ class LogScanner:
             ev, _ = self._pending
             self._pending = None
             self._finish_event(ev)
-        self.source, self._line, self._tail = name, 0, b""
+        self.source, self._line, self._tail, self._src_bytes = name, 0, b"", 0
 
     def feed(self, block: bytes, start: int = 0, end: int | None = None) -> None:
         """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer)."""
@@ -146,11 +151,11 @@ class LogScanner:
         self._skip_to = start
         if self._pending is not None:
             self._skip_to = self._continue(block, start)
-        want = max(SAMPLE_READING_BYTES, FULL_READING_BYTES - self._bytes)
+        want = max(SAMPLE_READING_BYTES, FULL_READING_BYTES - self._src_bytes)
         self._scan_readings(block[start:min(end, start + want)])
         lineno, pos = self._line, start
         last_line_start = -1
-        for hit in _prefilter().ends(block, start, end):
+        for hit in _prefilter(self._src_bytes < P.ENV_BYTES).ends(block, start, end):
             ls = max(block.rfind(b"\n", start, max(hit - 1, start)) + 1, start)
             if ls == last_line_start or ls < self._skip_to:
                 continue
@@ -164,6 +169,7 @@ class LogScanner:
         if block[end - 1:end] != b"\n":
             self._line += 1
         self._bytes += end - start
+        self._src_bytes += end - start
         self._tail = block[max(start, end - LOOKBACK):end]
 
     def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
@@ -189,6 +195,9 @@ class LogScanner:
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         before = self._lookback(block, ls)
         ev.details.update(_context(before, text))
+        if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
+            for line in before.splitlines()[-40:]:
+                self._env_scan(line)
         if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
             self._pending = (ev, 8)
             self._skip_to = self._continue(block, le + 1)
