@@ -4,7 +4,7 @@ Generates a log of --size bytes in /tmp (training lines, per-step memory reading
 CUDA OOM traceback every ~100 MB), then times, interleaved and --repeat times each, the two commands
 on the same file in the same run. Reports the best time of each, their ratio, the peak RSS of
 `explain` for this file and for a file 10x smaller (constant memory = same peak), and the prefilter
-engine (hyperscan with the `fast` extra, else Python's re).
+engine (hyperscan with the `fast` extra, else one bytes.find pass per literal).
 Usage: PYTHONPATH=src python bench/explain_stream.py [--size 1GB] [--repeat 3] [--markdown]
 """
 
@@ -81,12 +81,38 @@ def peak_rss(cmd: list[str]) -> int:
     return int(out.stdout.strip() or 0)
 
 
+def scan_seconds(path: Path, hyperscan: bool) -> float:
+    """Collector + parser + classifier in this process, with the chosen prefilter engine."""
+    from oomdoctor.analysis.explain import explain_scan
+    from oomdoctor.collectors.logs import iter_blocks
+    from oomdoctor.parsers import oom_events
+
+    saved = dict(oom_events._PREFILTERS)
+    oom_events._PREFILTERS.clear()
+    if not hyperscan:
+        from oomdoctor.parsers import oom_patterns
+
+        oom_events._PREFILTERS[True] = oom_events._Prefilter(False, oom_patterns.PREFILTER_LITERALS)
+        oom_events._PREFILTERS[False] = oom_events._Prefilter(False, oom_patterns.EVENT_LITERALS)
+    t = time.perf_counter()
+    scanner = oom_events.LogScanner()
+    scanner.start_source(str(path))
+    for buf, start, end in iter_blocks(str(path)):
+        scanner.feed(buf, start, end)
+    explain_scan(scanner.finish())
+    dt = time.perf_counter() - t
+    oom_events._PREFILTERS.clear()
+    oom_events._PREFILTERS.update(saved)
+    return dt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--path", default="/tmp/oomdoctor-bench-explain.log")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--fallback", action="store_true", help="also time the pure-Python (re) prefilter in-process")
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     big, small = Path(args.path), Path(args.path + ".small")
@@ -113,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         ("peak RSS explain, this log", f"{rss_big / 1024:.0f} MiB"),
         ("peak RSS explain, log 10x smaller", f"{rss_small / 1024:.0f} MiB"),
     ]
+    if args.fallback:
+        rows.append(("in-process scan, find prefilter (no hyperscan)", f"{scan_seconds(big, False):.2f} s"))
+        rows.append(("in-process scan, default prefilter", f"{scan_seconds(big, True):.2f} s"))
     if args.markdown:
         print("| measure | value |\n|---|---|")
         for k, v in rows:

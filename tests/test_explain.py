@@ -283,3 +283,14 @@ def test_corpus_accuracy_thresholds():
     top2 = sum(r["top2"] for r in rows) / len(rows)
     assert top1 >= 0.90, top1
     assert top2 >= 0.97, top2
+
+
+def test_mmcv_and_yolo_readings():
+    mm = [f"2019-12-31 00:32:13,255 - INFO - Epoch [1][{i * 50}/23454]\tlr: 0.00050, time: 0.430, "
+          f"memory: {4000 + i * 120}, loss: 5.1" for i in range(1, 30)]
+    yo = [f"     {i}/299     {3 + i * 0.3:.3g}G    0.0574      3.93" for i in range(1, 30)]
+    for lines in (mm, yo):
+        ex = _explain("\n".join(lines + ["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+                                         "11.91 GiB total capacity; 10.90 GiB already allocated; 8.00 MiB free; "
+                                         "11.00 GiB reserved in total by PyTorch)"]))
+        assert ex.hypotheses[0].category == "leak_in_code", lines[0]

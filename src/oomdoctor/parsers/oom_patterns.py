@@ -242,7 +242,7 @@ def classify_line(line: str) -> str | None:
 # --- memory readings in training logs (for leak detection) --------------------------------------
 # Labels people print: torch.cuda.memory_allocated()/max_memory_allocated()/memory_reserved(),
 # "mem", "GPU mem", YOLO's "GPU_mem 3.52G", Lightning/transformers "memory". Value with a unit.
-READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv")
+READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv|\d/\d+ +[0-9.]+G ")
 READING = re.compile(
     r"(?i)\b(max_memory_allocated|memory_allocated|max_memory_reserved|memory_reserved|gpu[_ ]?mem(?:ory)?|"
     r"cuda[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ](?:allocated|alloc|reserved|used))?|allocated|reserved)\b"
@@ -251,8 +251,20 @@ READING = re.compile(
 STEP = re.compile(r"(?i)\b(?:global_step|step|iter(?:ation)?|it|batch|epoch)\s*[:=#]?\s*\[?(\d+)")
 
 
+# mmcv TextLoggerHook: "Epoch [1][3100/23454] ... memory: 6814, ..." (MiB of max_memory_allocated).
+MMCV = re.compile(r"\]\[(\d+)/\d+\].*?\bmemory: (\d+),")
+# YOLOv5 / Ultralytics progress rows: "  12/300  3.52G  0.0415 ..." (memory_reserved() / 1E9, "G").
+YOLO = re.compile(r"^\s*(\d+)/\d+\s+([0-9.]+)G\s")
+
+
 def parse_reading(line: str) -> tuple[str, int, int | None] | None:
     """(label, bytes, step or None) from a line that prints a memory figure."""
+    m = MMCV.search(line)
+    if m:
+        return "mmcv_memory", int(m.group(2)) * 1024**2, int(m.group(1))
+    m = YOLO.search(line)
+    if m:
+        return "yolo_gpu_mem", int(float(m.group(2)) * 1e9), int(m.group(1))
     m = READING.search(line)
     if not m:
         return None
