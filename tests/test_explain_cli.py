@@ -158,3 +158,33 @@ def test_prefilter_engines_agree_on_lines():
     assert slow.engine == "find"
     assert lines(slow) == lines(fast)
     assert not any(data[ls:].startswith(b"batch 137") for ls in lines(slow))
+
+
+BUNDLES = os.path.join(os.path.dirname(__file__), "fixtures", "bundles")
+
+
+@pytest.mark.parametrize("bundle,expected,fact", [
+    ("seed_a100_k8s", "context_or_driver", "sharing.vcuda"),
+    ("other_processes", "other_process", "sharing.processes"),
+    ("hami_slice", "gpu_sharing_limit", "sharing.hami"),
+    ("docker_shm_64m", "shm_exhausted", "shm.size_bytes"),
+    ("cgroup_oom_137", "host_oom", "cgroup.oom_kill"),     # the SIGKILLed job's own log has no error at all
+    ("mig_slice", "gpu_sharing_limit", "sharing.mig"),      # the MIG instance's process is the job itself
+    ("old_driver_new_torch", "context_or_driver", None),
+])
+def test_bundle_scenarios_read_the_bundles_logs(bundle, expected, fact, capsys):
+    path = os.path.join(BUNDLES, bundle)
+    if not os.path.isdir(path):
+        pytest.skip("scenario bundles not present")
+    assert main(["explain", "--bundle", path, "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["hypotheses"][0]["category"] == expected
+    if fact:
+        assert fact in d["facts_used"]
+
+
+def test_echoed_log_text_is_redacted(tmp_path, capsys):
+    secret = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7"
+    log = f"export HF_TOKEN={secret}\n{OOM.strip()} while loading https://user:{secret}@example.com/x\n"
+    assert main(["explain", "--format", "json", _write(tmp_path, "s.log", log.encode())]) == 1
+    assert secret not in capsys.readouterr().out

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor.analysis.explain_kinds import event_rules, fact_rules, leak_rules
+from oomdoctor.analysis.explain_kinds import bundle_events, event_rules, fact_rules, leak_rules
 from oomdoctor.analysis.explain_rules import Board
 from oomdoctor.facts import FactSet
 from oomdoctor.parsers.oom_events import LogScan, LogScanner, OomEvent
@@ -89,7 +89,7 @@ def _board_for(ev: OomEvent, scan: LogScan) -> Board:
 
 
 def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
-    events = [e for e in scan.events if e.kind not in _MARKERS]
+    events = [e for e in scan.events if e.kind not in _MARKERS] + bundle_events(facts)
     if not events:
         return Explanation(events=[], hypotheses=[], scan=scan)
     boards = [_board_for(e, scan) for e in events]
@@ -109,7 +109,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
         if i != p and events[i].kind != events[p].kind:
             _merge(final, b, _OTHER_EVENT_WEIGHT)
     kinds = {e.kind for e in events}
-    used = fact_rules(facts, final, kinds, events[p].numbers.get("total_bytes"))
+    used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
     return Explanation(events=events, hypotheses=hyps, primary=events[p], event_categories=cats,
                        facts_used=used, scan=scan)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from oomdoctor.analysis.explain_rules import Board, _capacity_fix, _slice_evidence, driver_oom, torch_oom
+from oomdoctor.analysis.explain_rules import (
+    CONTEXT_MAX,
+    Board,
+    _capacity_fix,
+    _slice_evidence,
+    driver_oom,
+    torch_oom,
+)
 from oomdoctor.facts import FactSet
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.parsers.oom_events import OomEvent
@@ -171,13 +178,43 @@ def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict
             return
 
 
-def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], total: int | None) -> list[str]:
+def bundle_events(facts: FactSet | None) -> list[OomEvent]:
+    """OOM kills the bundle saw (k8s terminations, kernel log, cgroup counters): a SIGKILLed job often
+    leaves no error in its own log, so these are events too."""
+    if facts is None:
+        return []
+    out: list[OomEvent] = []
+    for t in facts.value("k8s.terminations") or []:
+        if isinstance(t, dict) and (t.get("reason") == "OOMKilled" or t.get("exit_code") == 137):
+            out.append(OomEvent("k8s_oomkilled" if t.get("reason") == "OOMKilled" else "exit_137", 0,
+                                f"{t.get('pod')}/{t.get('container')}: {t.get('reason')} exit code {t.get('exit_code')}",
+                                source=str(t.get("file") or facts.source("k8s.terminations"))))
+    for k in (facts.value("kernel.oom_kills") or [])[:5]:
+        if isinstance(k, dict):
+            ev = OomEvent("kernel_oom", int(k.get("line") or 0), str(k.get("text") or k.get("reason") or "oom kill"),
+                          source=facts.source("kernel.oom_kills"))
+            if k.get("shmem_rss_kb"):
+                ev.details["shmem_rss_bytes"] = int(k["shmem_rss_kb"]) * 1024
+            out.append(ev)
+    kills = facts.value("cgroup.oom_kill")
+    if not out and isinstance(kills, int) and kills > 0:
+        out.append(OomEvent("kernel_oom", 0, f"cgroup memory.events oom_kill {kills}", source=facts.source("cgroup.oom_kill")))
+    return out
+
+
+def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
     """Environment evidence from a bundle (facts/keys.py). Returns the fact keys that were used."""
     if facts is None:
         return []
     used: list[str] = []
+    nums = primary.numbers if primary is not None else {}
+    total, own = nums.get("total_bytes"), nums.get("process_bytes")
     gpu_oom = bool(kinds & {"torch_oom", "cuda_driver_oom", "cublas_cudnn", "nccl_oom", "generic_oom"})
     procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
+    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
+        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
+    if facts.value("sharing.mig"):
+        procs = []  # MIG instances have their own memory: processes in other instances do not compete
     held = sum(int(p.get("used_bytes") or 0) for p in procs)
     if gpu_oom and held >= GIB:
         b.add("other_process", 3.0, f"the bundle shows {len(procs)} other process(es) holding {fb(held)} on the GPU "
@@ -190,7 +227,8 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], total: int | No
                   "before the physical GPU's", "raise the sharing layer's memory limit for this job")
             used.append(key)
     if gpu_oom and facts.value("sharing.mig"):
-        b.add("gpu_sharing_limit", 1.0, "the GPU is split with MIG: the instance size is the capacity")
+        b.add("gpu_sharing_limit", 1.6, "the GPU is split with MIG: the instance size is the capacity",
+              "use a larger MIG profile (e.g. nvidia.com/mig-2g.20gb) or a whole GPU")
         used.append("sharing.mig")
     probe = facts.value("probe.context") or {}
     if isinstance(probe, dict) and probe.get("failures"):
@@ -220,4 +258,4 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], total: int | No
     return used
 
 
-__all__ = ["Board", "event_rules", "fact_rules", "leak_rules"]
+__all__ = ["Board", "bundle_events", "event_rules", "fact_rules", "leak_rules"]

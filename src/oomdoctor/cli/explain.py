@@ -21,7 +21,8 @@ HELP = "explain OOM-like events in logs (files or -) and rank their root causes"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("logs", nargs="+", metavar="LOG", help="log files; '-' reads standard input")
+    parser.add_argument("logs", nargs="*", metavar="LOG",
+                        help="log files; '-' reads standard input; with --bundle and no LOG, the bundle's logs/")
     parser.add_argument("--bundle", metavar="PATH", help="an `oomdoctor bundle` (directory or .tar.gz) for environment evidence")
     add_output_options(parser)
 
@@ -42,19 +43,34 @@ def _redact(ex: Explanation) -> None:
         return
     for e in ex.events:
         e.text = redact_text(e.text)
+    for h in ex.hypotheses:  # evidence may quote the log (e.g. what the user wrote about memory)
+        h.evidence = [redact_text(x) for x in h.evidence]
+
+
+def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None) -> None:
+    for i, path in enumerate(paths):
+        scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
+        for buf, start, end in iter_blocks(path):
+            scanner.feed(buf, start, end)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.logs and not args.bundle:
+        raise UsageError("give at least one LOG (or - for standard input), or --bundle PATH with logs/ in it")
     if args.logs.count("-") > 1:
         raise UsageError("'-' (standard input) can be given once")
     for path in args.logs:
         check_readable(path)
     facts = _load_bundle(args.bundle) if args.bundle else None
     scanner = LogScanner()
-    for path in args.logs:
-        scanner.start_source("<stdin>" if path == "-" else path)
-        for buf, start, end in iter_blocks(path):
-            scanner.feed(buf, start, end)
+    if args.logs:
+        _scan(scanner, args.logs)
+    else:  # the logs the user added to the bundle (CONTRACTS §5 logs/*)
+        from oomdoctor.collectors.bundle_read import open_bundle
+
+        with open_bundle(args.bundle) as root:
+            files = sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
+            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files])
     ex = explain_scan(scanner.finish(), facts)
     _redact(ex)
     if args.format == "json":
