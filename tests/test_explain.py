@@ -15,9 +15,9 @@ from oomdoctor.parsers.oom_patterns import extract
 from oomdoctor.units import torch_size_to_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent.parent / "shared" / "fixtures" / "real-oom"
-if not FIXTURES.exists():
-    FIXTURES = Path("/work/shared/fixtures/real-oom")
+# CI checks the repository out with ../shared beside it; worktrees sit one level deeper.
+SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()), ROOT / "shared")
+FIXTURES = SHARED / "fixtures" / "real-oom"
 SEED = FIXTURES.parent.parent / "seeds" / "000_12513d42392d08f5.txt"
 GiB = 1024**3
 
@@ -294,3 +294,14 @@ def test_mmcv_and_yolo_readings():
                                          "11.91 GiB total capacity; 10.90 GiB already allocated; 8.00 MiB free; "
                                          "11.00 GiB reserved in total by PyTorch)"]))
         assert ex.hypotheses[0].category == "leak_in_code", lines[0]
+
+
+def test_hog_with_nvidia_smi_in_the_log_is_other_process():
+    """INDEX.json's nvidia_smi_during pasted after the traceback: the text now shows the other process."""
+    index = json.loads((FIXTURES / "INDEX.json").read_text()) if (FIXTURES / "INDEX.json").exists() else None
+    if index is None:
+        pytest.skip("INDEX.json not present")
+    case = next(c for c in index["cases"] if c["file"] == "hog_leaves_30MiB_then_model_to.txt")
+    ex = _explain(_fixture(case["file"]) + "\n" + case["nvidia_smi_during"])
+    assert ex.hypotheses[0].category == "other_process"
+    assert "pid 817" in ex.hypotheses[0].evidence[-1] or any("pid 817" in e for e in ex.hypotheses[0].evidence)

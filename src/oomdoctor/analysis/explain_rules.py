@@ -199,6 +199,18 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "GPU was probably not full because of this job")
     b.add("other_process", 1.8, "a context cannot be created when other processes leave less than a context "
           "(~0.3-1 GiB) free", "look at `nvidia-smi` on the node for processes (or containers) already on this GPU")
+    procs = [v.split() for v in env.get("smi_process", []) if len(v.split()) == 2]
+    held = [(int(pid), int(mib) * 1024**2) for pid, mib in procs if mib.isdigit() and pid.isdigit()]
+    big = [(pid, used) for pid, used in held if used >= GIB]
+    if big and (site is None or "context" in site or ".to()" in site or "handle" in site):
+        # Before its first allocation the failing process holds nothing: the listed memory is others'.
+        top = ", ".join(f"pid {pid} {fb(used)}" for pid, used in sorted(big, key=lambda x: -x[1])[:3])
+        b.add("other_process", 2.4, f"nvidia-smi in the log shows other processes holding GPU memory ({top})",
+              "stop or move those processes, or run on a free GPU (CUDA_VISIBLE_DEVICES)")
+    for v in env.get("smi_used_free", [])[:1]:
+        used, free = (int(x) for x in v.split())
+        if free * 1024**2 < GIB and used > 4 * free:
+            b.add("other_process", 0.8, f"nvidia-smi in the log shows {free} MiB free of {used + free} MiB")
     if site is None:
         b.add("true_capacity", 0.9, "raised mid-run, the driver can also fail a library workspace when the "
               "caching allocator has taken the rest", _capacity_fix(None, None, None, None))

@@ -258,7 +258,11 @@ class LogScanner:
             m = pat.search(text)
             if m:
                 vals = self._env.setdefault(name, [])
-                v = (m.group(1) if m.groups() and m.group(1) else m.group(0))[:120]
+                groups = [g for g in m.groups() if g] if m.groups() else []
+                if name.startswith("smi_"):
+                    v = " ".join(groups)  # "pid MiB" / "used free"
+                else:
+                    v = (groups[0] if groups else m.group(0))[:120]
                 if v not in vals and len(vals) < 8:
                     vals.append(v)
 

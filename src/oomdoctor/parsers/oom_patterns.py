@@ -83,7 +83,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
 )
 ENV_LITERALS: tuple[bytes, ...] = (
     b"NVIDIA", b"Tesla", b"GeForce", b"A100", b"H100", b"H200", b"V100", b"MIG ", b"gpumem",
-    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"el7", b"3.10.0", b"Driver Version",
+    b"DEVICE_MEMORY_LIMIT", b"/dev/shm", b"el7", b"3.10.0", b"Driver Version", b" MiB", b"MiB |",
 )
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS
 ENV_BYTES = 8 << 20
@@ -95,6 +95,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
     "hami": re.compile(r"HAMI-core|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
     "vcuda": re.compile(r"\bvcuda\b|tencent\.com/vcuda|gpu-manager"),
+    # nvidia-smi pasted into the log: --query-compute-apps=pid,used_memory CSV rows, the process table,
+    # and --query-gpu=memory.used,memory.free rows.
+    "smi_process": re.compile(r"^\s*(\d+),\s*(\d+)\s*MiB\s*$|\|\s+\d+\s+(?:N/A|\d+)\s+(?:N/A|\d+)\s+(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)\s?MiB\s*\|"),
+    "smi_used_free": re.compile(r"^\s*(\d+)\s*MiB,\s*(\d+)\s*MiB\s*$"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
