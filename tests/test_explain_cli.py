@@ -188,3 +188,18 @@ def test_echoed_log_text_is_redacted(tmp_path, capsys):
     log = f"export HF_TOKEN={secret}\n{OOM.strip()} while loading https://user:{secret}@example.com/x\n"
     assert main(["explain", "--format", "json", _write(tmp_path, "s.log", log.encode())]) == 1
     assert secret not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("block", [7, 64, 4096, 1 << 20])
+def test_block_size_does_not_change_events(tmp_path, block):
+    """Lines cut across reads are joined: events and line numbers do not depend on the block size."""
+    from oomdoctor.collectors.logs import iter_blocks
+
+    text = ("noise line\n" * 37 + OOM + "step 3 mem 1.5 GiB\n" * 11 + "NVRM: Xid (PCI:0000:01:00): 31, pid=1\n") * 3
+    path = _write(tmp_path, "m.log", text.encode())
+    s = LogScanner()
+    for buf, a, b in iter_blocks(path, block):
+        s.feed(buf, a, b)
+    r = s.finish()
+    assert [(e.kind, e.line, e.count) for e in r.events] == [("torch_oom", 38, 3), ("xid", 50, 3)]
+    assert r.lines == text.count("\n")

@@ -209,7 +209,7 @@ class LogScanner:
             if ls == last_line_start or ls < self._skip_to:
                 continue
             last_line_start = ls
-            lineno += block.count(b"\n", pos, ls)
+            lineno += _count_newlines(block, pos, ls)
             pos = ls
             le = block.find(b"\n", ls, end)
             le = end if le < 0 else le
