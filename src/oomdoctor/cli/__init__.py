@@ -21,6 +21,7 @@ _COMMAND_MODULES: dict[str, str] = {
     "audit": "audit",
     "diff": "diff",
     "fleet": "fleet",
+    "explain": "explain",
 }
 
 

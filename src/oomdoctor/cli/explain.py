@@ -1,0 +1,83 @@
+"""Explain every OOM-like event in logs: ranked root causes, evidence, and the fix for this case.
+
+Reads files or `-` (standard input) in constant memory; `--bundle PATH` adds the environment facts
+of an `oomdoctor bundle`. Exit 1 when an OOM-like event was explained, 0 when the logs have none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from oomdoctor.analysis.explain import Explanation, explain_scan
+from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color
+from oomdoctor.collectors.logs import check_readable, iter_blocks
+from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.render import explain as render
+
+NAME = "explain"
+HELP = "explain OOM-like events in logs (files or -) and rank their root causes"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logs", nargs="*", metavar="LOG",
+                        help="log files; '-' reads standard input; with --bundle and no LOG, the bundle's logs/")
+    parser.add_argument("--bundle", metavar="PATH", help="an `oomdoctor bundle` (directory or .tar.gz) for environment evidence")
+    add_output_options(parser)
+
+
+def _load_bundle(path: str):  # -> FactSet
+    try:
+        machine = importlib.import_module("oomdoctor.collectors.machine")
+    except ImportError as exc:
+        raise UsageError(f"--bundle {path}: bundle reading is not available in this build ({exc})") from exc
+    return machine.collect_bundle(path)
+
+
+def _redact(ex: Explanation) -> None:
+    """Echoed log text may hold tokens: pass it through oomdoctor.redact when it is present."""
+    try:
+        redact_text = importlib.import_module("oomdoctor.redact").redact_text
+    except (ImportError, AttributeError):
+        return
+    for e in ex.events:
+        e.text = redact_text(e.text)
+    for h in ex.hypotheses:  # evidence may quote the log (e.g. what the user wrote about memory)
+        h.evidence = [redact_text(x) for x in h.evidence]
+
+
+def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None) -> None:
+    for i, path in enumerate(paths):
+        scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
+        for buf, start, end in iter_blocks(path):
+            scanner.feed(buf, start, end)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.logs and not args.bundle:
+        raise UsageError("give at least one LOG (or - for standard input), or --bundle PATH with logs/ in it")
+    if args.logs.count("-") > 1:
+        raise UsageError("'-' (standard input) can be given once")
+    for path in args.logs:
+        check_readable(path)
+    facts = _load_bundle(args.bundle) if args.bundle else None
+    scanner = LogScanner()
+    if args.logs:
+        _scan(scanner, args.logs)
+    else:  # the logs the user added to the bundle (CONTRACTS §5 logs/*)
+        from oomdoctor.collectors.bundle_read import open_bundle
+
+        with open_bundle(args.bundle) as root:
+            files = sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
+            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files])
+    ex = explain_scan(scanner.finish(), facts)
+    _redact(ex)
+    if args.format == "json":
+        out = render.to_json(ex)
+    elif args.format == "html":
+        out = render.to_html(ex)
+    else:
+        out = render.to_text(ex, color=wants_color(args), width=terminal_width())
+    emit(out, args)
+    return EXIT_FINDINGS if ex.explained else EXIT_OK

@@ -1,0 +1,307 @@
+"""Stream a log (blocks of bytes) into OOM-like events, memory readings and environment hints.
+
+Bounded memory whatever the input: lines are capped (by the reader) and here at `MAX_LINE`, an event
+keeps at most `MAX_EVENT_TEXT` characters, repeated events are counted not stored, readings are
+decimated past `MAX_READINGS` per series, and look-back context is the tail of the last block.
+
+Speed: the per-byte work (candidate lines, line counts) is in oom_prefilter, in C; only candidate
+lines reach the detailed patterns here. Pure: bytes in, data out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor.parsers import oom_patterns as P
+from oomdoctor.parsers.oom_prefilter import (  # noqa: F401 - re-exported for benches and tests
+    _PREFILTERS,
+    _count_newlines,
+    _Prefilter,
+    _prefilter,
+    prefilter_engine,
+)
+
+MAX_LINE = 64 * 1024
+MAX_EVENT_TEXT = 8 * 1024
+MAX_EVENTS = 500
+MAX_READINGS = 4096
+MAX_SERIES = 16
+FULL_READING_BYTES = 2 << 20  # readings are parsed everywhere in the first 2 MiB ...
+SAMPLE_READING_BYTES = 16 << 10  # ... then in the first 16 KiB of later blocks:
+SAMPLE_EVERY_BYTES = 8 << 20  # one sample per 8 MiB up to DENSE_SAMPLING_BYTES, then one per 64 MiB
+DENSE_SAMPLING_BYTES = 64 << 20
+LOOKBACK = 6 * 1024
+
+# Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
+_CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
+_MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
+            "ALLOC_CONF", "Tried to allocate")
+_NOT_CONTINUATION = ("Traceback", "File \"", "During handling", "The above exception", "[rank")
+
+
+
+@dataclass
+class OomEvent:
+    kind: str
+    line: int
+    text: str
+    numbers: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    count: int = 1
+
+
+@dataclass
+class LogScan:
+    """Everything the classifier needs from one or more logs."""
+
+    events: list[OomEvent]
+    readings: dict[str, list[tuple[float, int]]]  # label -> [(step or line, bytes)]
+    env: dict[str, list[str]]
+    lines: int = 0
+    bytes: int = 0
+    dropped_events: int = 0
+
+
+def _decode(b: bytes) -> str:
+    return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+
+
+class LogScanner:
+    """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str, str], OomEvent] = {}
+        self._readings: dict[str, list[tuple[float, int]]] = {}
+        self._stride: dict[str, int] = {}
+        self._skip: dict[str, int] = {}
+        self._env: dict[str, list[str]] = {}
+        self._line = 0  # lines consumed before the current block
+        self._bytes = 0
+        self._tail = b""  # end of the previous block, for look-back context
+        self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
+        self._dropped = 0
+        self._skip_to = 0
+        self._start = self._end = 0
+        self._src_bytes = 0
+        self._next_sample = 0
+        self.source = ""
+
+    # -- input ----------------------------------------------------------------------------------
+    def start_source(self, name: str) -> None:
+        """The following blocks come from another file: line numbers restart, context is cut."""
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        self.source, self._line, self._tail, self._src_bytes, self._next_sample = name, 0, b"", 0, 0
+
+    def feed(self, block: bytes, start: int = 0, end: int | None = None) -> None:
+        """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer)."""
+        end = len(block) if end is None else end
+        if end <= start:
+            return
+        self._start, self._end = start, end
+        self._skip_to = start
+        if self._pending is not None:
+            self._skip_to = self._continue(block, start)
+        if self._src_bytes < FULL_READING_BYTES:
+            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - self._src_bytes)])
+        elif self._src_bytes >= self._next_sample:
+            self._scan_readings(block[start:min(end, start + SAMPLE_READING_BYTES)])
+            step = SAMPLE_EVERY_BYTES if self._src_bytes < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
+            self._next_sample = self._src_bytes + step
+        lineno, pos = self._line, start
+        last_line_start = -1
+        for hit in _prefilter(self._src_bytes < P.ENV_BYTES).ends(block, start, end):
+            ls = max(block.rfind(b"\n", start, max(hit - 1, start)) + 1, start)
+            if ls == last_line_start or ls < self._skip_to:
+                continue
+            last_line_start = ls
+            lineno += _count_newlines(block, pos, ls)
+            pos = ls
+            le = block.find(b"\n", ls, end)
+            le = end if le < 0 else le
+            self._line_hit(block, ls, le, lineno + 1)
+        self._line += _count_newlines(block, start, end)
+        if block[end - 1:end] != b"\n":
+            self._line += 1
+        self._bytes += end - start
+        self._src_bytes += end - start
+        self._tail = block[max(start, end - LOOKBACK):end]
+
+    def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
+        buf: list[str] = []
+        size = 0
+        for line in lines:
+            line = line if line.endswith("\n") else line + "\n"
+            buf.append(line)
+            size += len(line)
+            if size >= chunk:
+                self.feed("".join(buf).encode("utf-8", errors="replace"))
+                buf, size = [], 0
+        if buf:
+            self.feed("".join(buf).encode("utf-8", errors="replace"))
+
+    # -- per line -------------------------------------------------------------------------------
+    def _line_hit(self, block: bytes, ls: int, le: int, lineno: int) -> None:
+        text = _decode(block[ls:le])
+        self._env_scan(text)
+        kind = P.classify_line(text)
+        if kind is None:
+            return
+        ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
+        before = self._lookback(block, ls)
+        ev.details.update(_context(before, text))
+        if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
+            for line in before.splitlines()[-40:]:
+                self._env_scan(line)
+        if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
+            self._pending = (ev, 8)
+            self._skip_to = self._continue(block, le + 1)
+        else:
+            self._finish_event(ev)
+
+    def _env_scan(self, text: str) -> None:
+        for name, pat in P.ENV_PATTERNS.items():
+            m = pat.search(text)
+            if m:
+                vals = self._env.setdefault(name, [])
+                groups = [g for g in m.groups() if g] if m.groups() else []
+                if name.startswith("smi_"):
+                    v = " ".join(groups)  # "pid MiB" / "used free"
+                else:
+                    v = (groups[0] if groups else m.group(0))[:120]
+                if v not in vals and len(vals) < 8:
+                    vals.append(v)
+
+    def _continue(self, block: bytes, pos: int) -> int:
+        """Append continuation lines of the pending event from `pos`; returns where it stopped."""
+        assert self._pending is not None
+        ev, left = self._pending
+        while left > 0 and pos < self._end:
+            le = block.find(b"\n", pos, self._end)
+            le = self._end if le < 0 else le
+            line = _decode(block[pos:le]).strip()
+            kind = P.classify_line(line)
+            body = line.startswith("Tried to allocate") and "Tried to allocate" not in ev.text  # 1.x wraps here
+            if not line or line.startswith(_NOT_CONTINUATION) or (kind not in (None, "generic_oom") and not body):
+                left = 0
+                break
+            self._env_scan(line)
+            ev.text = (ev.text + " " + line)[:MAX_EVENT_TEXT]
+            left -= 1
+            pos = le + 1
+            if any(m in line for m in _MSG_END[:4]):
+                left = 0
+        if left > 0 and pos >= self._end:
+            self._pending = (ev, left)  # the message goes on in the next block
+            return pos
+        self._pending = None
+        self._finish_event(ev)
+        return pos
+
+    def _lookback(self, block: bytes, ls: int) -> str:
+        lo = max(self._start, ls - LOOKBACK)
+        chunk = block[lo:ls]
+        if lo == self._start and len(chunk) < LOOKBACK:
+            chunk = self._tail[-(LOOKBACK - len(chunk)):] + chunk if self._tail else chunk
+        return chunk.decode("utf-8", errors="replace")
+
+    def _finish_event(self, ev: OomEvent) -> None:
+        ev.numbers, det = P.extract(ev.kind, ev.text)
+        ev.details.update(det)
+        key = (ev.kind, _norm(ev.text), ev.source)
+        old = self._events.get(key)
+        if old is not None:
+            old.count += 1
+        elif len(self._events) < MAX_EVENTS:
+            self._events[key] = ev
+        else:
+            self._dropped += 1
+
+    # -- readings -------------------------------------------------------------------------------
+    def _scan_readings(self, window: bytes) -> None:
+        """Memory figures printed per step. Two stages: a literal anchor, then the full pattern on that line."""
+        text = window.decode("utf-8", errors="replace")
+        base, pos, last = self._line, 0, -1
+        for m in P.READING_ANCHOR.finditer(text):
+            ls = text.rfind("\n", 0, m.start()) + 1
+            if ls == last:
+                continue
+            last = ls
+            le = text.find("\n", m.end())
+            line = text[ls:le if le >= 0 else len(text)]
+            r = P.parse_reading(line)
+            if r is None or P.classify_line(line) is not None:
+                continue  # an OOM message is not a reading
+            base += text.count("\n", pos, ls)
+            pos = ls
+            label, value, step = r
+            if self.source:
+                label = f"{self.source}:{label}"
+            self._add_reading(label, float(step) if step is not None else float(base + 1), value)
+
+    def _add_reading(self, label: str, x: float, value: int) -> None:
+        series = self._readings.get(label)
+        if series is None:
+            if len(self._readings) >= MAX_SERIES:
+                return
+            series = self._readings[label] = []
+            self._stride[label], self._skip[label] = 1, 0
+        self._skip[label] += 1
+        if self._skip[label] < self._stride[label]:
+            return
+        self._skip[label] = 0
+        series.append((x, value))
+        if len(series) > MAX_READINGS:  # keep every other reading: the trend survives, memory does not grow
+            del series[1::2]
+            self._stride[label] *= 2
+
+    def finish(self) -> LogScan:
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
+        return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
+                       bytes=self._bytes, dropped_events=self._dropped)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _norm(text: str) -> str:
+    """Repeats of one error (per rank, per retry) differ only in pids/timestamps/prefixes."""
+    i = text.find("Error")
+    core = text[i:] if i >= 0 else text
+    return _DIGITS.sub("#", core[:400])
+
+
+_CALL_SITES = (
+    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "cuCtxCreate")),
+    ("pinned host memory (pin_memory)", ("pin_memory",)),
+    ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
+    ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),
+    ("moving the model or a tensor to the GPU (.to() / .cuda())", ("in convert", "in _apply", "in to\n", ".to(", ".cuda(", "in cuda\n")),
+)
+
+
+def _context(before: str, text: str) -> dict[str, Any]:
+    """Where the error was raised (from the traceback just above it)."""
+    out: dict[str, Any] = {}
+    recent = before[-3000:]
+    if "DataLoader worker process" in recent or "_worker_loop" in recent or "DataLoader worker" in text:
+        out["in_dataloader_worker"] = True
+    frames = ""
+    if "Traceback" in recent:
+        frames = recent[recent.rfind("Traceback"):] + "\n"
+    frames += text  # the message itself may name the call (cuDevicePrimaryCtxRetain, cublasCreate)
+    for site, needles in _CALL_SITES:
+        if any(n in frames for n in needles):
+            out["call_site"] = site
+            break
+    return out

@@ -1,0 +1,107 @@
+"""The per-byte work of `explain`: find candidate lines and count lines, in C.
+
+A 1 GB log must be explained within a few times `grep -c` (bench/explain_stream.py), so nothing here
+runs Python per line: Hyperscan (extra `fast`) finds every literal in one pass, else one `bytes.find`
+pass per literal; numpy (if present) counts newlines in large blocks, else `bytes.count`. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+
+from oomdoctor.parsers import oom_patterns as P
+
+_PREFILTER_EXTRA = (rb"(?i:code|status)\W{0,8}137\b",)  # "Exit Code:    137" (kubectl describe)
+
+
+class _Prefilter:
+    """Offsets of candidate matches in a block: Hyperscan if present, else one C `find` pass per literal."""
+
+    def __init__(self, use_hyperscan: bool = True, literals: tuple[bytes, ...] = P.PREFILTER_LITERALS) -> None:
+        self._literals = literals
+        self._extra = re.compile(b"|".join(_PREFILTER_EXTRA))
+        self._hs = None
+        if not use_hyperscan:
+            return
+        try:  # optional accelerator (pip install 'oomdoctor[fast]')
+            import hyperscan  # type: ignore[import-not-found]
+
+            pats = [re.escape(x) for x in literals] + list(_PREFILTER_EXTRA)
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=[re.sub(rb"\(\?i:([^)]*)\)", rb"(?:\1)", p) for p in pats],
+                       ids=list(range(len(pats))), elements=len(pats),
+                       flags=[hyperscan.HS_FLAG_CASELESS if b"(?i" in p else 0 for p in pats])
+            self._hs = db
+        except Exception:  # noqa: BLE001 - no wheel for this platform, or an old library: fall back
+            self._hs = None
+
+    @property
+    def engine(self) -> str:
+        return "hyperscan" if self._hs is not None else "find"
+
+    def ends(self, block: bytes, start: int = 0, end: int | None = None) -> list[int]:
+        end = len(block) if end is None else end
+        out: list[int] = []
+        if self._hs is not None:
+            self._hs.scan(memoryview(block)[start:end],
+                          match_event_handler=lambda _i, _f, to, _fl, _c: out.append(to + start))
+            out.sort()
+            return out
+        # bytes.find is a C two-way/memchr search (GB/s); a regex alternation of these literals in
+        # Python's re is ~100x slower (bench/explain_stream.py --fallback).
+        find = block.find
+        for lit in self._literals:
+            n = len(lit)
+            pos = find(lit, start, end)
+            while pos >= 0:
+                out.append(pos + n)
+                pos = find(lit, pos + n, end)
+        pos = find(b"137", start, end)  # exit code/status 137: check the words just before
+        while pos >= 0:
+            ls = block.rfind(b"\n", start, pos) + 1
+            if self._extra.search(block, max(start, ls, pos - 24), min(end, pos + 4)):
+                out.append(pos + 3)
+            pos = find(b"137", pos + 3, end)
+        out.sort()
+        return out
+
+
+_PREFILTERS: dict[bool, _Prefilter] = {}
+
+
+def prefilter_engine() -> str:
+    return _prefilter().engine
+
+
+def _prefilter(with_env: bool = True) -> _Prefilter:
+    """The pre-filter for event lines, plus environment-hint lines when `with_env`."""
+    pf = _PREFILTERS.get(with_env)
+    if pf is None:
+        pf = _PREFILTERS[with_env] = _Prefilter(
+            literals=P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+    return pf
+
+
+_NUMPY: list = []  # [numpy module or None, reusable bool buffer], filled on the first large block
+
+
+def _count_newlines(buf: bytes, start: int, end: int) -> int:
+    """Newlines in buf[start:end]. numpy's vectorised compare (into a reused buffer) is 3-5x faster
+    than bytes.count on large blocks (bench/explain_stream.py); imported only for large logs, optional."""
+    n = end - start
+    if n >= 1 << 22:
+        if not _NUMPY:
+            try:
+                import numpy
+
+                _NUMPY.extend([numpy, numpy.empty(0, dtype=bool)])
+            except ImportError:
+                _NUMPY.extend([None, None])
+        np, out = _NUMPY
+        if np is not None:
+            if out.size < n:
+                out = _NUMPY[1] = np.empty(n, dtype=bool)
+            view = out[:n]
+            np.equal(np.frombuffer(buf, np.uint8, count=n, offset=start), 10, out=view)
+            return int(np.count_nonzero(view))
+    return buf.count(b"\n", start, end)

@@ -1,0 +1,81 @@
+"""Render an Explanation as text (rich), JSON (CONTRACTS §4) or self-contained HTML. Formatting only."""
+
+from __future__ import annotations
+
+import io
+
+from oomdoctor.analysis.explain import Explanation
+from oomdoctor.render.envelope import dumps
+from oomdoctor.units import format_bytes
+
+# rich and jinja2 are imported by the renderer that needs them: `--format json` on a 1 GB log should
+# not pay ~70 ms of imports it never uses.
+
+_NUMBER_LABELS = (
+    ("requested_bytes", "requested (alloc size)"), ("total_bytes", "GPU total"), ("free_bytes", "free"),
+    ("allowed_bytes", "allowed (fraction cap)"), ("process_bytes", "this process"),
+    ("allocated_bytes", "allocated by PyTorch"), ("reserved_bytes", "reserved by PyTorch"),
+    ("reserved_unallocated_bytes", "reserved but unallocated"), ("private_pool_bytes", "in private pools"),
+)
+_MAX_EVENTS_SHOWN = 20
+
+
+def number_rows(numbers: dict[str, int]) -> list[tuple[str, str]]:
+    return [(label, format_bytes(numbers[k])) for k, label in _NUMBER_LABELS if k in numbers]
+
+
+def to_json(ex: Explanation) -> str:
+    return dumps(ex.to_json())
+
+
+def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
+    from rich.console import Console
+    from rich.markup import escape
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system="standard" if color else None, highlight=False,
+                  force_terminal=color, soft_wrap=not color)
+    if not ex.events:
+        con.print("No OOM-like event found.")
+        return buf.getvalue()
+    top = ex.hypotheses[0]
+    p = ex.primary
+    where = f"{p.source + ':' if p and p.source else 'line '}{p.line}" if p else ""
+    con.print(f"[bold]Answer:[/bold] [bold red]{top.category}[/bold red] "
+              f"(confidence {top.confidence:.2f}) for the event at {escape(where)}")
+    if p is not None:
+        con.print(f"  [dim]{escape(p.text[:300])}[/dim]")
+        rows = number_rows(p.numbers)
+        if rows:
+            con.print("  " + "; ".join(f"{k}: [bold]{v}[/bold]" for k, v in rows))
+    for i, h in enumerate(ex.hypotheses):
+        con.print()
+        con.print(f"[bold]{i + 1}. {h.category}[/bold]  confidence {h.confidence:.2f}")
+        for e in h.evidence[:4]:
+            con.print(f"   - {escape(e)}")
+        for f in h.fixes[:2]:
+            con.print(f"   [green]fix:[/green] {escape(f)}")
+    con.print()
+    con.print(f"[bold]Events[/bold] ({len(ex.events)}):")
+    for i, e in enumerate(ex.events[:_MAX_EVENTS_SHOWN]):
+        src = f"{e.source}:" if e.source else "line "
+        times = f" x{e.count}" if e.count > 1 else ""
+        cat = ex.event_categories.get(i, "")
+        con.print(f"  {escape(src)}{e.line}{times}  {e.kind} -> {cat}  [dim]{escape(e.text[:120])}[/dim]")
+    if len(ex.events) > _MAX_EVENTS_SHOWN:
+        con.print(f"  ... {len(ex.events) - _MAX_EVENTS_SHOWN} more (see --format json)")
+    if ex.facts_used:
+        con.print(f"Bundle facts used: {', '.join(ex.facts_used)}")
+    return buf.getvalue()
+
+
+def to_html(ex: Explanation) -> str:
+    from oomdoctor.render.html import render_page
+
+    events = []
+    for i, e in enumerate(ex.events):
+        events.append({"where": f"{e.source + ':' if e.source else ''}{e.line}", "kind": e.kind, "count": e.count,
+                       "category": ex.event_categories.get(i, ""), "text": e.text[:2000],
+                       "numbers": number_rows(e.numbers), "primary": e is ex.primary})
+    return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ex.hypotheses],
+                       events=events, facts_used=ex.facts_used)

@@ -1,0 +1,205 @@
+"""GIVEN any input WHEN `oomdoctor explain` reads it THEN one clear outcome: a report, or exit 2 with one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.analysis.explain import explain_text
+from oomdoctor.cli import main
+from oomdoctor.collectors.logs import MAX_LINE, _spans
+from oomdoctor.parsers.oom_events import LogScanner
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of "
+       "44.35 GiB of which 1.27 GiB is free. Including non-PyTorch memory, this process has 43.07 GiB memory in "
+       "use. Of the allocated memory 30.02 GiB is allocated by PyTorch, and 12.46 GiB is reserved by PyTorch but "
+       "unallocated.\n")
+
+
+def _write(tmp_path, name, data: bytes):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+def test_exit_1_with_oom_and_0_without(tmp_path, capsys):
+    assert main(["explain", _write(tmp_path, "a.log", OOM.encode())]) == 1
+    assert "fragmentation" in capsys.readouterr().out
+    assert main(["explain", _write(tmp_path, "b.log", b"all good\n")]) == 0
+    assert "No OOM-like event" in capsys.readouterr().out
+
+
+def test_json_envelope_and_contract(tmp_path, capsys):
+    assert main(["explain", "--format", "json", _write(tmp_path, "a.log", OOM.encode())]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema_version"] == 1 and "tool_version" in d
+    assert d["hypotheses"][0]["category"] == "fragmentation"
+    assert d["events"][0]["numbers"]["requested_bytes"] == round(1.95 * 1024**3)
+
+
+def test_html_is_self_contained(tmp_path):
+    out = tmp_path / "r.html"
+    assert main(["explain", "--format", "html", "-o", str(out), _write(tmp_path, "a.log", OOM.encode())]) == 1
+    html = out.read_text()
+    assert html.startswith("<!doctype html>") and "fragmentation" in html
+    assert "<script src" not in html and "<link" not in html
+
+
+def test_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(OOM.encode())))
+    assert main(["explain", "-"]) == 1
+    assert "<stdin>" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "unreadable"])
+def test_bad_input_exit_2_one_line(tmp_path, capsys, kind):
+    if kind == "missing":
+        path = str(tmp_path / "nope.log")
+    elif kind == "directory":
+        path = str(tmp_path)
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root can read any file")
+        path = _write(tmp_path, "secret.log", b"x")
+        os.chmod(path, 0)
+    assert main(["explain", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert path in err and "\n" not in err and "Traceback" not in err
+
+
+def test_missing_file_fails_before_any_output(tmp_path, capsys):
+    good = _write(tmp_path, "a.log", OOM.encode())
+    assert main(["explain", good, str(tmp_path / "missing.log")]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_bundle_unavailable_is_one_line(tmp_path, capsys):
+    rc = main(["explain", "--bundle", str(tmp_path / "b.tar.gz"), _write(tmp_path, "a.log", OOM.encode())])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("data", [
+    b"",                                                   # empty file
+    os.urandom(200_000),                                   # binary
+    b"\xff\xfe\xfa CUDA out of memory. \xc3\x28 Tried to allocate 2.00 MiB\n",  # invalid UTF-8 around an OOM
+    b"\x00" * 10_000 + b"\n" + OOM.encode(),               # NULs then an OOM
+])
+def test_hostile_bytes_never_traceback(tmp_path, capsys, data):
+    rc = main(["explain", "--format", "json", _write(tmp_path, "x.log", data)])
+    assert rc in (0, 1)
+    json.loads(capsys.readouterr().out)
+
+
+def test_100mb_single_line_constant_memory(tmp_path, capsys):
+    path = tmp_path / "one.log"
+    with open(path, "wb") as f:
+        f.write(b"CUDA out of memory. " + b"x" * (100 * 1024 * 1024) + b"\n" + OOM.encode())
+    assert main(["explain", "--format", "json", str(path)]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert all(len(e["text"]) <= 64 * 1024 for e in d["events"])
+    assert any(e["kind"] == "torch_oom" and e["line"] == 2 for e in d["events"])
+
+
+# --- fuzzing (hypothesis) ---------------------------------------------------------------------------
+
+_WORDS = st.sampled_from([
+    "CUDA out of memory.", "Tried to allocate", "2.00 MiB", "GiB", "(GPU 0;", "total capacity", "free;",
+    "reserved in total by PyTorch)", "Process 12 has", "memory in use.", "allowed;", "\n", "[HAMI-core ERROR (pid:1)]:",
+    "Device 0 OOM 5 / 3", "Killed", "exit code 137", "NVRM: Xid (PCI:0000:01:00): 31,", "step 3 mem 1.2 GiB",
+    "CUBLAS_STATUS_", "RESOURCE_EXHAUSTED: Out of memory", "\x00", "\udcff", "é", " ",
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(_WORDS, st.text(max_size=40)), max_size=60))
+def test_fuzz_explain_text_never_raises(parts):
+    ex = explain_text("".join(parts).splitlines())
+    for h in ex.hypotheses:
+        assert 0 <= h.confidence <= 1
+    json.dumps(ex.to_json(), default=str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=20))
+def test_fuzz_scanner_bytes_never_raises(blocks):
+    s = LogScanner()
+    for b in blocks:
+        s.feed(b)
+    s.finish()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.integers(min_value=1, max_value=700))
+def test_fuzz_spans_preserve_short_lines(data, block):
+    data = data.replace(b"\r", b"")
+    out = b"".join(buf[s:e] for buf, s, e in _spans(io.BytesIO(data), block))
+    if all(len(line) <= MAX_LINE for line in data.split(b"\n")):
+        assert out == data
+
+
+def test_prefilter_engines_agree_on_lines():
+    from oomdoctor.parsers.oom_events import _Prefilter
+
+    data = (OOM + "step 1 ok\nexit code 137\nExit Code:    137\nbatch 137 done\n" * 3 + "NVRM: Xid (PCI:0): 31\n"
+            "[HAMI-core ERROR (pid:1)]: Device 0 OOM 1 / 2\nOOMKilled\n").encode() * 5
+
+    def lines(pf):
+        return {data.rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in pf.ends(data)}
+
+    slow = _Prefilter(use_hyperscan=False)
+    fast = _Prefilter()
+    assert slow.engine == "find"
+    assert lines(slow) == lines(fast)
+    assert not any(data[ls:].startswith(b"batch 137") for ls in lines(slow))
+
+
+BUNDLES = os.path.join(os.path.dirname(__file__), "fixtures", "bundles")
+
+
+@pytest.mark.parametrize("bundle,expected,fact", [
+    ("seed_a100_k8s", "context_or_driver", "sharing.vcuda"),
+    ("other_processes", "other_process", "sharing.processes"),
+    ("hami_slice", "gpu_sharing_limit", "sharing.hami"),
+    ("docker_shm_64m", "shm_exhausted", "shm.size_bytes"),
+    ("cgroup_oom_137", "host_oom", "cgroup.oom_kill"),     # the SIGKILLed job's own log has no error at all
+    ("mig_slice", "gpu_sharing_limit", "sharing.mig"),      # the MIG instance's process is the job itself
+    ("old_driver_new_torch", "context_or_driver", None),
+])
+def test_bundle_scenarios_read_the_bundles_logs(bundle, expected, fact, capsys):
+    path = os.path.join(BUNDLES, bundle)
+    if not os.path.isdir(path):
+        pytest.skip("scenario bundles not present")
+    assert main(["explain", "--bundle", path, "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["hypotheses"][0]["category"] == expected
+    if fact:
+        assert fact in d["facts_used"]
+
+
+def test_echoed_log_text_is_redacted(tmp_path, capsys):
+    secret = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7"
+    log = f"export HF_TOKEN={secret}\n{OOM.strip()} while loading https://user:{secret}@example.com/x\n"
+    assert main(["explain", "--format", "json", _write(tmp_path, "s.log", log.encode())]) == 1
+    assert secret not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("block", [7, 64, 4096, 1 << 20])
+def test_block_size_does_not_change_events(tmp_path, block):
+    """Lines cut across reads are joined: events and line numbers do not depend on the block size."""
+    from oomdoctor.collectors.logs import iter_blocks
+
+    text = ("noise line\n" * 37 + OOM + "step 3 mem 1.5 GiB\n" * 11 + "NVRM: Xid (PCI:0000:01:00): 31, pid=1\n") * 3
+    path = _write(tmp_path, "m.log", text.encode())
+    s = LogScanner()
+    for buf, a, b in iter_blocks(path, block):
+        s.feed(buf, a, b)
+    r = s.finish()
+    assert [(e.kind, e.line, e.count) for e in r.events] == [("torch_oom", 38, 3), ("xid", 50, 3)]
+    assert r.lines == text.count("\n")
