@@ -6,6 +6,7 @@ out=${1:-/tmp/doctor-live}; mkdir -p "$out"
 export PYTHONPATH=$PWD/src
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; uname -r;
   python3 -c 'import torch,sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])'; } > "$out/machine.txt" 2>&1
+rm -f /tmp/hog.ready  # a warm machine keeps /tmp: a stale marker would start the probe before the hog has allocated
 t0=$(date +%s%N)
 python3 -m oomdoctor doctor --format json -o "$out/idle-noprobe.json"; echo "idle no-probe exit $?" >> "$out/exit.txt"
 t1=$(date +%s%N)
