@@ -71,17 +71,22 @@ def gather(ctx: CollectContext, *, probe: bool = False, probe_attempts: int = 5,
     entries: list[Entry] = []
     problems: list[str] = []
     collectors = [*COLLECTORS, lambda c: collect_framework(c, import_torch=import_torch)]
-    for collector in collectors:
-        try:
-            entries += collector(ctx)
-        except Exception as exc:  # noqa: BLE001 - a collector bug must not cost the report
-            problems.append(f"{getattr(collector, '__name__', 'collector')}: {type(exc).__name__}: {exc}")
+    # Probes first, then a fresh GPU reading: when contexts fail, the NVML picture that explains it
+    # must be from that moment, not from before (a neighbour may have grabbed the GPU meanwhile;
+    # seen on the H100, docs/validation/doctor.md).
     probe_doc = None
     try:
         probe_entries, probe_doc = collect_probe_facts(ctx, probe, probe_attempts)
         entries += probe_entries
     except Exception as exc:  # noqa: BLE001
         problems.append(f"probe: {type(exc).__name__}: {exc}")
+    if probe and not ctx.bundle:
+        ctx._gpu_snapshot = None  # noqa: SLF001 - drop the pre-probe NVML reading
+    for collector in collectors:
+        try:
+            entries += collector(ctx)
+        except Exception as exc:  # noqa: BLE001 - a collector bug must not cost the report
+            problems.append(f"{getattr(collector, '__name__', 'collector')}: {type(exc).__name__}: {exc}")
     procs = next((e for e in entries if e.key == "sharing.processes"), None)
     if procs is not None and procs.available:
         entries.append(Fact("workload.gpu_processes_self", self_gpu_usage(procs.value), procs.source))
