@@ -136,3 +136,37 @@ def test_multiprocessing_helpers_are_not_recorded(tmp_path):
     assert rec.returncode == 0 and rec.stdout == b"12\n"
     time.sleep(0.1)
     assert len(list((tmp_path / "run").glob("timeline-*.jsonl"))) == 1
+
+
+def test_prometheus_endpoint_while_the_job_runs(tmp_path):
+    import socket
+    import urllib.request
+
+    prom = pytest.importorskip("prometheus_client.parser")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "job.py"
+    script.write_text("import sys, time, oomdoctor\nfor i in range(3):\n    oomdoctor.step()\n"
+                      "print('stepped', flush=True)\nsys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                             "--every-ms", "50", "--prometheus", str(port), "--", sys.executable, str(script)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env())
+    try:
+        assert proc.stdout.readline() == b"stepped\n"
+        body = ""
+        for _ in range(100):
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            if 'oomdoctor_step{rank="pid' in body and "} 3.0" in body:
+                break
+            time.sleep(0.1)
+        samples = {s.name: s for fam in prom.text_string_to_metric_families(body) for s in fam.samples}
+        assert samples["oomdoctor_step"].value == 3
+        assert samples["oomdoctor_process_rss_bytes"].value > 0
+    finally:
+        proc.communicate(b"\n", timeout=60)
+    assert proc.returncode == 0

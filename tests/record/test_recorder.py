@@ -134,3 +134,25 @@ def test_bounded_writer_decimates(tmp_path):
     lines = _records(tmp_path / "run")
     assert len(lines) < 1000  # 2000 steps, kept 1 in 2, then 1 in 4, ...
     assert any(r["kind"] == "note" and "decimating" in r["note"] for r in lines)
+
+
+def test_observer_calls_then_fatal_exception(tmp_path):
+    """Survived OOMs (cuDNN retries) are cheap records; the fatal one gets the full dump and is reported."""
+    from oomdoctor.analysis import timeline
+    from oomdoctor.collectors import rundir
+
+    err = RuntimeError("CUDA out of memory. Tried to allocate 2.30 GiB.")
+    with pytest.raises(RuntimeError):
+        with oomdoctor.watch(tmp_path / "run", every_ms=1000) as rec:
+            rec._observer(0, 7 << 30, 80 << 30, 4 << 30)  # a convolution workspace attempt, survived
+            rec._observer(0, 7 << 30, 80 << 30, 4 << 30)
+            rec._observer(0, 2466250752, 80 << 30, 2 << 30)  # the one that ends the run
+            raise err
+    dumps = sorted((tmp_path / "run").glob("oom-*.json"))
+    assert [json.loads(p.read_text())["source"] for p in dumps] == ["observer", "exception"]
+    recs = _records(tmp_path / "run")
+    assert sum(r["kind"] == "oom" for r in recs) == 3
+    doc = timeline.analyse(rundir.load(tmp_path / "run"))
+    fatal = doc["ooms"][-1]
+    assert fatal["fatal"] and fatal["requested"] == 2466250752 and fatal["oom_events"] == 3
+    assert "2.30 GiB" in fatal["message"]

@@ -171,7 +171,10 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         if dev:
             out_series["gpu_devices_used"] = dev
     evidence = sorted(run.evidence, key=lambda e: e.get("t", 0))
+    # the observer fires for every failed attempt, also those the job survives (cuDNN retrying with a
+    # smaller workspace); the fatal OOM is the one whose exception reached the recorder, if any
     ooms = [e for e in evidence if e.get("kind") == "oom"]
+    ooms.sort(key=lambda e: (bool(e.get("fatal")), e.get("t", 0)))
     finals = [e for e in evidence if e.get("kind") == "final"]
     verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
     return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
@@ -187,6 +190,7 @@ def _oom_view(e: dict[str, Any], t0: float) -> dict[str, Any]:
     snap = e.get("snapshot") or {}
     return {"file": e.get("file"), "label": e.get("label"), "rank": e.get("rank"), "t": (e.get("t") or t0) - t0,
             "step": e.get("step"), "source": e.get("source"), "requested": e.get("requested"),
+            "fatal": bool(e.get("fatal")), "oom_events": e.get("oom_events"),
             "device": e.get("device"), "device_limit": e.get("device_limit"),
             "device_free": e.get("device_free_at_oom", e.get("device_free")), "device_total": e.get("device_total"),
             "message": e.get("message"), "stats": e.get("stats") or {}, "segments": snap.get("segments") or {},

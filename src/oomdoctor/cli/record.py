@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", metavar="RUN_DIR", default=None,
                         help="where to write the recording (default: ./oomdoctor-run-<time>)")
     parser.add_argument("--every-ms", type=int, default=500, metavar="N",
-                        help="sampling period in milliseconds when no step markers are seen (default: 500)")
+                        help="period of the background sampler in milliseconds; step markers add a record per step (default: 500)")
     parser.add_argument("--history", type=int, default=None, metavar="N",
                         help="allocation events kept with stacks for the OOM post-mortem (0: off; default: 20000)")
     parser.add_argument("--prometheus", type=int, default=None, metavar="PORT",

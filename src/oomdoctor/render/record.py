@@ -118,12 +118,16 @@ def render_text(doc: dict[str, Any]) -> str:
             state = "LEAK" if leak["leak"] else "no steady growth"
             lines.append(f"  growth across steps: {state} ({format_bytes(leak['slope_bytes'])}/{leak['unit']}, "
                          f"tau {leak['tau']}, {leak['points']} windows)")
-    for o in doc["ooms"] + doc["finals"]:
+    for o in doc["ooms"][-1:] + doc["finals"]:
         what = "OOM" if o in doc["ooms"] else "end of run"
         lines.append("")
         lines.append(f"{what} ({o.get('label')}, step {o.get('step')}): largest live allocations")
-        for b in o["largest_live"][:8]:
+        for b in o["largest_live"][:5]:
             lines.append(f"  {format_bytes(b['size']):>12}  {b['source']}")
+        if o["live_by_source"]:
+            lines.append("  live memory by source line:")
+            for g in o["live_by_source"][:6]:
+                lines.append(f"  {format_bytes(g['bytes']):>12}  {g['blocks']:>5} blocks  {g['source']}")
         tp = o.get("trace_peak")
         if tp and tp.get("live_by_source"):
             lines.append(f"  at the peak of the recorded window ({format_bytes(tp['allocated'])}), by source line:")

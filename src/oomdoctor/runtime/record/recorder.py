@@ -26,7 +26,7 @@ from oomdoctor.runtime.record.writer import JsonlWriter
 DEFAULT_EVERY_MS = 500
 # Allocation events kept in torch's history ring (0 = off). See docs/benchmarks.md for the overhead.
 DEFAULT_HISTORY = 20_000
-MAX_OOM_DUMPS = 3
+MAX_OOM_DUMPS = 4  # the first observer call + up to 3 fatal exceptions (one per watch/excepthook)
 
 
 def _guard(fn: Any) -> Any:
@@ -63,6 +63,8 @@ class Recorder:
         self._cuda_attached = False
         self._history_on = False
         self._oom_dumps = 0
+        self._oom_events = 0
+        self._last_oom: dict[str, Any] | None = None
         self._errors = 0
         self._lock = threading.Lock()
         self._prev_hook: Any = None
@@ -104,7 +106,8 @@ class Recorder:
         torch = probes.cuda_ready()
         if final_snapshot and torch is not None and self._oom_dumps == 0:
             ev = oom.collect(torch, None, top=self.top, tail=self.trace_tail, history_on=self._history_on)
-            ev.update({"kind": "final", "t": time.time(), "pid": self.pid, "rank": self.rank, "label": self.label})
+            ev.update({"kind": "final", "t": time.time(), "pid": self.pid, "rank": self.rank, "label": self.label,
+                       "step": self.steps})
             oom.write_evidence(self.run_dir, recording.final_name(self.label), ev)
         self._history(torch, enable=False)
         self.active = False
@@ -214,24 +217,30 @@ class Recorder:
             self._note_error("oom_observer", exc)
 
     @_guard
-    def _on_oom(self, info: dict[str, Any], message: str | None = None) -> None:
+    def _on_oom(self, info: dict[str, Any]) -> None:
+        """From the allocator's observer. It fires for every failed attempt, including those the job
+        survives (cuDNN retries a convolution with a smaller workspace), so only the first one pays
+        for a full dump; the rest are cheap timeline records. The fatal one is dumped again when the
+        exception reaches us (record_exception), while its frames still hold the live tensors."""
         if not self.active:
             return
-        t = time.time()
-        rec = {"kind": "oom", "t": t, "step": self.steps, **info}
-        if message:
-            rec["message"] = message[:4000]
-        if self._writer is not None:
-            self._writer.write(rec, force=True)
+        self._oom_events += 1
+        self._last_oom = info
+        if self._writer is not None and self._oom_events <= 500:
+            self._writer.write({"kind": "oom", "t": time.time(), "step": self.steps, **info}, force=True)
             self._writer.flush()
+        if self._oom_dumps == 0:
+            self._dump(info, None)
+
+    def _dump(self, info: dict[str, Any], message: str | None) -> None:
         if self._oom_dumps >= MAX_OOM_DUMPS:
             return
         self._oom_dumps += 1
-        torch = probes.cuda_ready()
-        ev: dict[str, Any] = {"kind": "oom", "t": t, "pid": self.pid, "rank": self.rank, "label": self.label,
-                              "step": self.steps, **info}
+        ev: dict[str, Any] = {"kind": "oom", "t": time.time(), "pid": self.pid, "rank": self.rank,
+                              "label": self.label, "step": self.steps, "oom_events": self._oom_events, **info}
         if message:
             ev["message"] = message[:4000]
+        torch = probes.cuda_ready()
         if torch is not None:
             ev.update(oom.collect(torch, info.get("device"), top=self.top, tail=self.trace_tail,
                                   history_on=self._history_on))
@@ -250,8 +259,10 @@ class Recorder:
         self._writer.write({"kind": "exception", "t": time.time(), "step": self.steps,
                             "type": type(exc).__name__, "message": message[:4000]}, force=True)
         self._writer.flush()
-        if oom.is_oom_exception(exc) and self._oom_dumps == 0:
-            self._on_oom({"source": "exception"}, message)
+        if oom.is_oom_exception(exc):
+            # the fatal OOM: the last observer call (if any) says what was requested
+            info = {k: v for k, v in (self._last_oom or {}).items() if k != "source"}
+            self._dump({**info, "source": "exception", "fatal": True}, message)
 
     def _chain_excepthook(self) -> None:
         self._prev_hook = sys.excepthook
