@@ -1,5 +1,6 @@
-"""Step-time overhead of recording, on the GPU: none vs `_record_memory_history` alone vs oomdoctor's
-default recording (sampler + step marker + history ring) vs recording without the history ring.
+"""Step-time overhead of recording, on the GPU: none vs `_record_memory_history` alone (20000 events,
+Python stacks) vs oomdoctor's default recording (sampler + step marker, no history) vs recording with
+the history ring (`--history 20000`).
 
 Conditions are interleaved in rounds inside one process, so drift and clocks affect all alike; each
 step is timed with a synchronize. Prints a table (median step ms, ratio to baseline) and writes JSON.
@@ -20,7 +21,7 @@ import torch
 
 import oomdoctor
 from oomdoctor.runtime import record
-from oomdoctor.runtime.record import DEFAULT_HISTORY
+from oomdoctor.runtime.record.recorder import SUGGESTED_HISTORY
 
 
 def resnet50():
@@ -62,11 +63,11 @@ class Condition:
         d = tempfile.mkdtemp(prefix="oomdoctor-bench-")
         if self.name == "history_only":
             torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
-                                                     max_entries=DEFAULT_HISTORY)
+                                                     max_entries=SUGGESTED_HISTORY)
         elif self.name == "record_default":
             self.rec = record.start(d)
-        elif self.name == "record_no_history":
-            self.rec = record.start(d, history=0)
+        elif self.name == "record_history":
+            self.rec = record.start(d, history=SUGGESTED_HISTORY)
         return self
 
     def __exit__(self, *exc):
@@ -77,7 +78,7 @@ class Condition:
             record._current = None
 
 
-CONDITIONS = ("baseline", "history_only", "record_default", "record_no_history")
+CONDITIONS = ("baseline", "history_only", "record_default", "record_history")
 
 
 def bench(name, step, rounds, steps, warm=3):
@@ -122,7 +123,7 @@ def main(argv=None):
     for r in rows:
         print(f"{r['model']:<10} {r['condition']:<18} {r['median_ms']:>15.2f} {r['ratio']:>7.3f} {r['steps']:>6}")
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
-           "python": sys.version.split()[0], "history_entries": DEFAULT_HISTORY}
+           "python": sys.version.split()[0], "history_entries": SUGGESTED_HISTORY}
     print(json.dumps(env))
     if args.json:
         with open(args.json, "w") as f:

@@ -12,9 +12,10 @@ W=$(mktemp -d)
 } > "$W/versions.txt" 2>&1
 cat "$W/versions.txt"
 for name in ${RUNS:-leak fragment oom}; do
-  echo "== oomdoctor record --dir run-$name -- python3 validation/record_$name.py"
+  eval "flags=\${FLAGS_$name:-}"
+  echo "== oomdoctor record --dir run-$name $flags -- python3 validation/record_$name.py"
   s=$(date +%s%N)
-  python3 -m oomdoctor record --dir "$W/run-$name" -- python3 "validation/record_$name.py" > "$W/run-$name.stdout" 2> "$W/run-$name.stderr"
+  python3 -m oomdoctor record --dir "$W/run-$name" $flags -- python3 "validation/record_$name.py" > "$W/run-$name.stdout" 2> "$W/run-$name.stderr"
   echo "exit=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))"
   tail -n 3 "$W/run-$name.stdout"; tail -n 2 "$W/run-$name.stderr"
   python3 -m oomdoctor report "$W/run-$name" --format html -o "$OUT/record-$name.html"

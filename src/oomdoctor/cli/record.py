@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--every-ms", type=int, default=500, metavar="N",
                         help="period of the background sampler in milliseconds; step markers add a record per step (default: 500)")
     parser.add_argument("--history", type=int, default=None, metavar="N",
-                        help="allocation events kept with stacks for the OOM post-mortem (0: off; default: 20000)")
+                        help="keep the last N allocation events with Python stacks, so the report names source lines "
+                             "(costs about 2-3%% of step time; suggested 20000; default: 0, off)")
     parser.add_argument("--prometheus", type=int, default=None, metavar="PORT",
                         help="serve allocator metrics for Prometheus on this port while the job runs")
     parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
