@@ -152,6 +152,10 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
         label, leak = max(leaks.items(), key=lambda kv: kv[1]["slope_bytes"])
         ev = [f"{label}: allocated memory at step boundaries grew {format_bytes(leak['growth_bytes'])} "
               f"({format_bytes(leak['slope_bytes'])}/{leak['unit']}, Kendall tau {leak['tau']})"]
+        total = next((p.get("device_total") for p in processes if p["label"] == label), None)
+        if total and leak["slope_bytes"] > 0 and leak["unit"] == "step":
+            left = (total - leak["last"]) / leak["slope_bytes"]
+            ev.append(f"at this rate the GPU ({format_bytes(total)}) is full in about {max(0, int(left))} more steps")
         return {"oom": False, "category": "leak_in_code", "severity": "warning", "source": "timeline",
                 "summary": f"memory grows steadily across steps: {format_bytes(leak['slope_bytes'])}/{leak['unit']}",
                 "evidence": ev, "fixes": FIXES["leak_in_code"], "message": None}

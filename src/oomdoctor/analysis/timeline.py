@@ -154,7 +154,8 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         gpu = any(_num(r, "allocated") is not None for r in p.samples)
         leak = detect_leak(p, "allocated") if gpu else None
         host_leak = detect_leak(p, "rss", min_growth=64 * MiB, min_fraction=0.05)
-        proc_out.append({"label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
+        totals = [d.get("total") for r in p.samples for d in (r.get("gpu_devices") or ()) if d.get("total")]
+        proc_out.append({"device_total": max(totals) if totals else None, "label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
                          "argv": p.header.get("argv"), "uses_gpu": gpu, "steps": len(p.steps),
                          "samples": len(p.samples), "bad_lines": p.bad_lines, "peaks": peaks(p),
                          "leak": leak, "host_leak": host_leak, "fragmentation": fragmentation(p),
@@ -186,6 +187,18 @@ def analyse(run: RunFiles) -> dict[str, Any]:
             "env": bool(run.env)}
 
 
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/torch/", "<frozen")
+
+
+def _with_user_stack(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add the frames of the user's own code (outermost library frames dropped) to each block."""
+    out = []
+    for b in blocks:
+        stack = b.get("stack") or []
+        out.append({**b, "user_stack": [f for f in stack if not any(s in f for s in _LIBRARY)]})
+    return out
+
+
 def _oom_view(e: dict[str, Any], t0: float) -> dict[str, Any]:
     snap = e.get("snapshot") or {}
     return {"file": e.get("file"), "label": e.get("label"), "rank": e.get("rank"), "t": (e.get("t") or t0) - t0,
@@ -194,7 +207,7 @@ def _oom_view(e: dict[str, Any], t0: float) -> dict[str, Any]:
             "device": e.get("device"), "device_limit": e.get("device_limit"),
             "device_free": e.get("device_free_at_oom", e.get("device_free")), "device_total": e.get("device_total"),
             "message": e.get("message"), "stats": e.get("stats") or {}, "segments": snap.get("segments") or {},
-            "history": snap.get("history"), "largest_live": snap.get("largest_live") or [],
+            "history": snap.get("history"), "largest_live": _with_user_stack(snap.get("largest_live") or []),
             "live_by_source": snap.get("live_by_source") or [], "trace_peak": snap.get("trace_peak"),
             "trace_tail": (snap.get("trace_tail") or [])[-20:], "outside": e.get("outside") or {},
             "error": e.get("error")}

@@ -33,14 +33,17 @@ def _chart(series: list[tuple[str, list[Any]]], markers: list[tuple[float, str]]
     kept = [(name, _thin(s)) for name, s in series if s]
     if not kept:
         return ""
-    return svg.line_chart(kept, x_label=x_label, y_label=y_label, y_format=_bytes_axis,
-                          x_format=lambda v: f"{v:.0f}", markers=markers)
+    xs = [p[0] for _, s in kept for p in s]
+    span = (max(xs) - min(xs)) if xs else 0
+    digits = 0 if span >= 20 else (1 if span >= 2 else 2)
+    return svg.line_chart(kept, x_label=x_label, y_label="", y_format=_bytes_axis,
+                          x_format=lambda v: f"{v:.{digits}f}", markers=markers)
 
 
 def charts(doc: dict[str, Any]) -> list[dict[str, str]]:
     procs = doc["processes"]
     gpu = [p for p in procs if p["uses_gpu"]]
-    markers = [(o["t"], f"OOM {o.get('label') or ''}") for o in doc["ooms"]]
+    markers = [(o["t"], "OOM") for o in doc["ooms"][-1:]]
     out = []
     one = len(gpu) == 1
     if gpu:

@@ -30,8 +30,11 @@ def user_frame(frames: list[dict[str, Any]] | None) -> str | None:
 
 
 def _short_stack(frames: list[dict[str, Any]] | None, n: int = 6) -> list[str]:
+    """The innermost Python frame, then up to n frames of the user's own code (innermost first)."""
     py = [f for f in frames or () if str(f.get("filename", "")).endswith(".py")]
-    return [f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in py[:n]]
+    fmt = [f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in py]
+    user = [s for f, s in zip(py, fmt) if not any(x in str(f.get("filename", "")) for x in _INTERNAL)][:n]
+    return (fmt[:1] if fmt and fmt[0] not in user else []) + user
 
 
 def live_blocks(snapshot: dict[str, Any], device: int | None = None) -> list[dict[str, Any]]:
