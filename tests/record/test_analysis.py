@@ -134,3 +134,30 @@ def test_malformed_evidence_is_noted_not_fatal(tmp_path):
     doc = timeline.analyse(rundir.load(run))
     assert len(doc["problems"]) == 2
     json.dumps(doc)
+
+
+def test_explain_is_used_for_the_oom_message_when_installed(tmp_path, monkeypatch):
+    """With analysis.explain present (another branch), its reading of the message refines true_capacity."""
+    import sys
+    import types
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Hyp:
+        category: str
+        evidence: list = field(default_factory=lambda: ["NVIDIA MPS limit reached"])
+        fixes: list = field(default_factory=lambda: ["raise CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+
+    seen = []
+    fake = types.ModuleType("oomdoctor.analysis.explain")
+    fake.explain_text = lambda lines, facts: (seen.append(list(lines)) or
+                                              types.SimpleNamespace(hypotheses=[Hyp("gpu_sharing_limit")]))
+    monkeypatch.setitem(sys.modules, "oomdoctor.analysis.explain", fake)
+    run = write_run(tmp_path / "run", oom=_oom())
+    with open(run / "timeline-rank0.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "exception", "t": 1_700_000_100.0, "type": "OutOfMemoryError",
+                            "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}) + "\n")
+    v = timeline.analyse(rundir.load(run))["verdict"]
+    assert v["category"] == "gpu_sharing_limit" and v["source"] == "explain"
+    assert "NVIDIA MPS limit reached" in v["evidence"]
+    assert seen and "CUDA out of memory" in seen[0][0]

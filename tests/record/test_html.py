@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -88,3 +89,13 @@ def test_cli_report_writes_html(tmp_path):
                          capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such run directory" in bad.stderr
+
+
+def test_report_runs_doctor_checks_on_env_json_and_survives_junk(tmp_path):
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
+    run = write_run(tmp_path / "run")
+    (run / "env.json").write_text('{"schema_version": 1, "facts": {"not.a.key": {"value": 1}, "x": 3}}')
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "report", str(run), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["environment_findings"] == []

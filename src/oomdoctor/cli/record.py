@@ -70,4 +70,4 @@ def _collect_env(run_dir: str) -> None:
         return
     from oomdoctor.runtime.record import oom
 
-    oom.write_environment(run_dir, machine.collect_live(probe=False))
+    oom.write_environment(run_dir, machine.collect_live(probe=False, import_torch=False))

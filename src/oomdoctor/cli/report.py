@@ -23,8 +23,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
+def _environment_findings(env: dict | None) -> list[dict]:
+    """`oomdoctor doctor`'s checks over the facts saved in env.json, warnings and worse only."""
+    if not env or not isinstance(env.get("facts"), dict):
+        return []
+    from oomdoctor.checks.engine import diagnose
+    from oomdoctor.facts import FactSet
+
+    report = diagnose(FactSet.from_json(env["facts"]), {"source": "env.json"}).to_json()
+    return [f for f in report.get("findings", []) if f.get("severity") in ("warning", "error", "critical")]
+
+
 def run(args: argparse.Namespace) -> int:
-    doc = timeline.analyse(rundir.load(args.run_dir))
+    files = rundir.load(args.run_dir)
+    doc = timeline.analyse(files)
+    try:
+        doc["environment_findings"] = _environment_findings(files.env)
+    except Exception as exc:  # a newer/older env.json must not stop the report
+        doc["environment_findings"] = []
+        doc["problems"].append(f"env.json: environment checks failed ({type(exc).__name__}: {exc})")
     if args.format == "html":
         out = render.render_html(doc)
     elif args.format == "json":

@@ -136,6 +136,8 @@ def render_text(doc: dict[str, Any]) -> str:
             lines.append(f"  at the peak of the recorded window ({format_bytes(tp['allocated'])}), by source line:")
             for g in tp["live_by_source"][:8]:
                 lines.append(f"  {format_bytes(g['bytes']):>12}  {g['blocks']:>5} blocks  {g['source']}")
+    for f in doc.get("environment_findings", []):
+        lines.append(f"environment: [{f.get('severity')}] {f.get('id')} {f.get('title')}")
     for prob in doc["problems"]:
         lines.append(f"note: {prob}")
     return "\n".join(lines) + "\n"

@@ -83,7 +83,7 @@ def environment(run_dir: str) -> None:
         machine = importlib.import_module("oomdoctor.collectors.machine")
     except Exception:
         return
-    write_environment(run_dir, machine.collect_live(probe=False))
+    write_environment(run_dir, machine.collect_live(probe=False, import_torch=False))
 
 
 def write_environment(run_dir: str, facts: Any) -> None:
