@@ -156,3 +156,13 @@ def test_observer_calls_then_fatal_exception(tmp_path):
     fatal = doc["ooms"][-1]
     assert fatal["fatal"] and fatal["requested"] == 2466250752 and fatal["oom_events"] == 3
     assert "2.30 GiB" in fatal["message"]
+
+
+def test_sampler_thread_picks_the_busy_device_not_its_own_current_one():
+    from types import SimpleNamespace
+
+    stats = {0: {}, 1: {"reserved_bytes.all.current": 5 << 30, "allocated_bytes.all.current": 4 << 30}, 2: {}}
+    cuda = SimpleNamespace(device_count=lambda: 3, memory_stats=lambda i: stats[i], current_device=lambda: 0)
+    fake = SimpleNamespace(cuda=cuda)
+    assert probes.busiest_device(fake) == 1
+    assert probes.allocator(fake, 1) == {"allocated": 4 << 30, "reserved": 5 << 30, "device": 1}

@@ -27,6 +27,21 @@ def cuda_ready() -> Any:
     return None
 
 
+def busiest_device(torch: Any) -> int | None:
+    """The device whose caching allocator holds the most memory. A sampler thread cannot use
+    current_device() (it is per thread: 0 there, whatever the training thread chose). Reading stats
+    of an unused device creates no context."""
+    try:
+        best, best_reserved = None, -1
+        for i in range(torch.cuda.device_count()):
+            r = torch.cuda.memory_stats(i).get("reserved_bytes.all.current", 0)
+            if r > best_reserved:
+                best, best_reserved = i, r
+        return best
+    except Exception:
+        return None
+
+
 def allocator(torch: Any, device: int | None = None) -> dict[str, int] | None:
     """The caching allocator's counters for one device (the current one by default)."""
     try:

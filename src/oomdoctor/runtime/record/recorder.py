@@ -67,6 +67,7 @@ class Recorder:
         self._history_on = False
         self._oom_dumps = 0
         self._oom_events = 0
+        self._device: int | None = None
         self._last_oom: dict[str, Any] | None = None
         self._errors = 0
         self._lock = threading.Lock()
@@ -112,7 +113,8 @@ class Recorder:
         self._tick()
         torch = probes.cuda_ready()
         if final_snapshot and torch is not None and self._oom_dumps == 0:
-            ev = oom.collect(torch, None, top=self.top, tail=self.trace_tail, history_on=self._history_on)
+            device = self._device if self._device is not None else probes.busiest_device(torch)
+            ev = oom.collect(torch, device, top=self.top, tail=self.trace_tail, history_on=self._history_on)
             ev.update({"kind": "final", "t": time.time(), "pid": self.pid, "rank": self.rank, "label": self.label,
                        "step": self.steps})
             oom.write_evidence(self.run_dir, recording.final_name(self.label), ev)
@@ -137,7 +139,9 @@ class Recorder:
         if torch is not None:
             if not self._cuda_attached:
                 self._attach(torch)
-            alloc = probes.allocator(torch)
+            alloc = probes.allocator(torch)  # the training thread's current device
+            if alloc:
+                self._device = alloc["device"]
             if alloc:
                 rec.update(alloc)
         rec["rss"] = probes.host_rss()
@@ -160,7 +164,8 @@ class Recorder:
         if torch is not None:
             if not self._cuda_attached:
                 self._attach(torch)
-            alloc = probes.allocator(torch)
+            device = self._device if self._device is not None else probes.busiest_device(torch)
+            alloc = probes.allocator(torch, device) if device is not None else None
             if alloc:
                 rec.update(alloc)
         rec["rss"] = probes.host_rss()
