@@ -166,3 +166,13 @@ def test_sampler_thread_picks_the_busy_device_not_its_own_current_one():
     fake = SimpleNamespace(cuda=cuda)
     assert probes.busiest_device(fake) == 1
     assert probes.allocator(fake, 1) == {"allocated": 4 << 30, "reserved": 5 << 30, "device": 1}
+
+
+@pytest.mark.parametrize("value", ["²", "-1", "x", "", " 7 "])
+def test_odd_rank_values_never_break_start(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("RANK", value)
+    rec = Recorder(str(tmp_path / "run"), sampler=False).start()
+    assert rec is not None and rec.active
+    rec.stop()
+    expected = "timeline-rank7.jsonl" if value.strip() == "7" else f"timeline-pid{rec.pid}.jsonl"
+    assert (tmp_path / "run" / expected).exists()

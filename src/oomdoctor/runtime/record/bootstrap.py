@@ -74,7 +74,8 @@ def start_from_env() -> None:
     options = {}
     for key, env in (("every_ms", ENV_EVERY_MS), ("history", ENV_HISTORY)):
         value = os.environ.get(env, "")
-        if value.strip().isdigit():
+        value = value.strip()
+        if value.isascii() and value.isdigit():  # "²".isdigit() is True, int("²") fails
             options[key] = int(value)
     record.start(run_dir, **options)
 

@@ -300,7 +300,7 @@ class Recorder:
 
 def _env_rank() -> int | None:
     for key in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        v = os.environ.get(key)
-        if v is not None and v.strip().isdigit():
+        v = os.environ.get(key, "").strip()
+        if v.isascii() and v.isdigit():  # "²".isdigit() is True, int("²") fails
             return int(v)
     return None
