@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from oomdoctor.analysis import postmortem
+from oomdoctor.analysis import evidence, postmortem
 from oomdoctor.analysis.robust import kendall_tau, theil_sen, window_minima
 from oomdoctor.facts.recording import RunFiles
 
@@ -34,10 +34,9 @@ class Process:
     @property
     def rank(self) -> int | None:
         for e in reversed(self.events):
-            if e.get("kind") == "rank" and isinstance(e.get("rank"), int):
+            if e.get("kind") == "rank" and evidence.integer(e.get("rank")) is not None:
                 return e["rank"]
-        r = self.header.get("rank")
-        return r if isinstance(r, int) else None
+        return evidence.integer(self.header.get("rank"))
 
     @property
     def name(self) -> str:
@@ -55,11 +54,32 @@ def parse_jsonl(text: str) -> tuple[list[dict[str, Any]], int]:
         except ValueError:
             bad += 1  # a line cut by a kill is expected at the end of a dead process's file
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("t"), (int, float)):
+        if isinstance(rec, dict) and _is_num(rec.get("t")):
             records.append(rec)
         else:
             bad += 1
     return records, bad
+
+
+def _clean(rec: dict[str, Any]) -> dict[str, Any]:
+    """Keep only well-typed fields of a sample/step record (a file may come from anywhere)."""
+    out: dict[str, Any] = {}
+    for k, v in rec.items():
+        if k == "kind" or (k == "label" and isinstance(v, str)):
+            out[k] = v
+        elif k == "gpu_devices":
+            if isinstance(v, list):
+                devs = [{dk: dv for dk, dv in d.items() if _is_num(dv)} for d in v if isinstance(d, dict)]
+                out[k] = devs
+        elif _is_num(v):
+            out[k] = v
+    if not isinstance(out.get("step"), int):
+        out.pop("step", None)
+    return out
+
+
+def _is_num(v: Any) -> bool:
+    return evidence.num(v) is not None
 
 
 def load_process(label: str, text: str) -> Process:
@@ -68,13 +88,18 @@ def load_process(label: str, text: str) -> Process:
     for rec in records:
         kind = rec.get("kind")
         if kind == "header":
-            p.header = rec
+            p.header = {k: v for k, v in rec.items() if k in ("pid", "rank", "label", "argv", "t")}
+            if evidence.integer(p.header.get("pid")) is None:
+                p.header.pop("pid", None)
+            if not isinstance(p.header.get("argv"), list):
+                p.header.pop("argv", None)
         elif kind in ("sample", "step"):
+            rec = _clean(rec)
             p.samples.append(rec)
             if kind == "step":
                 p.steps.append(rec)
         else:
-            p.events.append(rec)
+            p.events.append(evidence.event(rec))
     p.samples.sort(key=lambda r: r["t"])
     return p
 
@@ -171,12 +196,12 @@ def analyse(run: RunFiles) -> dict[str, Any]:
                for r in outside.samples if r.get("gpu_devices")]
         if dev:
             out_series["gpu_devices_used"] = dev
-    evidence = sorted(run.evidence, key=lambda e: e.get("t", 0))
+    files = sorted((c for e in run.evidence if (c := evidence.oom_file(e)) is not None), key=lambda e: e["t"])
     # the observer fires for every failed attempt, also those the job survives (cuDNN retrying with a
     # smaller workspace); the fatal OOM is the one whose exception reached the recorder, if any
-    ooms = [e for e in evidence if e.get("kind") == "oom"]
-    ooms.sort(key=lambda e: (bool(e.get("fatal")), e.get("t", 0)))
-    finals = [e for e in evidence if e.get("kind") == "final"]
+    ooms = [e for e in files if e["kind"] == "oom"]
+    ooms.sort(key=lambda e: (e["fatal"], e["t"]))
+    finals = [e for e in files if e["kind"] == "final"]
     verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
     return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
             "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],
@@ -200,8 +225,8 @@ def _with_user_stack(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _oom_view(e: dict[str, Any], t0: float) -> dict[str, Any]:
-    snap = e.get("snapshot") or {}
-    return {"file": e.get("file"), "label": e.get("label"), "rank": e.get("rank"), "t": (e.get("t") or t0) - t0,
+    snap = e["snapshot"]
+    return {"file": e.get("file"), "label": e.get("label"), "rank": e.get("rank"), "t": (e["t"] or t0) - t0,
             "step": e.get("step"), "source": e.get("source"), "requested": e.get("requested"),
             "fatal": bool(e.get("fatal")), "oom_events": e.get("oom_events"),
             "device": e.get("device"), "device_limit": e.get("device_limit"),
