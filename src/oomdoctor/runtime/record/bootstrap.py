@@ -53,7 +53,8 @@ _oomdoctor_start()
 
 # processes started by multiprocessing / launchers' helpers: not the job, do not record them
 _HELPER_MARKERS = (b"--multiprocessing-fork", b"multiprocessing.resource_tracker", b"multiprocessing.forkserver",
-                   b"multiprocessing.semaphore_tracker")
+                   b"multiprocessing.semaphore_tracker", b"torch._inductor.compile_worker",
+                   b"torch/_inductor/compile_worker")
 
 
 def _is_helper_process() -> bool:
