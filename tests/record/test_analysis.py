@@ -136,8 +136,9 @@ def test_malformed_evidence_is_noted_not_fatal(tmp_path):
     json.dumps(doc)
 
 
-def test_explain_is_used_for_the_oom_message_when_installed(tmp_path, monkeypatch):
-    """With analysis.explain present (another branch), its reading of the message refines true_capacity."""
+def test_explain_decides_without_allocator_state_and_is_quoted_otherwise(tmp_path, monkeypatch):
+    """explain reads the OOM message: it decides when no allocator state was recorded; with state, the
+    recorded numbers decide and a different reading is quoted as a second opinion."""
     import sys
     import types
     from dataclasses import dataclass, field
@@ -153,11 +154,17 @@ def test_explain_is_used_for_the_oom_message_when_installed(tmp_path, monkeypatc
     fake.explain_text = lambda lines, facts: (seen.append(list(lines)) or
                                               types.SimpleNamespace(hypotheses=[Hyp("gpu_sharing_limit")]))
     monkeypatch.setitem(sys.modules, "oomdoctor.analysis.explain", fake)
-    run = write_run(tmp_path / "run", oom=_oom())
-    with open(run / "timeline-rank0.jsonl", "a") as f:
-        f.write(json.dumps({"kind": "exception", "t": 1_700_000_100.0, "type": "OutOfMemoryError",
-                            "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}) + "\n")
-    v = timeline.analyse(rundir.load(run))["verdict"]
-    assert v["category"] == "gpu_sharing_limit" and v["source"] == "explain"
-    assert "NVIDIA MPS limit reached" in v["evidence"]
+    exc = {"kind": "exception", "t": 1_700_000_100.0, "type": "OutOfMemoryError",
+           "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}
+    for name, oom in (("stateless", {"source": "exception"}), ("stats", _oom())):
+        run = write_run(tmp_path / name, oom=oom)
+        with open(run / "timeline-rank0.jsonl", "a") as f:
+            f.write(json.dumps(exc) + "\n")
+        v = timeline.analyse(rundir.load(run))["verdict"]
+        if name == "stateless":
+            assert v["category"] == "gpu_sharing_limit" and v["source"] == "explain"
+            assert "NVIDIA MPS limit reached" in v["evidence"]
+        else:
+            assert v["category"] == "true_capacity" and v["source"] == "recorded allocator state"
+            assert any("second opinion" in e and "gpu_sharing_limit" in e for e in v["evidence"])
     assert seen and "CUDA out of memory" in seen[0][0]

@@ -1,8 +1,9 @@
 """The verdict of a recorded run, in CONTRACTS section 2's categories, with the fix.
 
-With an OOM: `explain` reads the OOM message if that module is present; the recorded numbers decide
-otherwise (and always add evidence): another process on the device, free bytes stranded in the
-cache (fragmentation), steady growth across steps (leak), else the job needs more than it may use.
+With an OOM the recorded numbers decide: another process on the device, free bytes stranded in the
+cache (fragmentation: the cache's free bytes could have held the request), steady growth across steps
+(leak), else the job needs more than it may use. `explain` (reading the OOM message) decides when no
+allocator state was recorded, and is quoted as a second opinion when it disagrees.
 Without an OOM: a flagged leak or heavy fragmentation is a warning; a SIGKILL is a host OOM suspect.
 """
 
@@ -132,10 +133,15 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
         source = "recorded allocator state"
         fixes = FIXES.get(category, [])
         if messages:
+            # the recorded allocator state (segments, inactive split, NVML, the trend) is more direct
+            # evidence than the message's numbers; explain decides only when no state was recorded
             ex = _explain(messages[-1])
-            if ex is not None and category in ("true_capacity", "unknown"):
+            if ex is not None and category == "unknown":
                 category, fixes, source = ex["category"], ex["fixes"] or FIXES.get(ex["category"], []), "explain"
                 evidence = evidence + ex["evidence"]
+            elif ex is not None and ex["category"] != category:
+                first = f": {ex['evidence'][0]}" if ex["evidence"] else ""
+                evidence = evidence + [f"second opinion from the OOM message alone (explain): {ex['category']}{first}"]
         where = f" in {oom.get('label')}" if oom.get("label") else ""
         step = f" at step {oom['step']}" if oom.get("step") else ""
         return {"oom": True, "category": category, "severity": "error", "source": source,
