@@ -6,4 +6,12 @@ lazily, only when called.
 
 from oomdoctor._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "watch", "step"]
+
+
+def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the recorder (or torch) eagerly
+    if name in ("watch", "step"):
+        from oomdoctor.runtime import record
+
+        return getattr(record, name)
+    raise AttributeError(f"module 'oomdoctor' has no attribute {name!r}")

@@ -22,6 +22,8 @@ _COMMAND_MODULES: dict[str, str] = {
     "diff": "diff",
     "fleet": "fleet",
     "explain": "explain",
+    "record": "record",
+    "report": "report",
 }
 
 

@@ -1,0 +1,178 @@
+"""The verdict of a recorded run, in CONTRACTS section 2's categories, with the fix.
+
+With an OOM the recorded numbers decide: another process on the device, free bytes stranded in the
+cache (fragmentation: the cache's free bytes could have held the request), steady growth across steps
+(leak), else the job needs more than it may use. `explain` (reading the OOM message) decides when no
+allocator state was recorded, and is quoted as a second opinion when it disagrees.
+Without an OOM: a flagged leak or heavy fragmentation is a warning; a SIGKILL is a host OOM suspect.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from oomdoctor.units import format_bytes
+
+GiB = 1 << 30
+
+FIXES = {
+    "leak_in_code": [
+        "Find what keeps tensors alive across steps: `losses.append(loss)` keeps each step's graph; "
+        "store `loss.item()` or `loss.detach()` instead.",
+        "Run evaluation under `torch.no_grad()` / `torch.inference_mode()`; clear caches/lists you fill per step.",
+        "The source lines holding the most live memory are listed under 'Largest live allocations'.",
+    ],
+    "fragmentation": [
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1) so free space can be reused.",
+        "Or limit splitting of big blocks: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 (tune the value).",
+        "Keep shapes steady (pad or bucket variable sequence lengths); avoid torch.cuda.empty_cache() in the loop.",
+    ],
+    "true_capacity": [
+        "Reduce the per-step memory: smaller batch (with gradient accumulation), shorter sequences, "
+        "mixed precision (bf16), activation checkpointing.",
+        "Shard or offload: FSDP / ZeRO for parameters, gradients and optimizer state; an 8-bit optimizer.",
+        "`oomdoctor estimate WORKLOAD.py --max-batch --memory-limit SIZE` predicts the batch that fits.",
+    ],
+    "other_process": [
+        "Another process holds memory on this GPU: find it with nvidia-smi / `oomdoctor doctor` and stop it, "
+        "or pick a free device with CUDA_VISIBLE_DEVICES.",
+        "In containers and Kubernetes, make sure one job gets the whole GPU (no stray notebook, no extra rank).",
+    ],
+    "host_oom": [
+        "Host or cgroup RAM ran out (the kernel or Kubernetes killed the job with SIGKILL): raise the memory "
+        "limit, use fewer DataLoader workers, avoid loading the whole dataset in RAM, check pinned memory.",
+    ],
+}
+
+
+def _explain(message: str) -> dict[str, Any] | None:
+    """Ask analysis.explain (another branch) about the OOM text, if it is installed."""
+    try:
+        mod = importlib.import_module("oomdoctor.analysis.explain")
+        result = mod.explain_text(message.splitlines(), None)
+        hyps = list(getattr(result, "hypotheses", None) or [])
+    except Exception:
+        return None
+    if not hyps:
+        return None
+    h = hyps[0]
+    cat = getattr(h, "category", None)
+    cat = getattr(cat, "value", cat)
+    if not cat or cat == "unknown":
+        return None
+    return {"category": str(cat), "evidence": [str(e) for e in getattr(h, "evidence", ()) or ()],
+            "fixes": [str(f) for f in getattr(h, "fixes", ()) or ()]}
+
+
+def _messages(processes: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for p in processes:
+        for e in p.get("events", ()):
+            msg = e.get("message")
+            if msg and "out of memory" in msg.lower():
+                out.append(msg)
+    return out
+
+
+def _nvml_other(oom: dict[str, Any]) -> tuple[int, int] | None:
+    """(bytes used by other processes on the OOM's device, device total), from NVML at the OOM."""
+    nv = (oom.get("outside") or {}).get("nvml") or {}
+    devs = nv.get("devices") or []
+    if not devs:
+        return None
+    mine = nv.get("gpu_proc_used") or 0
+    d = max(devs, key=lambda d: d.get("proc_used", 0))
+    others = d.get("others_used")
+    if others is None or (others == 0 and mine == 0):
+        others = max(0, d.get("used", 0) - mine)
+    return int(others), int(d.get("total", 0))
+
+
+def classify_oom(oom: dict[str, Any], leak: dict[str, Any] | None) -> tuple[str, list[str]]:
+    stats = oom.get("stats") or {}
+    allocated = stats.get("allocated_bytes.all.current")
+    reserved = stats.get("reserved_bytes.all.current")
+    requested = oom.get("requested")
+    limit = oom.get("device_limit") or oom.get("device_total")
+    ev = []
+    if requested:
+        ev.append(f"tried to allocate {format_bytes(requested)}")
+    if allocated is not None and reserved is not None:
+        ev.append(f"allocated {format_bytes(allocated)}, reserved {format_bytes(reserved)} "
+                  f"(free inside the cache {format_bytes(reserved - allocated)})")
+    if limit:
+        ev.append(f"allowed maximum {format_bytes(limit)}")
+    other = _nvml_other(oom)
+    if other is not None:
+        others, total = other
+        ev.append(f"NVML: other processes use {format_bytes(others)} of {format_bytes(total)} on the device")
+        if others >= max(GiB, 0.25 * total):
+            return "other_process", ev
+    if allocated is not None and reserved is not None and requested:
+        free_cache = reserved - allocated
+        if free_cache >= requested and free_cache >= 0.2 * reserved:
+            ev.append("the cache held more free bytes than requested, but not in one block")
+            return "fragmentation", ev
+    if leak and leak.get("leak"):
+        ev.append(f"allocated memory grew {format_bytes(leak['slope_bytes'])}/{leak['unit']} before the OOM")
+        return "leak_in_code", ev
+    if allocated is None and not requested:
+        return "unknown", ev
+    return "true_capacity", ev
+
+
+def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: dict[str, Any],
+            outside: dict[str, Any]) -> dict[str, Any]:
+    leaks = {p["label"]: p["leak"] for p in processes if p.get("leak") and p["leak"].get("leak")}
+    host_leaks = [p for p in processes if p.get("host_leak") and p["host_leak"].get("leak")]
+    messages = _messages(processes)
+    if ooms or messages:
+        oom = ooms[-1] if ooms else {}
+        category, evidence = classify_oom(oom, leaks.get(oom.get("label"))) if ooms else ("unknown", [])
+        source = "recorded allocator state"
+        fixes = FIXES.get(category, [])
+        if messages:
+            # the recorded allocator state (segments, inactive split, NVML, the trend) is more direct
+            # evidence than the message's numbers; explain decides only when no state was recorded
+            ex = _explain(messages[-1])
+            if ex is not None and category == "unknown":
+                category, fixes, source = ex["category"], ex["fixes"] or FIXES.get(ex["category"], []), "explain"
+                evidence = evidence + ex["evidence"]
+            elif ex is not None and ex["category"] != category:
+                first = f": {ex['evidence'][0]}" if ex["evidence"] else ""
+                evidence = evidence + [f"second opinion from the OOM message alone (explain): {ex['category']}{first}"]
+        where = f" in {oom.get('label')}" if oom.get("label") else ""
+        step = f" at step {oom['step']}" if oom.get("step") else ""
+        return {"oom": True, "category": category, "severity": "error", "source": source,
+                "summary": f"CUDA out of memory{where}{step}: {category.replace('_', ' ')}",
+                "evidence": evidence, "fixes": fixes, "message": messages[-1] if messages else None}
+    rc, sig = meta.get("returncode"), meta.get("signal")
+    if sig == "SIGKILL" or rc == 137:
+        ev = ["the job was killed with SIGKILL (exit 137) and no CUDA OOM was recorded"]
+        ev += [f"{p['name']}: host RSS grew {format_bytes(p['host_leak']['growth_bytes'])}" for p in host_leaks]
+        return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
+                "summary": "killed by SIGKILL: host or cgroup memory exhausted (likely)", "evidence": ev,
+                "fixes": FIXES["host_oom"], "message": None}
+    if leaks:
+        label, leak = max(leaks.items(), key=lambda kv: kv[1]["slope_bytes"])
+        ev = [f"{label}: allocated memory at step boundaries grew {format_bytes(leak['growth_bytes'])} "
+              f"({format_bytes(leak['slope_bytes'])}/{leak['unit']}, Kendall tau {leak['tau']})"]
+        total = next((p.get("device_total") for p in processes if p["label"] == label), None)
+        if total and leak["slope_bytes"] > 0 and leak["unit"] == "step":
+            left = (total - leak["last"]) / leak["slope_bytes"]
+            ev.append(f"at this rate the GPU ({format_bytes(total)}) is full in about {max(0, int(left))} more steps")
+        return {"oom": False, "category": "leak_in_code", "severity": "warning", "source": "timeline",
+                "summary": f"memory grows steadily across steps: {format_bytes(leak['slope_bytes'])}/{leak['unit']}",
+                "evidence": ev, "fixes": FIXES["leak_in_code"], "message": None}
+    for p in processes:
+        fr = p.get("fragmentation") or {}
+        top = fr.get("at_peak_reserved") or {}
+        if top and top["free_in_cache"] >= max(GiB, 0.3 * top["reserved"]) and fr.get("alloc_retries", 0) > 0:
+            return {"oom": False, "category": "fragmentation", "severity": "warning", "source": "timeline",
+                    "summary": f"{p['name']}: {format_bytes(top['free_in_cache'])} reserved but unused, "
+                               f"{fr['alloc_retries']} allocation retries",
+                    "evidence": [f"reserved {format_bytes(top['reserved'])}, allocated {format_bytes(top['allocated'])}"],
+                    "fixes": FIXES["fragmentation"], "message": None}
+    return {"oom": False, "category": None, "severity": "ok", "source": "timeline",
+            "summary": "no OOM and no steady growth recorded", "evidence": [], "fixes": [], "message": None}

@@ -1,0 +1,238 @@
+"""A recorded run, analysed: per-process series, leaks across steps, fragmentation, peaks, the OOM.
+
+Pure: it reads RunFiles (collectors.rundir) and returns plain JSON-ready dicts; the verdict is in
+analysis.postmortem. A process is a timeline file (rank<N> or pid<N>); ranks are merged on wall time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from oomdoctor.analysis import evidence, postmortem
+from oomdoctor.analysis.robust import kendall_tau, theil_sen, window_minima
+from oomdoctor.facts.recording import RunFiles
+
+MiB = 1 << 20
+LEAK_MIN_POINTS = 8
+LEAK_TAU = 0.5
+SERIES_FIELDS = ("allocated", "reserved", "active", "inactive_split", "gpu_proc_used", "rss", "cgroup_current",
+                 "shm_used")
+
+
+@dataclass
+class Process:
+    label: str
+    header: dict[str, Any] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # kind sample + step, by time
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # oom, exception, rank, note, end
+    bad_lines: int = 0
+
+    @property
+    def rank(self) -> int | None:
+        for e in reversed(self.events):
+            if e.get("kind") == "rank" and evidence.integer(e.get("rank")) is not None:
+                return e["rank"]
+        return evidence.integer(self.header.get("rank"))
+
+    @property
+    def name(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else self.label
+
+
+def parse_jsonl(text: str) -> tuple[list[dict[str, Any]], int]:
+    records, bad = [], 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1  # a line cut by a kill is expected at the end of a dead process's file
+            continue
+        if isinstance(rec, dict) and _is_num(rec.get("t")):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
+
+
+def _clean(rec: dict[str, Any]) -> dict[str, Any]:
+    """Keep only well-typed fields of a sample/step record (a file may come from anywhere)."""
+    out: dict[str, Any] = {}
+    for k, v in rec.items():
+        if k == "kind" or (k == "label" and isinstance(v, str)):
+            out[k] = v
+        elif k == "gpu_devices":
+            if isinstance(v, list):
+                devs = [{dk: dv for dk, dv in d.items() if _is_num(dv)} for d in v if isinstance(d, dict)]
+                out[k] = devs
+        elif _is_num(v):
+            out[k] = v
+    if not isinstance(out.get("step"), int):
+        out.pop("step", None)
+    return out
+
+
+def _is_num(v: Any) -> bool:
+    return evidence.num(v) is not None
+
+
+def load_process(label: str, text: str) -> Process:
+    records, bad = parse_jsonl(text)
+    p = Process(label=label, bad_lines=bad)
+    for rec in records:
+        kind = rec.get("kind")
+        if kind == "header":
+            p.header = {k: v for k, v in rec.items() if k in ("pid", "rank", "label", "argv", "t")}
+            if evidence.integer(p.header.get("pid")) is None:
+                p.header.pop("pid", None)
+            if not isinstance(p.header.get("argv"), list):
+                p.header.pop("argv", None)
+        elif kind in ("sample", "step"):
+            rec = _clean(rec)
+            p.samples.append(rec)
+            if kind == "step":
+                p.steps.append(rec)
+        else:
+            p.events.append(evidence.event(rec))
+    p.samples.sort(key=lambda r: r["t"])
+    return p
+
+
+def _num(rec: dict[str, Any], key: str) -> float | None:
+    v = rec.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def series(p: Process, key: str, t0: float) -> list[tuple[float, float]]:
+    return [(r["t"] - t0, v) for r in p.samples if (v := _num(r, key)) is not None]
+
+
+def detect_leak(p: Process, key: str = "allocated", *, min_growth: int = 8 * MiB,
+                min_fraction: float = 0.02) -> dict[str, Any] | None:
+    """Steady growth of `key` across steps (or time), from window minima with a robust regression.
+
+    Flags growth only when the trend is monotonic (Kendall's tau >= 0.5), larger than min_growth and
+    min_fraction of the level, and larger than 4x the residual noise. The first two steps (optimizer
+    state appears at the first step) are skipped.
+    """
+    if p.steps:
+        pts = [(float(r["step"]), v) for r in p.steps if (v := _num(r, key)) is not None and r.get("step", 0) > 2]
+        unit = "step"
+    else:
+        pts = [(r["t"], v) for r in p.samples if (v := _num(r, key)) is not None]
+        pts = pts[len(pts) // 10:]
+        unit = "s"
+    if len(pts) < LEAK_MIN_POINTS:
+        return None
+    mins = window_minima(pts, 40)
+    if len(mins) < LEAK_MIN_POINTS:
+        mins = pts
+    xs, ys = [m[0] for m in mins], [m[1] for m in mins]
+    slope, intercept = theil_sen(xs, ys)
+    tau = kendall_tau(xs, ys)
+    span = xs[-1] - xs[0]
+    growth = slope * span
+    noise = median(abs(y - (intercept + slope * x)) for x, y in zip(xs, ys))
+    level = median(ys)
+    flagged = tau >= LEAK_TAU and growth >= max(min_growth, min_fraction * level) and growth > 4 * noise
+    return {"metric": key, "unit": unit, "slope_bytes": slope, "growth_bytes": growth, "tau": round(tau, 3),
+            "noise_bytes": noise, "points": len(mins), "span": span, "leak": bool(flagged),
+            "first": ys[0], "last": ys[-1], "intercept": intercept,
+            "minima": [[x, y] for x, y in mins]}
+
+
+def fragmentation(p: Process) -> dict[str, Any] | None:
+    """Reserved-but-unallocated bytes at the highest reservation, and the worst inactive split."""
+    rows = [r for r in p.samples if _num(r, "reserved") is not None and _num(r, "allocated") is not None]
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: r["reserved"])
+    worst = max(rows, key=lambda r: r.get("inactive_split", 0) or 0)
+    return {"at_peak_reserved": {"reserved": top["reserved"], "allocated": top["allocated"],
+                                 "free_in_cache": top["reserved"] - top["allocated"], "t": top["t"]},
+            "max_inactive_split": worst.get("inactive_split", 0), "alloc_retries": max(
+                (r.get("alloc_retries", 0) or 0) for r in rows)}
+
+
+def peaks(p: Process) -> dict[str, float]:
+    out = {}
+    for key in ("peak_allocated", "peak_reserved", "allocated", "reserved", "gpu_proc_used", "rss"):
+        vals = [v for r in p.samples if (v := _num(r, key)) is not None]
+        if vals:
+            out[key] = max(vals)
+    return out
+
+
+def analyse(run: RunFiles) -> dict[str, Any]:
+    procs = [load_process(label, text) for label, text in sorted(run.timelines.items())]
+    outside = load_process("outside", run.outside) if run.outside else None
+    starts = [p.samples[0]["t"] for p in procs if p.samples] + ([outside.samples[0]["t"]] if outside and outside.samples else [])
+    t0 = (run.meta or {}).get("start") or (min(starts) if starts else 0.0)
+    proc_out = []
+    for p in procs:
+        gpu = any(_num(r, "allocated") is not None for r in p.samples)
+        leak = detect_leak(p, "allocated") if gpu else None
+        host_leak = detect_leak(p, "rss", min_growth=64 * MiB, min_fraction=0.05)
+        totals = [d.get("total") for r in p.samples for d in (r.get("gpu_devices") or ()) if d.get("total")]
+        proc_out.append({"device_total": max(totals) if totals else None, "label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
+                         "argv": p.header.get("argv"), "uses_gpu": gpu, "steps": len(p.steps),
+                         "samples": len(p.samples), "bad_lines": p.bad_lines, "peaks": peaks(p),
+                         "leak": leak, "host_leak": host_leak, "fragmentation": fragmentation(p),
+                         "events": [e for e in p.events if e.get("kind") in ("oom", "exception")][:50],
+                         "series": {k: s for k in SERIES_FIELDS if (s := series(p, k, t0))}})
+    out_series: dict[str, Any] = {}
+    if outside is not None:
+        for key in ("tree_rss", "gpu_proc_used", "cgroup_current", "shm_used"):
+            s = series(outside, key, t0)
+            if s:
+                out_series[key] = s
+        dev = [(r["t"] - t0, float(sum(d.get("used", 0) for d in r.get("gpu_devices") or ())))
+               for r in outside.samples if r.get("gpu_devices")]
+        if dev:
+            out_series["gpu_devices_used"] = dev
+    files = sorted((c for e in run.evidence if (c := evidence.oom_file(e)) is not None), key=lambda e: e["t"])
+    # the observer fires for every failed attempt, also those the job survives (cuDNN retrying with a
+    # smaller workspace); the fatal OOM is the one whose exception reached the recorder, if any
+    ooms = [e for e in files if e["kind"] == "oom"]
+    ooms.sort(key=lambda e: (e["fatal"], e["t"]))
+    finals = [e for e in files if e["kind"] == "final"]
+    verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
+    return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
+            "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],
+            "finals": [_oom_view(e, t0) for e in finals], "verdict": verdict,
+            "problems": list(run.problems) + [f"{p['label']}: {p['bad_lines']} unreadable line(s)"
+                                              for p in proc_out if p["bad_lines"]],
+            "recorder_errors": {k: v.splitlines()[:20] for k, v in run.errors.items()},
+            "env": bool(run.env)}
+
+
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/torch/", "<frozen")
+
+
+def _with_user_stack(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add the frames of the user's own code (outermost library frames dropped) to each block."""
+    out = []
+    for b in blocks:
+        stack = b.get("stack") or []
+        out.append({**b, "user_stack": [f for f in stack if not any(s in f for s in _LIBRARY)]})
+    return out
+
+
+def _oom_view(e: dict[str, Any], t0: float) -> dict[str, Any]:
+    snap = e["snapshot"]
+    return {"file": e.get("file"), "label": e.get("label"), "rank": e.get("rank"), "t": (e["t"] or t0) - t0,
+            "step": e.get("step"), "source": e.get("source"), "requested": e.get("requested"),
+            "fatal": bool(e.get("fatal")), "oom_events": e.get("oom_events"),
+            "device": e.get("device"), "device_limit": e.get("device_limit"),
+            "device_free": e.get("device_free_at_oom", e.get("device_free")), "device_total": e.get("device_total"),
+            "message": e.get("message"), "stats": e.get("stats") or {}, "segments": snap.get("segments") or {},
+            "history": snap.get("history"), "largest_live": _with_user_stack(snap.get("largest_live") or []),
+            "live_by_source": snap.get("live_by_source") or [], "trace_peak": snap.get("trace_peak"),
+            "trace_tail": (snap.get("trace_tail") or [])[-20:], "outside": e.get("outside") or {},
+            "error": e.get("error")}

@@ -1,0 +1,143 @@
+"""Render an analysed recording (analysis.timeline.analyse) as HTML (self-contained), text or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.render import envelope, html, svg
+from oomdoctor.units import format_bytes
+
+MAX_POINTS = 1200
+
+
+def _thin(points: list[Any]) -> list[tuple[float, float]]:
+    """At most MAX_POINTS points; each bucket keeps its min and max so spikes stay visible."""
+    pts = [(float(x), float(y)) for x, y in points]
+    if len(pts) <= MAX_POINTS:
+        return pts
+    size = len(pts) * 2 // MAX_POINTS + 1
+    out = []
+    for k in range(0, len(pts), size):
+        chunk = pts[k:k + size]
+        lo, hi = min(chunk, key=lambda p: p[1]), max(chunk, key=lambda p: p[1])
+        out.extend(sorted({lo, hi}))
+    return out
+
+
+def _bytes_axis(v: float) -> str:
+    return format_bytes(v).replace(".00 ", " ")
+
+
+def _chart(series: list[tuple[str, list[Any]]], markers: list[tuple[float, str]], y_label: str,
+           x_label: str = "seconds since start") -> str:
+    kept = [(name, _thin(s)) for name, s in series if s]
+    if not kept:
+        return ""
+    xs = [p[0] for _, s in kept for p in s]
+    span = (max(xs) - min(xs)) if xs else 0
+    digits = 0 if span >= 20 else (1 if span >= 2 else 2)
+    return svg.line_chart(kept, x_label=x_label, y_label="", y_format=_bytes_axis,
+                          x_format=lambda v: f"{v:.{digits}f}", markers=markers)
+
+
+def charts(doc: dict[str, Any]) -> list[dict[str, str]]:
+    procs = doc["processes"]
+    gpu = [p for p in procs if p["uses_gpu"]]
+    markers = [(o["t"], "OOM") for o in doc["ooms"][-1:]]
+    out = []
+    one = len(gpu) == 1
+    if gpu:
+        s = []
+        for p in gpu:
+            pre = "" if one else p["name"] + " "
+            s += [(pre + "allocated", p["series"].get("allocated", [])), (pre + "reserved", p["series"].get("reserved", []))]
+            if one:
+                s.append(("NVML process", p["series"].get("gpu_proc_used", [])))
+        if one and doc["outside"].get("gpu_devices_used"):
+            s.append(("NVML device(s)", doc["outside"]["gpu_devices_used"]))
+        out.append({"title": "GPU memory: allocator allocated / reserved" + (", NVML" if one else " per rank"),
+                    "svg": _chart(s, markers, "bytes")})
+        if not one:
+            s = [(p["name"] + " NVML", p["series"].get("gpu_proc_used", [])) for p in gpu]
+            if doc["outside"].get("gpu_devices_used"):
+                s.append(("NVML device(s)", doc["outside"]["gpu_devices_used"]))
+            out.append({"title": "GPU memory seen by NVML (context, NCCL and other libraries included)",
+                        "svg": _chart(s, markers, "bytes")})
+        s = []
+        for p in gpu:
+            res, alloc = dict(p["series"].get("reserved", [])), p["series"].get("allocated", [])
+            pre = "" if one else p["name"] + " "
+            s.append((pre + "reserved - allocated", [(t, res[t] - a) for t, a in alloc if t in res]))
+            s.append((pre + "inactive split", p["series"].get("inactive_split", [])))
+        out.append({"title": "Fragmentation: memory reserved by the cache but not in tensors",
+                    "svg": _chart(s, markers, "bytes")})
+    s = [(p["name"] + " RSS", p["series"].get("rss", [])) for p in procs if p["samples"] > 1][:6]
+    for key, name in (("tree_rss", "job tree RSS"), ("cgroup_current", "cgroup"), ("shm_used", "/dev/shm")):
+        if doc["outside"].get(key):
+            s.append((name, doc["outside"][key]))
+    out.append({"title": "Host memory", "svg": _chart(s, markers, "bytes")})
+    for p in procs:
+        leak = p.get("leak")
+        if leak and leak.get("minima"):
+            xs = [m[0] for m in leak["minima"]]
+            trend = [(x, leak["intercept"] + leak["slope_bytes"] * x) for x in (xs[0], xs[-1])]
+            out.append({"title": f"{p['name']}: allocated at step boundaries (window minima) and robust trend",
+                        "svg": _chart([("minimum", leak["minima"]), ("trend", trend)], [], "bytes",
+                                      x_label=leak["unit"])})
+    return [c for c in out if c["svg"]]
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    return html.render_page("record.html.j2", title=f"oomdoctor report: {doc['run_dir']}", doc=doc,
+                            charts=charts(doc), fb=format_bytes)
+
+
+def render_json(doc: dict[str, Any]) -> str:
+    slim = {k: v for k, v in doc.items() if k != "processes"}
+    slim["processes"] = [{k: v for k, v in p.items() if k != "series"} for p in doc["processes"]]
+    return envelope.dumps({"kind": "record-report", **slim})
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    v = doc["verdict"]
+    lines = [f"oomdoctor report {doc['run_dir']}"]
+    meta = doc["meta"]
+    if meta.get("argv"):
+        lines.append(f"command: {' '.join(meta['argv'])}  (exit {meta.get('returncode', '?')})")
+    lines.append("")
+    lines.append(f"verdict: {v['summary']}" + (f"  [{v['category']}]" if v.get("category") else ""))
+    lines += [f"  - {e}" for e in v["evidence"]]
+    if v["fixes"]:
+        lines.append("fix:")
+        lines += [f"  * {f}" for f in v["fixes"]]
+    lines.append("")
+    for p in doc["processes"]:
+        pk = p["peaks"]
+        lines.append(f"{p['name']}: {p['steps']} steps, {p['samples']} samples; peak allocated "
+                     f"{format_bytes(pk.get('peak_allocated', pk.get('allocated')))}, peak reserved "
+                     f"{format_bytes(pk.get('peak_reserved', pk.get('reserved')))}, peak RSS {format_bytes(pk.get('rss'))}")
+        leak = p.get("leak")
+        if leak:
+            state = "LEAK" if leak["leak"] else "no steady growth"
+            lines.append(f"  growth across steps: {state} ({format_bytes(leak['slope_bytes'])}/{leak['unit']}, "
+                         f"tau {leak['tau']}, {leak['points']} windows)")
+    for o in doc["ooms"][-1:] + doc["finals"]:
+        what = "OOM" if o in doc["ooms"] else "end of run"
+        lines.append("")
+        lines.append(f"{what} ({o.get('label')}, step {o.get('step')}): largest live allocations")
+        for b in o["largest_live"][:5]:
+            lines.append(f"  {format_bytes(b['size']):>12}  {b['source']}")
+        if o["live_by_source"]:
+            lines.append("  live memory by source line:")
+            for g in o["live_by_source"][:6]:
+                lines.append(f"  {format_bytes(g['bytes']):>12}  {g['blocks']:>5} blocks  {g['source']}")
+        tp = o.get("trace_peak")
+        if tp and tp.get("live_by_source"):
+            lines.append(f"  at the peak of the recorded window ({format_bytes(tp['allocated'])}), by source line:")
+            for g in tp["live_by_source"][:8]:
+                lines.append(f"  {format_bytes(g['bytes']):>12}  {g['blocks']:>5} blocks  {g['source']}")
+    for f in doc.get("environment_findings", []):
+        lines.append(f"environment: [{f.get('severity')}] {f.get('id')} {f.get('title')}")
+    for prob in doc["problems"]:
+        lines.append(f"note: {prob}")
+    return "\n".join(lines) + "\n"

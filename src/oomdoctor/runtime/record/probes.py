@@ -1,0 +1,197 @@
+"""Cheap readings of memory, each one safe to call from a training process.
+
+Rules: never import torch (only use it if the job already did), never initialise CUDA, never raise.
+A reading that is not possible here returns None (the caller simply leaves the field out).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from oomdoctor.facts.recording import ALLOCATOR_FIELDS
+
+
+def cuda_ready() -> Any:
+    """torch, if the job imported it AND already initialised CUDA; else None. Never initialises."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        cuda = torch.cuda
+        if cuda.is_initialized():
+            return torch
+    except Exception:
+        return None
+    return None
+
+
+def busiest_device(torch: Any) -> int | None:
+    """The device whose caching allocator holds the most memory. A sampler thread cannot use
+    current_device() (it is per thread: 0 there, whatever the training thread chose). Reading stats
+    of an unused device creates no context."""
+    try:
+        best, best_reserved = None, -1
+        for i in range(torch.cuda.device_count()):
+            r = torch.cuda.memory_stats(i).get("reserved_bytes.all.current", 0)
+            if r > best_reserved:
+                best, best_reserved = i, r
+        return best
+    except Exception:
+        return None
+
+
+def allocator(torch: Any, device: int | None = None) -> dict[str, int] | None:
+    """The caching allocator's counters for one device (the current one by default)."""
+    try:
+        if device is None:
+            device = torch.cuda.current_device()
+        stats = torch.cuda.memory_stats(device)
+    except Exception:
+        return None
+    out = {short: int(stats[k]) for k, short in ALLOCATOR_FIELDS.items() if k in stats}
+    out["device"] = int(device)
+    return out
+
+
+def host_rss(pid: int | None = None) -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.Process(pid or os.getpid()).memory_info().rss)
+    except Exception:
+        return _rss_from_proc(pid)
+
+
+def _rss_from_proc(pid: int | None) -> int | None:
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:
+        return None
+
+
+def tree_rss(pid: int) -> int | None:
+    """RSS of a process and all its descendants (the job seen from outside)."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except Exception:
+                pass
+        return int(total)
+    except Exception:
+        return None
+
+
+_CGROUP_FILES = ("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except Exception:
+        return None
+
+
+def cgroup_memory(root: str = "/") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, paths in (("cgroup_current", _CGROUP_FILES), ("cgroup_limit", _CGROUP_LIMITS)):
+        for p in paths:
+            v = _read_int(os.path.join(root, p.lstrip("/")))
+            if v is not None:
+                # v1 reports "no limit" as a huge number
+                if key == "cgroup_limit" and v >= 1 << 60:
+                    break
+                out[key] = v
+                break
+    return out
+
+
+def shm_usage(path: str = "/dev/shm") -> dict[str, int]:
+    try:
+        st = os.statvfs(path)
+    except Exception:
+        return {}
+    total = st.f_blocks * st.f_frsize
+    return {"shm_used": int(total - st.f_bfree * st.f_frsize), "shm_total": int(total)}
+
+
+class Nvml:
+    """NVML readings: this process's GPU memory (all devices) and each device's total use.
+
+    NVML does not create a CUDA context, so reading it is safe in a job that has not touched CUDA.
+    Initialised once, lazily; any failure makes it silently unavailable.
+    """
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: list[Any] = []
+        self._failed = False
+
+    def _init(self) -> bool:
+        if self._nvml is not None:
+            return True
+        if self._failed:
+            return False
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self._nvml = pynvml
+            return True
+        except Exception:
+            self._failed = True
+            return False
+
+    def sample(self, pids: set[int] | None = None, all_devices: bool = False) -> dict[str, Any] | None:
+        """{"gpu_proc_used": bytes of `pids` over all devices, "devices": [{index, used, total}]}.
+
+        Devices are listed when one of `pids` uses them, or all of them with all_devices=True.
+        """
+        if not self._init():
+            return None
+        nv = self._nvml
+        pids = pids or {os.getpid()}
+        proc_used = 0
+        devices = []
+        for i, h in enumerate(self._handles):
+            mine = 0
+            others = 0
+            try:
+                procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
+            except Exception:
+                procs = []
+            for p in procs:
+                used = getattr(p, "usedGpuMemory", None) or 0
+                if p.pid in pids:
+                    mine += used
+                else:
+                    others += used
+            if mine or all_devices:
+                try:
+                    mem = nv.nvmlDeviceGetMemoryInfo(h)
+                    devices.append({"index": i, "used": int(mem.used), "total": int(mem.total),
+                                    "proc_used": int(mine), "others_used": int(others),
+                                    "processes": len(procs)})
+                except Exception:
+                    pass
+            proc_used += mine
+        return {"gpu_proc_used": int(proc_used), "devices": devices}
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None

@@ -1,0 +1,36 @@
+"""Synthetic run directories, written in the recorder's own format, for report tests."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def write_run(path: Path, *, steps: int = 60, leak_per_step: int = 0, noise: int = 40 * MiB, label: str = "rank0",
+              rank: int | None = 0, base: int = 2 << 30, oom: dict | None = None, meta: dict | None = None,
+              seed: int = 1) -> Path:
+    rnd = random.Random(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    t0 = 1_700_000_000.0
+    lines = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "t": t0, "pid": 100,
+              "rank": rank, "label": label}]
+    for s in range(1, steps + 1):
+        t = t0 + s * 0.5
+        alloc = base + leak_per_step * s + rnd.randint(0, noise)
+        lines.append({"kind": "step", "t": t, "step": s, "allocated": alloc, "reserved": alloc + 512 * MiB,
+                      "inactive_split": 64 * MiB, "peak_allocated": alloc + 1024 * MiB, "alloc_retries": 0,
+                      "ooms": 0, "rss": 3 << 30})
+        lines.append({"kind": "sample", "t": t + 0.25, "step": s, "allocated": alloc + 900 * MiB,
+                      "reserved": alloc + 1200 * MiB, "rss": 3 << 30, "gpu_proc_used": alloc + 1500 * MiB})
+    with open(path / f"timeline-{label}.jsonl", "w") as f:
+        for rec in lines:
+            f.write(json.dumps(rec) + "\n")
+    (path / "run.json").write_text(json.dumps({"schema_version": 1, "start": t0, "argv": ["python", "train.py"],
+                                               "returncode": 0, **(meta or {})}))
+    if oom is not None:
+        (path / f"oom-{label}-1.json").write_text(json.dumps({"kind": "oom", "label": label, "rank": rank,
+                                                               "t": t0 + steps * 0.5, "step": steps, **oom}))
+    return path

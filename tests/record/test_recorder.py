@@ -1,0 +1,178 @@
+"""The in-job recorder on a CPU workload: timelines, step markers, and no error ever reaches the job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import oomdoctor
+from oomdoctor.runtime import record
+from oomdoctor.runtime.record import probes
+from oomdoctor.runtime.record.recorder import Recorder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records(run_dir: Path) -> list[dict]:
+    files = sorted(run_dir.glob("timeline-*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines()]
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, oomdoctor; oomdoctor.watch; oomdoctor.step; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "False"
+
+
+def test_watch_records_steps_and_samples_on_cpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(64, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with oomdoctor.watch(tmp_path / "run", every_ms=20) as rec:
+        assert rec is not None and record.current() is rec
+        for _ in range(12):
+            model(torch.randn(16, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            oomdoctor.step()
+    assert record.current() is None
+    recs = _records(tmp_path / "run")
+    assert recs[0]["kind"] == "header" and recs[0]["schema_version"] == 1
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert [r["step"] for r in steps] == list(range(1, 13))
+    assert all(r["rss"] > 0 for r in steps)
+    assert any(r["kind"] == "sample" for r in recs)
+    assert recs[-1]["kind"] == "end"
+    assert not torch.cuda.is_initialized()  # never initialised CUDA for the job
+    assert not list((tmp_path / "run").glob("errors-*.log"))
+
+
+def test_step_without_recorder_is_a_noop():
+    oomdoctor.step()
+    oomdoctor.step(5)
+
+
+def test_failing_probe_never_reaches_the_job(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("probe exploded")
+
+    monkeypatch.setattr(probes, "host_rss", boom)
+    monkeypatch.setattr(probes, "cgroup_memory", boom)
+    with oomdoctor.watch(tmp_path / "run", every_ms=10):
+        for _ in range(5):
+            oomdoctor.step()
+    errors = (tmp_path / "run").glob("errors-*.log")
+    text = "".join(p.read_text() for p in errors)
+    assert "probe exploded" in text
+
+
+def test_unwritable_run_dir_degrades_silently(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with oomdoctor.watch(blocker / "run") as rec:  # cannot create: the job still runs
+        oomdoctor.step()
+    assert rec is None or not rec.active
+
+
+def test_exception_escapes_unchanged_and_oom_is_noted(tmp_path):
+    err = RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 1.00 GiB total capacity)")
+    with pytest.raises(RuntimeError) as info:
+        with oomdoctor.watch(tmp_path / "run", every_ms=1000):
+            oomdoctor.step()
+            raise err
+    assert info.value is err
+    recs = _records(tmp_path / "run")
+    assert any(r["kind"] == "exception" and "out of memory" in r["message"] for r in recs)
+    ooms = list((tmp_path / "run").glob("oom-*.json"))
+    assert len(ooms) == 1 and json.loads(ooms[0].read_text())["source"] == "exception"
+
+
+def test_nested_watch_reuses_the_running_recorder(tmp_path):
+    with oomdoctor.watch(tmp_path / "a") as outer:
+        with oomdoctor.watch(tmp_path / "b") as inner:
+            assert inner is outer
+        assert record.current() is outer
+    assert not (tmp_path / "b").exists()
+
+
+def test_rank_from_environment_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    rec = Recorder(str(tmp_path / "run"), sampler=False).start()
+    rec.step()
+    rec.stop()
+    assert (tmp_path / "run" / "timeline-rank3.jsonl").exists()
+
+
+def test_forked_child_does_not_write(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, oomdoctor
+        with oomdoctor.watch({str(tmp_path / 'run')!r}, every_ms=10):
+            pid = os.fork()
+            if pid == 0:
+                oomdoctor.step(); os._exit(0)
+            os.waitpid(pid, 0)
+            oomdoctor.step()
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(ROOT / "src")})
+    steps = [r for r in _records(tmp_path / "run") if r["kind"] == "step"]
+    assert len(steps) == 1
+
+
+def test_bounded_writer_decimates(tmp_path):
+    rec = Recorder(str(tmp_path / "run"), sampler=False, max_lines=50)
+    rec.start()
+    for _ in range(2000):
+        rec.step()
+    rec.stop()
+    lines = _records(tmp_path / "run")
+    assert len(lines) < 1000  # 2000 steps, kept 1 in 2, then 1 in 4, ...
+    assert any(r["kind"] == "note" and "decimating" in r["note"] for r in lines)
+
+
+def test_observer_calls_then_fatal_exception(tmp_path):
+    """Survived OOMs (cuDNN retries) are cheap records; the fatal one gets the full dump and is reported."""
+    from oomdoctor.analysis import timeline
+    from oomdoctor.collectors import rundir
+
+    err = RuntimeError("CUDA out of memory. Tried to allocate 2.30 GiB.")
+    with pytest.raises(RuntimeError):
+        with oomdoctor.watch(tmp_path / "run", every_ms=1000) as rec:
+            rec._observer(0, 7 << 30, 80 << 30, 4 << 30)  # a convolution workspace attempt, survived
+            rec._observer(0, 7 << 30, 80 << 30, 4 << 30)
+            rec._observer(0, 2466250752, 80 << 30, 2 << 30)  # the one that ends the run
+            raise err
+    dumps = sorted((tmp_path / "run").glob("oom-*.json"))
+    assert [json.loads(p.read_text())["source"] for p in dumps] == ["observer", "exception"]
+    recs = _records(tmp_path / "run")
+    assert sum(r["kind"] == "oom" for r in recs) == 3
+    doc = timeline.analyse(rundir.load(tmp_path / "run"))
+    fatal = doc["ooms"][-1]
+    assert fatal["fatal"] and fatal["requested"] == 2466250752 and fatal["oom_events"] == 3
+    assert "2.30 GiB" in fatal["message"]
+
+
+def test_sampler_thread_picks_the_busy_device_not_its_own_current_one():
+    from types import SimpleNamespace
+
+    stats = {0: {}, 1: {"reserved_bytes.all.current": 5 << 30, "allocated_bytes.all.current": 4 << 30}, 2: {}}
+    cuda = SimpleNamespace(device_count=lambda: 3, memory_stats=lambda i: stats[i], current_device=lambda: 0)
+    fake = SimpleNamespace(cuda=cuda)
+    assert probes.busiest_device(fake) == 1
+    assert probes.allocator(fake, 1) == {"allocated": 4 << 30, "reserved": 5 << 30, "device": 1}
+
+
+@pytest.mark.parametrize("value", ["²", "-1", "x", "", " 7 "])
+def test_odd_rank_values_never_break_start(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("RANK", value)
+    rec = Recorder(str(tmp_path / "run"), sampler=False).start()
+    assert rec is not None and rec.active
+    rec.stop()
+    expected = "timeline-rank7.jsonl" if value.strip() == "7" else f"timeline-pid{rec.pid}.jsonl"
+    assert (tmp_path / "run" / expected).exists()
