@@ -7,7 +7,6 @@ reaches us. Everything here is best effort and bounded: stats, a summarised snap
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -77,13 +76,10 @@ def environment(run_dir: str) -> None:
     path = os.path.join(run_dir, recording.ENV)
     if os.path.exists(path):
         return
-    # runtime/ may not import collectors/ statically (independent layers); this optional, late, guarded
-    # look-up is the one exception: at an OOM inside `watch()` there is no parent process to ask.
-    try:
-        machine = importlib.import_module("oomdoctor.collectors.machine")
-    except Exception:
-        return
-    write_environment(run_dir, machine.collect_live(probe=False, import_torch=False))
+    # Imported late: only at an OOM inside `watch()`, where no parent process collected the environment.
+    from oomdoctor.collectors.machine import collect_live
+
+    write_environment(run_dir, collect_live(probe=False, import_torch=False))
 
 
 def write_environment(run_dir: str, facts: Any) -> None:
