@@ -254,6 +254,9 @@ def main() -> int:
     ap.add_argument("--out", default="validation/results")
     ap.add_argument("--deadline", type=float, default=330.0)
     ap.add_argument("--no-trace", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated workload@batch / workload keys to run")
+    ap.add_argument("--jobs", type=int, default=1, help="zoo children run this many at a time")
+    ap.add_argument("--skip-context", action="store_true")
     a = ap.parse_args()
     if a.child is not None:
         kind, *rest = a.child
@@ -277,17 +280,26 @@ def main() -> int:
         with gzip.open(out / "estimate_zoo_traces.json.gz", "wt") as f:
             json.dump(traces, f)
 
+    only = {x for x in a.only.split(",") if x}
+    zoo = [(s, b) for s, b in ZOO if not only or f"{s}@{b}" in only]
+    maxb = [m for m in MAXBATCH if not only or f"max:{m[0]}" in only]
     results["machine"]["baseline"] = _spawn_free_baseline()
-    for loading in ("LAZY", "EAGER"):
+    for loading in () if a.skip_context else ("LAZY", "EAGER"):
         r = _spawn(["context"], {"CUDA_MODULE_LOADING": loading}, 90)
         results["context"].append(r)
         print("context", loading, {k: r.get(k) for k in ("after_init", "cublas_workspace_bytes")}, flush=True)
     save()
-    for stem, batch in ZOO:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(cfg):
+        stem, batch = cfg
         if time.time() - start > a.deadline * 0.7:
-            results["zoo"].append({"workload": stem, "batch_size": batch, "error": "skipped: deadline"})
-            continue
-        r = _spawn(["measure", stem, str(batch), "0" if a.no_trace else "1"], timeout=120)
+            return {"workload": stem, "batch_size": batch, "error": "skipped: deadline"}
+        return _spawn(["measure", stem, str(batch), "0" if a.no_trace else "1"], timeout=120)
+
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        done = list(pool.map(one, zoo))
+    for (stem, batch), r in zip(zoo, done):
         trace = r.pop("trace", None)
         if trace is not None:
             traces[f"{stem}@{batch}"] = trace
@@ -295,7 +307,7 @@ def main() -> int:
         print(f"{stem}@{batch}: reserved {r.get('peak_reserved')} allocated {r.get('peak_allocated')} "
               f"nvml {r.get('nvml_process_used')} {r.get('error', '')} t={time.time() - start:.0f}s", flush=True)
         save()
-    for stem, gib, guess in MAXBATCH:
+    for stem, gib, guess in maxb:
         left = a.deadline - (time.time() - start)
         if left < 25:
             results["max_batch"].append({"workload": stem, "error": "skipped: deadline"})
