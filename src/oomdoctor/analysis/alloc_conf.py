@@ -103,8 +103,10 @@ def _parse_divisions(value: str) -> tuple[int, ...]:
         mb = int(k)
         if mb & (mb - 1):
             raise UsageError(f"alloc conf: roundup_power2_divisions interval {mb} is not a power of 2")
-        index = max(0, mb.bit_length() - 1)
-        for i in range(last, min(index + 1, _INTERVALS)):
-            out[i] = d
+        index = min(max(0, mb.bit_length() - 1), _INTERVALS - 1)
+        if last == 0:  # as c10: the first key also covers every smaller interval
+            for i in range(index):
+                out[i] = d
+        out[index] = d
         last = index + 1
     return tuple(out)

@@ -139,3 +139,25 @@ def max_batch(workload_or_spec_factory: SpecSource, *, memory_limit: int | None 
         else:
             hi = mid
     return lo, tried
+
+
+def estimate_module(model: Any, make_inputs: Callable[[int], Any], batch_size: int, *,
+                    make_target: Callable[[int], Any] | None = None, loss: Any = None, optimizer: Any = "adam",
+                    amp: str | None = None, train: bool = True, gradient_checkpointing: bool = False,
+                    **kwargs: Any) -> Estimate:
+    """estimate() for a model you already hold: it is copied into fake tensors (never touched, no GPU).
+    `make_inputs(batch_size)` builds the batch (a tensor, tuple or dict); kwargs as for estimate()."""
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeCopyMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    def build(b: int) -> dict:
+        mode = _get_current_dispatch_mode()
+        with FakeCopyMode(mode):
+            fake_model = copy.deepcopy(model)
+        return {"model": fake_model, "inputs": make_inputs(b), "target": make_target(b) if make_target else None,
+                "loss": loss, "optimizer": optimizer, "amp": amp, "train": train,
+                "gradient_checkpointing": gradient_checkpointing}
+
+    return estimate(build, batch_size, **kwargs)
