@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oomdoctor.analysis.alloc_conf import AllocConf, parse_alloc_conf
-from oomdoctor.analysis.allocator import AllocatorOOM, CachingAllocatorModel, allocation_size, replay, round_size
+from oomdoctor.analysis.allocator import (
+    AllocatorOOM,
+    CachingAllocatorModel,
+    allocation_size,
+    replay,
+    round_size,
+)
 from oomdoctor.errors import UsageError
 
 MiB = 1 << 20

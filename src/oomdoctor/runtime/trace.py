@@ -16,6 +16,8 @@ tensors derived only from them stay off the device (e.g. Adam's CPU `step` count
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -47,7 +49,6 @@ class OpNotTraceable(Exception):
 def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
     import torch
-    from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -165,28 +166,86 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                     trace.events.append(("f", entry[0], 0, 0))
                     self.live[id(st)] = (sid, int(st.nbytes()))
 
-    class CudaSemantics(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            name = getattr(func, "__name__", "")
-            if name == "dropout" and len(args) >= 1:
-                p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-                training = kwargs.get("training", args[2] if len(args) > 2 else True)
-                inplace = kwargs.get("inplace", args[3] if len(args) > 3 else False)
-                if training and 0 < p < 1 and not inplace and torch.is_grad_enabled():
-                    return torch.ops.aten.native_dropout(args[0], p, True)[0]
-            if amp and name in _FP32_OPS and torch.is_autocast_enabled("cpu"):
-                if not (name in _OPT_DTYPE_OPS and kwargs.get("dtype") is not None):
-                    args = tuple(_up(a) for a in args)
-                    kwargs = {k: _up(v) for k, v in kwargs.items()}
-            return func(*args, **kwargs)
+    def _cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False):
+        """The fused kernel CUDA's sdp_utils would pick (flash for fp16/bf16 without a mask, else
+        memory-efficient): they keep no L x L attention matrix, unlike the CPU math fallback."""
+        if enable_gqa or query.dim() != 4 or query.shape[-1] % 8 or query.shape[-1] > 256:
+            return None
+        if torch.is_autocast_enabled("cpu"):
+            low = torch.get_autocast_dtype("cpu")
+            query, key, value = (t.to(low) if t.dtype == torch.float32 else t for t in (query, key, value))
+            if attn_mask is not None and attn_mask.dtype == torch.float32:
+                attn_mask = attn_mask.to(low)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
+        with torch.autocast("cpu", enabled=False):
+            if query.dtype in (torch.float16, torch.bfloat16) and attn_mask is None:
+                return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal,
+                                                                scale=scale)[0]
+            if attn_mask is not None and attn_mask.dim() != 4:
+                return None
+            grad = query.requires_grad or key.requires_grad or value.requires_grad
+            return aten._scaled_dot_product_efficient_attention(query, key, value, attn_mask, grad, dropout_p,
+                                                                is_causal, scale=scale)[0]
 
     def _up(a):
         if isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16):
             return a.float()
         return a
 
-    return Recorder(), CudaSemantics()
+    return Recorder(), _cuda_semantics(amp, _cuda_sdpa, _up)
+
+
+@contextlib.contextmanager
+def _cuda_semantics(amp: bool, cuda_sdpa: Callable, up: Callable):
+    """Patch the torch functions whose CPU behaviour differs from CUDA's, for the trace only. Patching
+    (rather than a TorchFunctionMode) keeps them in force inside autograd and checkpoint recomputation."""
+    import torch
+
+    F = torch.nn.functional
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+        orig = getattr(owner, name)
+        saved.append((owner, name, orig))
+        setattr(owner, name, functools.wraps(orig)(make(orig)))
+
+    def dropout(orig):
+        def run(input, p=0.5, training=True, inplace=False):
+            if training and 0 < p < 1 and not inplace and torch.is_grad_enabled():
+                return torch.ops.aten.native_dropout(input, p, True)[0]
+            return orig(input, p, training, inplace)
+        return run
+
+    def sdpa(orig):
+        def run(*args, **kwargs):
+            out = cuda_sdpa(*args, **kwargs)
+            return orig(*args, **kwargs) if out is None else out
+        return run
+
+    def fp32(name):
+        def make(orig):
+            def run(*args, **kwargs):
+                if torch.is_autocast_enabled("cpu") and not (name in _OPT_DTYPE_OPS and kwargs.get("dtype") is not None):
+                    args = tuple(up(a) for a in args)
+                    kwargs = {k: up(v) for k, v in kwargs.items()}
+                return orig(*args, **kwargs)
+            return run
+        return make
+
+    try:
+        patch(F, "dropout", dropout)
+        patch(F, "scaled_dot_product_attention", sdpa)
+        if amp:
+            for name in sorted(_FP32_OPS):
+                for owner in (F, torch, torch.Tensor):
+                    if callable(getattr(owner, name, None)):
+                        patch(owner, name, fp32(name))
+        yield
+    finally:
+        for owner, name, orig in reversed(saved):
+            setattr(owner, name, orig)
 
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
