@@ -51,7 +51,7 @@ def main() -> int:
             if not spec.train:
                 acc = total
             elif spec.amp:
-                acc = max(estimate_training_usage(total // 2, "float16").values())
+                acc = max(estimate_training_usage(total, "float16").values())  # the CLI passes fp32 bytes
             else:
                 acc = max(estimate_training_usage(total, "float32").values())
             k = 4 if not spec.train else K[spec.optimizer]
