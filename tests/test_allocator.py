@@ -159,3 +159,13 @@ def test_replays_real_h100_traces():
         assert r.peak_reserved == pytest.approx(m["peak_reserved"], rel=0.02), key
         exact += r.peak_reserved == m["peak_reserved"]
     assert exact >= len(traces) - 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyz_:,[]>0123456789 -.TrueFals")), max_size=60))
+def test_alloc_conf_parser_never_crashes(text):
+    try:
+        conf = parse_alloc_conf(text)
+    except UsageError:
+        return
+    assert conf.max_split_size > 20 * MiB

@@ -59,6 +59,7 @@ BAD = {
     "syntax.py": ("def build(:\n", "syntax error"),
     "nobuild.py": ("x = 1\n", "no build"),
     "raises.py": ("def build(batch_size):\n    raise ValueError('boom')\n", "boom"),
+    "raises_multiline.py": ("def build(batch_size):\n    raise ValueError('boom\\nsecond line')\n", "boom"),
     "unsupported.py": ("""
 import torch
 

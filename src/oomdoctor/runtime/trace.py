@@ -40,9 +40,16 @@ _FP32_OPS = frozenset({
 _OPT_DTYPE_OPS = frozenset({"softmax", "log_softmax", "cumsum", "cumprod", "prod", "sum"})
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """Errors from torch can span pages; the CLI contract is one line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class OpNotTraceable(Exception):
     def __init__(self, op: str, exc: BaseException):
-        super().__init__(f"{op}: {type(exc).__name__}: {exc}")
+        super().__init__(f"{op}: {type(exc).__name__}: {_one_line(exc)}")
         self.op, self.exc = op, exc
 
 
@@ -283,7 +290,8 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: {exc}") from exc
+        raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
+                         f"{_one_line(exc)}") from exc
     info["cublas_threads"] = sorted(rec.workspace_threads)
     info["uses_gemm"] = bool(rec.workspace_threads)
     info["uses_conv"] = rec.uses_conv
