@@ -6,7 +6,7 @@ lazily, only when called.
 
 from oomdoctor._version import __version__
 
-__all__ = ["__version__", "watch", "step"]
+__all__ = ["__version__", "watch", "step", "estimate", "estimate_module"]
 
 
 def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the recorder (or torch) eagerly
@@ -14,4 +14,8 @@ def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the 
         from oomdoctor.runtime import record
 
         return getattr(record, name)
+    if name in ("estimate", "estimate_module"):  # predict peak GPU memory (oomdoctor.runtime.estimator)
+        from oomdoctor.runtime import estimator
+
+        return getattr(estimator, name)
     raise AttributeError(f"module 'oomdoctor' has no attribute {name!r}")

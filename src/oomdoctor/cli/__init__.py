@@ -18,6 +18,7 @@ from oomdoctor.errors import EXIT_INTERNAL, EXIT_USAGE, OomDoctorError
 _COMMAND_MODULES: dict[str, str] = {
     "doctor": "doctor",
     "bundle": "bundle",
+    "estimate": "estimate",
     "audit": "audit",
     "diff": "diff",
     "fleet": "fleet",

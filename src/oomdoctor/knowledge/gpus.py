@@ -1,15 +1,24 @@
-"""Physical memory of common data-centre and workstation GPUs, as `torch.cuda` reports total memory.
+"""GPUs: physical memory by product name (explain's slice evidence) and, for `estimate --gpu`, the memory
+the CUDA caching allocator can see per named GPU.
 
-Used only as evidence: a CUDA total far below the physical size of the GPU named in the same log
-means a slice (MIG, vGPU profile, HAMi / gpu-manager / cGPU limit): environment-facts.md §4,
-"compare torch total vs NVML total: a mismatch is itself the signature of a slicing layer".
-Values: smallest memory variant of each product in GiB (vendor datasheets; torch prints a little
-less than the marketing size because of reserved memory, e.g. H200 139.80 GiB in the fixtures).
+Physical sizes (`physical_gib`, `is_slice`): smallest memory variant of each product in GiB (vendor
+datasheets; torch prints a little less than the marketing size because of reserved memory, e.g. H200
+139.80 GiB in the fixtures). A CUDA total far below the physical size of the GPU named in the same log
+means a slice (MIG, vGPU profile, HAMi / gpu-manager / cGPU limit): environment-facts.md §4.
+
+`GPUS` / `get_gpu` (estimate): `total_memory` is what torch.cuda.get_device_properties().total_memory
+reports. Measured here for the H100; the others are the NVIDIA datasheet capacity with the "Total" MiB
+that nvidia-smi / NVML reports for the board as commonly published, minus the NVML-vs-torch gap
+measured on the H100 (85520809984 vs 85017493504 bytes = 480 MiB), so they carry that uncertainty.
 """
+
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from oomdoctor.errors import UsageError
 
 GIB = 1024**3
 
@@ -37,3 +46,47 @@ def is_slice(total_bytes: int, name: str) -> float | None:
     if gib is None or total_bytes <= 0:
         return None
     return gib if total_bytes < 0.8 * gib * GIB else None
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    name: str
+    total_memory: int  # bytes, as torch.cuda.get_device_properties().total_memory
+    capability: tuple[int, int]
+    source: str
+
+
+_DS = "NVIDIA datasheet capacity; total = nvidia-smi 'Total' MiB as published for the board minus 480 MiB"
+_NVML_TO_TORCH = 480 * MiB  # measured on H100: NVML total 81559 MiB vs torch total_memory 81079 MiB
+
+
+def _ds(key: str, name: str, nvml_mib: int, cap: tuple[int, int]) -> GpuSpec:
+    return GpuSpec(key, name, nvml_mib * MiB - _NVML_TO_TORCH, cap, f"{_DS} ({nvml_mib} MiB)")
+
+
+GPUS: dict[str, GpuSpec] = {g.key: g for g in (
+    GpuSpec("h100", "NVIDIA H100 80GB HBM3 (SXM)", 85017493504, (9, 0),
+            "measured: torch.cuda.get_device_properties(0).total_memory on the device machine"),
+    _ds("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, (9, 0)),
+    _ds("h200", "NVIDIA H200 141GB HBM3e", 143771, (9, 0)),
+    _ds("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0)),
+    _ds("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0)),
+    _ds("l4", "NVIDIA L4 24GB", 23034, (8, 9)),
+    _ds("l40s", "NVIDIA L40S 48GB", 46068, (8, 9)),
+    _ds("a10g", "NVIDIA A10G 24GB", 23028, (8, 6)),
+    _ds("t4", "NVIDIA Tesla T4 16GB", 15360, (7, 5)),
+    _ds("v100-16gb", "NVIDIA Tesla V100 16GB", 16384, (7, 0)),
+    _ds("v100-32gb", "NVIDIA Tesla V100 32GB", 32768, (7, 0)),
+    _ds("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, (8, 9)),
+    _ds("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, (8, 6)),
+)}
+
+
+def get_gpu(key: str) -> GpuSpec:
+    k = key.strip().lower().replace("_", "-")
+    if k not in GPUS:
+        raise UsageError(f"unknown GPU {key!r}; known: {', '.join(sorted(GPUS))}")
+    return GPUS[k]

@@ -13,20 +13,22 @@ from typing import Any
 from oomdoctor.runtime.workload import WorkloadSpec
 
 
-def make_optimizer(spec: WorkloadSpec, params: Any) -> Any:
+def make_optimizer(spec: WorkloadSpec, params: Any, **extra: Any) -> Any:
+    """The named optimizers with their defaults; `extra` (e.g. foreach=True) lets the estimator pick the
+    implementation PyTorch would pick on a GPU while it traces on the CPU."""
     import torch
 
     opt = spec.optimizer
     if callable(opt):
         return opt(params)
     if opt == "sgd":
-        return torch.optim.SGD(params, lr=1e-3)
+        return torch.optim.SGD(params, lr=1e-3, **extra)
     if opt == "sgd-momentum":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **extra)
     if opt == "adam":
-        return torch.optim.Adam(params, lr=1e-3)
+        return torch.optim.Adam(params, lr=1e-3, **extra)
     if opt == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3)
+        return torch.optim.AdamW(params, lr=1e-3, **extra)
     raise ValueError(f"unknown optimizer {opt!r}")
 
 
@@ -65,10 +67,12 @@ def _autocast(spec: WorkloadSpec, device_type: str) -> Any:
 class StepRunner:
     """Holds the model's optimizer across steps so state is created at step 1, as in real training."""
 
-    def __init__(self, spec: WorkloadSpec, device_type: str = "cuda"):
+    def __init__(self, spec: WorkloadSpec, device_type: str = "cuda", *,
+                 optimizer_kwargs: Mapping[str, Any] | None = None, on_phase: Any = None):
         self.spec = spec
         self.device_type = device_type
         self.optimizer = None
+        self.on_phase = on_phase  # called with "forward", "backward", "optimizer", "zero_grad", "end"
         if spec.gradient_checkpointing:
             enable = getattr(spec.model, "gradient_checkpointing_enable", None)
             if enable is None:
@@ -76,23 +80,35 @@ class StepRunner:
             enable()
         if spec.train:
             spec.model.train()
-            self.optimizer = make_optimizer(spec, [p for p in spec.model.parameters() if p.requires_grad])
+            self.optimizer = make_optimizer(spec, [p for p in spec.model.parameters() if p.requires_grad],
+                                            **dict(optimizer_kwargs or {}))
         else:
             spec.model.eval()
+
+    def _phase(self, name: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(name)
 
     def step(self) -> None:
         import torch
 
         spec = self.spec
+        self._phase("forward")
         if not spec.train:
             with torch.no_grad(), _autocast(spec, self.device_type):
-                _call_model(spec.model, spec.inputs)
+                output = _call_model(spec.model, spec.inputs)
+            del output
+            self._phase("end")
             return
         with _autocast(spec, self.device_type):
             output = _call_model(spec.model, spec.inputs)
             loss = _loss(spec, output)
         del output
+        self._phase("backward")
         loss.backward()
         del loss
+        self._phase("optimizer")
         self.optimizer.step()
+        self._phase("zero_grad")
         self.optimizer.zero_grad(set_to_none=True)
+        self._phase("end")

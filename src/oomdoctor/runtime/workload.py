@@ -17,6 +17,13 @@ from typing import Any
 
 from oomdoctor.errors import InputError
 
+
+def _first_line(exc: BaseException) -> str:
+    """A user's exception text can span lines; the CLI reports one."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 AMP_MODES = (None, "bf16", "fp16")
 
@@ -30,7 +37,7 @@ class Workload:
         try:
             raw = self.build(batch_size)
         except Exception as exc:  # the user's code: report it, naming the file
-            raise InputError(f"{self.path}: build({batch_size}) raised {type(exc).__name__}: {exc}") from exc
+            raise InputError(f"{self.path}: build({batch_size}) raised {type(exc).__name__}: {_first_line(exc)}") from exc
         return WorkloadSpec.from_dict(raw, self.path)
 
 
@@ -85,7 +92,7 @@ def load_workload(path: str | Path) -> Workload:
     except SyntaxError as exc:
         raise InputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except Exception as exc:
-        raise InputError(f"{path}: importing it raised {type(exc).__name__}: {exc}") from exc
+        raise InputError(f"{path}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
         sys.modules.pop(name, None)
     build = getattr(module, "build", None)

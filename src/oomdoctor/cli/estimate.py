@@ -1,0 +1,92 @@
+"""Predict the peak GPU memory of a training (or inference) step without a GPU.
+
+Traces three steps of WORKLOAD.py (CONTRACTS.md section 6) under PyTorch fake tensors, replays every
+allocation through a model of the CUDA caching allocator and adds the CUDA context. Needs torch.
+Exit 1 when the step does not fit --gpu / --memory-limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+from oomdoctor.cli.common import add_output_options, emit
+from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from oomdoctor.units import parse_size
+
+NAME = "estimate"
+HELP = "predict peak GPU memory of one training step, without a GPU"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", metavar="WORKLOAD.py", help="file defining build(batch_size) -> dict")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="batch size to estimate")
+    parser.add_argument("--gpu", metavar="NAME", help="check the whole process fits this GPU (h100, a100-40gb, l4, ...)")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="cap on reserved memory, as set_per_process_memory_fraction (e.g. 20GiB)")
+    parser.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF to model (e.g. expandable_segments:True)")
+    parser.add_argument("--max-batch", action="store_true", help="find the largest batch size that fits")
+    parser.add_argument("--eager-loading", action="store_true", help="context as with CUDA_MODULE_LOADING=EAGER")
+    add_output_options(parser)
+
+
+@contextlib.contextmanager
+def _status(text: str):
+    """Progress on stderr (rich), never on stdout where the report goes."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda msg: None
+        return
+    with console.status(text) as status:
+        yield lambda msg: status.update(f"{text}: {msg}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from oomdoctor.analysis.alloc_conf import parse_alloc_conf
+    from oomdoctor.knowledge.gpus import get_gpu
+    from oomdoctor.render import estimate as render
+
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    if args.gpu:
+        get_gpu(args.gpu)
+    conf = parse_alloc_conf(args.alloc_conf)
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise UsageError("estimate needs PyTorch: pip install 'oomdoctor[torch]'") from exc
+    from oomdoctor.runtime import estimator
+    from oomdoctor.runtime.workload import load_workload
+
+    workload = load_workload(args.workload)
+    if args.max_batch:
+        if limit is None and not args.gpu:
+            raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
+        with _status(f"searching the largest batch for {args.workload}") as progress:
+            best, tried = estimator.max_batch(workload, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
+                                              progress=progress)
+        cap = limit if limit is not None else get_gpu(args.gpu).total_memory
+        if args.format == "json":
+            from oomdoctor.render.envelope import dumps
+
+            emit(dumps(render.max_batch_payload(best, cap, tried)), args)
+        else:
+            emit(render.max_batch_text(best, cap, args.workload, tried), args)
+        return EXIT_OK if best > 0 else EXIT_FINDINGS
+    if args.batch_size is None:
+        raise UsageError("give --batch-size N (or --max-batch with --memory-limit)")
+    with _status(f"tracing {args.workload} at batch size {args.batch_size}"):
+        est = estimator.estimate(workload, args.batch_size, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
+                                 lazy_loading=not args.eager_loading)
+    if args.format == "json":
+        out = render.estimate_json(est)
+    elif args.format == "html":
+        out = render.estimate_html(est, args.workload)
+    else:
+        out = render.estimate_text(est, args.workload)
+    emit(out, args)
+    return EXIT_FINDINGS if est.fits is False else EXIT_OK
+
+
+

@@ -1,0 +1,73 @@
+"""Text, JSON and HTML for `oomdoctor estimate` (formatting only; the numbers come from the estimator)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.render.envelope import dumps
+from oomdoctor.render.html import render_page
+from oomdoctor.units import format_bytes
+
+ORDER = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "allocator_cache", "context")
+
+
+def estimate_payload(est: Any) -> dict[str, Any]:
+    """CONTRACTS.md section 4 keys first; the rest are additional keys."""
+    return {
+        "batch_size": est.batch_size,
+        "peak_allocated_bytes": est.peak_allocated_bytes,
+        "peak_reserved_bytes": est.peak_reserved_bytes,
+        "process_total_bytes": est.process_total_bytes,
+        "breakdown": {k: int(est.breakdown.get(k, 0)) for k in ORDER if k in est.breakdown},
+        "memory_limit_bytes": est.memory_limit_bytes,
+        "fits": est.fits,
+        "gpu": est.gpu,
+        "peak_phase": est.peak_phase,
+        "parameter_count": est.parameter_count,
+    }
+
+
+def max_batch_payload(max_batch_size: int, limit: int, tried: dict[int, bool]) -> dict[str, Any]:
+    return {"max_batch_size": max_batch_size, "memory_limit_bytes": limit,
+            "trials": {str(k): v for k, v in sorted(tried.items())}}
+
+
+def _bar(used: int, limit: int, width: int = 40) -> str:
+    frac = used / limit if limit else 0.0
+    filled = min(width, int(round(frac * width)))
+    return "[" + "#" * filled + "." * (width - filled) + f"] {100 * frac:.0f}%"
+
+
+def estimate_text(est: Any, source: str) -> str:
+    lines = [f"oomdoctor estimate: {source}, batch size {est.batch_size}", ""]
+    lines.append(f"  peak reserved    {format_bytes(est.peak_reserved_bytes):>12}   (torch.cuda.max_memory_reserved)")
+    lines.append(f"  peak allocated   {format_bytes(est.peak_allocated_bytes):>12}   (at {est.peak_phase})")
+    lines.append(f"  process total    {format_bytes(est.process_total_bytes):>12}   (as NVML shows: + CUDA context)")
+    lines.append("")
+    lines.append("  at the peak:")
+    for k in ORDER:
+        if k in est.breakdown:
+            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(est.breakdown[k]):>12}")
+    if est.memory_limit_bytes is not None:
+        what = f"{est.gpu}" if est.gpu else "memory limit"
+        lines.append("")
+        lines.append(f"  {what}: {format_bytes(est.memory_limit_bytes)} for the allocator  "
+                     f"{_bar(est.peak_reserved_bytes, est.memory_limit_bytes)}")
+        lines.append("  FITS" if est.fits else "  DOES NOT FIT: expect CUDA out of memory")
+    return "\n".join(lines) + "\n"
+
+
+def max_batch_text(max_batch_size: int, limit: int, source: str, tried: dict[int, bool]) -> str:
+    trials = ", ".join(f"{b}{'' if ok else ' (no)'}" for b, ok in sorted(tried.items()))
+    return (f"oomdoctor estimate --max-batch: {source}\n\n  largest batch size that fits "
+            f"{format_bytes(limit)}: {max_batch_size}\n  traced: {trials}\n")
+
+
+def estimate_json(est: Any) -> str:
+    return dumps(estimate_payload(est))
+
+
+def estimate_html(est: Any, source: str) -> str:
+    rows = [(k.replace("_", " "), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
+    return render_page("estimate.html.j2", f"oomdoctor estimate: {source}", est=est, source=source, rows=rows,
+                       fmt=format_bytes)

@@ -1,0 +1,114 @@
+"""CUDA's behaviour where the CPU's differs and changes memory, put back while tracing on the CPU.
+
+CUDA autocast's fp32 op list (aten/src/ATen/autocast_mode.h: layer_norm, softmax, sum, pow, losses...
+run in fp32 where CPU autocast stays in bf16/fp16), CUDA's fused dropout (saves a bool mask; the CPU
+path saves a full-size noise tensor) and the fused attention kernel CUDA's sdp_utils picks (no L x L
+matrix, unlike the CPU math fallback). Done by patching the torch functions for the trace's duration
+(restored after), so it also holds inside autograd and checkpoint recomputation, where a
+TorchFunctionMode would be popped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+# CUDA autocast's fp32 list (AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE), as torch-function names.
+_FP32_OPS = frozenset({
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm", "norm", "nll_loss", "kl_div", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "mse_loss", "binary_cross_entropy_with_logits", "cosine_similarity",
+    "logsumexp", "cdist", "dist", "renorm", "poisson_nll_loss", "cosine_embedding_loss",
+    "hinge_embedding_loss", "margin_ranking_loss", "soft_margin_loss", "multilabel_margin_loss",
+    "triplet_margin_loss", "multi_margin_loss", "softmax", "log_softmax", "cumsum", "cumprod", "prod", "sum",
+    "cross_entropy",
+})
+_OPT_DTYPE_OPS = frozenset({"softmax", "log_softmax", "cumsum", "cumprod", "prod", "sum"})
+
+
+def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    """The fused kernel CUDA's sdp_utils would pick (flash for fp16/bf16 without a mask, else
+    memory-efficient): they keep no L x L attention matrix, unlike the CPU math fallback."""
+    import torch
+
+    if enable_gqa or query.dim() != 4 or query.shape[-1] % 8 or query.shape[-1] > 256:
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(low) if t.dtype == torch.float32 else t for t in (query, key, value))
+        if attn_mask is not None and attn_mask.dtype == torch.float32:
+            attn_mask = attn_mask.to(low)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
+    with torch.autocast("cpu", enabled=False):
+        if query.dtype in (torch.float16, torch.bfloat16) and attn_mask is None:
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, scale=scale)[0]
+        if attn_mask is not None and attn_mask.dim() != 4:
+            return None
+        grad = query.requires_grad or key.requires_grad or value.requires_grad
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+def _up(a):
+    import torch
+
+    if isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16):
+        return a.float()
+    return a
+
+
+@contextlib.contextmanager
+def cuda_semantics(amp: bool):
+    """Patch the torch functions whose CPU behaviour differs from CUDA's, for the trace only. Patching
+    (rather than a TorchFunctionMode) keeps them in force inside autograd and checkpoint recomputation."""
+    import torch
+
+    F = torch.nn.functional
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+        orig = getattr(owner, name)
+        saved.append((owner, name, orig))
+        setattr(owner, name, functools.wraps(orig)(make(orig)))
+
+    def dropout(orig):
+        def run(input, p=0.5, training=True, inplace=False):
+            if training and 0 < p < 1 and not inplace and torch.is_grad_enabled():
+                return torch.ops.aten.native_dropout(input, p, True)[0]
+            return orig(input, p, training, inplace)
+        return run
+
+    def sdpa(orig):
+        def run(*args, **kwargs):
+            out = cuda_sdpa(*args, **kwargs)
+            return orig(*args, **kwargs) if out is None else out
+        return run
+
+    def fp32(name):
+        def make(orig):
+            def run(*args, **kwargs):
+                if torch.is_autocast_enabled("cpu") and not (name in _OPT_DTYPE_OPS and kwargs.get("dtype") is not None):
+                    args = tuple(_up(a) for a in args)
+                    kwargs = {k: _up(v) for k, v in kwargs.items()}
+                return orig(*args, **kwargs)
+            return run
+        return make
+
+    try:
+        patch(F, "dropout", dropout)
+        patch(F, "scaled_dot_product_attention", sdpa)
+        if amp:
+            for name in sorted(_FP32_OPS):
+                for owner in (F, torch, torch.Tensor):
+                    if callable(getattr(owner, name, None)):
+                        patch(owner, name, fp32(name))
+        yield
+    finally:
+        for owner, name, orig in reversed(saved):
+            setattr(owner, name, orig)
+

@@ -1,0 +1,107 @@
+"""`oomdoctor estimate` end to end on the CPU: JSON contract, exit codes, bad workload files, --max-batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from oomdoctor.cli import main  # noqa: E402
+
+MLP = """
+import torch
+
+def build(batch_size):
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    return {"model": model, "inputs": (torch.randn(batch_size, 256),),
+            "target": torch.randint(0, 10, (batch_size,)), "loss": torch.nn.functional.cross_entropy,
+            "optimizer": "adam"}
+"""
+
+
+@pytest.fixture()
+def mlp(tmp_path):
+    p = tmp_path / "mlp.py"
+    p.write_text(MLP)
+    return p
+
+
+def test_json_contract(mlp, capsys):
+    assert main(["estimate", str(mlp), "--batch-size", "32", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1 and doc["tool_version"]
+    assert doc["batch_size"] == 32
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "process_total_bytes"):
+        assert isinstance(doc[key], int) and doc[key] > 0
+    assert set(doc["breakdown"]) >= {"parameters", "gradients", "optimizer_state", "activations", "workspace",
+                                     "context"}
+    assert doc["peak_reserved_bytes"] >= doc["peak_allocated_bytes"]
+    assert doc["process_total_bytes"] == doc["peak_reserved_bytes"] + doc["breakdown"]["context"]
+
+
+def test_text_and_html(mlp, capsys, tmp_path):
+    assert main(["estimate", str(mlp), "--batch-size", "8", "--gpu", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert "peak reserved" in out and "FITS" in out
+    html = tmp_path / "e.html"
+    assert main(["estimate", str(mlp), "--batch-size", "8", "--format", "html", "-o", str(html)]) == 0
+    assert "<html" in html.read_text()
+
+
+def test_does_not_fit_exits_1(mlp, capsys):
+    assert main(["estimate", str(mlp), "--batch-size", "8", "--memory-limit", "1MiB"]) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+BAD = {
+    "syntax.py": ("def build(:\n", "syntax error"),
+    "nobuild.py": ("x = 1\n", "no build"),
+    "raises.py": ("def build(batch_size):\n    raise ValueError('boom')\n", "boom"),
+    "raises_multiline.py": ("def build(batch_size):\n    raise ValueError('boom\\nsecond line')\n", "boom"),
+    "unsupported.py": ("""
+import torch
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)[torch.nonzero(x[:, 0] > 0).flatten()]
+
+def build(batch_size):
+    return {"model": M(), "inputs": (torch.randn(batch_size, 4),), "optimizer": "sgd"}
+""", "aten.nonzero"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_workloads_exit_2_one_line(tmp_path, capsys, name):
+    text, needle = BAD[name]
+    p = tmp_path / name
+    p.write_text(text)
+    assert main(["estimate", str(p), "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert str(p) in err and needle in err
+
+
+def test_missing_file_and_bad_size(tmp_path, capsys):
+    assert main(["estimate", str(tmp_path / "nope.py"), "--batch-size", "2"]) == 2
+    assert main(["estimate", str(tmp_path / "nope.py"), "--batch-size", "2", "--memory-limit", "lots"]) == 2
+    assert main(["estimate", str(tmp_path / "nope.py"), "--batch-size", "2", "--gpu", "gtx-9999"]) == 2
+
+
+def test_max_batch_is_monotonic_in_the_limit(mlp, capsys):
+    found = []
+    for limit in ("100MiB", "160MiB"):
+        assert main(["estimate", str(mlp), "--max-batch", "--memory-limit", limit, "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["memory_limit_bytes"] > 0
+        found.append(doc["max_batch_size"])
+    assert 1 <= found[0] <= found[1]
+    # the answer fits and one more does not
+    assert main(["estimate", str(mlp), "--batch-size", str(found[0]), "--memory-limit", "100MiB"]) == 0
+    assert main(["estimate", str(mlp), "--batch-size", str(found[0] + 1), "--memory-limit", "100MiB"]) == 1
