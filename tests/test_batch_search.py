@@ -1,0 +1,136 @@
+"""GIVEN a simulated GPU (a memory curve with allocator rounding and a hard limit) WHEN max-batch
+searches it THEN it answers in <= 3 trials on linear and mildly non-linear curves, never above the
+largest batch whose peak fits the budget, and within 5% of it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.analysis.batch_search import LinearFit, ProbeResult, search, summarize
+
+GiB, MiB = 1024**3, 1024**2
+LIMIT = 12 * GiB
+
+
+class SimGPU:
+    """peak(b) = curve(b) rounded up to 2 MiB; OOM above the limit."""
+
+    def __init__(self, curve, static, grads, limit=LIMIT):
+        self.curve, self.static, self.grads, self.limit, self.calls = curve, static, grads, limit, []
+
+    def peak(self, b):
+        return math.ceil(self.curve(b) / (2 * MiB)) * 2 * MiB
+
+    def __call__(self, b):
+        self.calls.append(b)
+        if self.peak(b) > self.limit:
+            return ProbeResult("oom", detail="CUDA out of memory")
+        return ProbeResult("ok", self.peak(b), int(self.static), int(self.grads))
+
+    def truth(self, budget, hi=8192):
+        """The largest batch whose real peak fits the budget (peaks are monotone here: bisection)."""
+        lo, up = 0, hi + 1
+        while up - lo > 1:
+            mid = (lo + up) // 2
+            lo, up = (mid, up) if self.peak(mid) <= budget else (lo, mid)
+        return lo
+
+
+def workload(a, s, c=0.0):
+    """Intercept a, slope s, and a quadratic bend of c (share of the memory at the max batch)."""
+    bmax = (LIMIT - a) / s
+    # the bend stops growing at twice the max batch, so the curve stays monotone
+    return SimGPU(lambda b: a + s * b * (1 + c * min(b, 2 * bmax) / bmax), static=0.4 * a, grads=0.4 * a)
+
+
+SHAPES = [(0.5 * GiB, 90 * MiB), (2 * GiB, 300 * MiB), (1 * GiB, 50 * MiB), (3 * GiB, 5 * MiB), (0.3 * GiB, 600 * MiB)]
+
+
+@pytest.mark.parametrize("a,s", SHAPES)
+@pytest.mark.parametrize("bend", [0.0, 0.03, -0.03])
+def test_three_trials_and_within_five_percent(a, s, bend):
+    gpu = workload(a, s, bend)
+    r = search(gpu, LIMIT)
+    truth = gpu.truth(r.budget_bytes)
+    assert len(r.trials) <= 3, [(t.batch, t.purpose, t.result.outcome) for t in r.trials]
+    assert r.batch_size <= truth
+    assert r.batch_size >= 0.95 * truth
+    assert gpu.peak(r.batch_size) <= r.budget_bytes
+    assert r.verified in ("ran", "between")
+
+
+@pytest.mark.parametrize("a,s", SHAPES)
+def test_a_good_prior_needs_two_trials(a, s):
+    gpu = workload(a, s)
+    prior = LinearFit(a * 1.3, s * 0.92, "estimator")  # constant part off by 30 %, slope by 8 %
+    r = search(gpu, LIMIT, prior=prior)
+    assert len(r.trials) <= 2
+    assert r.trials[0].purpose == "estimator"
+    assert 0.95 * gpu.truth(r.budget_bytes) <= r.batch_size <= gpu.truth(r.budget_bytes)
+
+
+def test_a_wrong_prior_falls_back_to_measuring():
+    gpu = workload(1 * GiB, 50 * MiB)
+    prior = LinearFit(0.2 * GiB, 20 * MiB, "estimator")  # far too optimistic: its batch OOMs
+    r = search(gpu, LIMIT, prior=prior)
+    assert r.trials[0].result.outcome == "oom"
+    assert r.batch_size <= gpu.truth(r.budget_bytes) and r.batch_size >= 0.95 * gpu.truth(r.budget_bytes)
+    assert any("did not fit" in n for n in r.notes)
+
+
+def test_oom_at_the_predicted_batch_steps_down_with_the_slope():
+    # strongly convex: the line from small batches under-predicts, the predicted batch OOMs
+    gpu = SimGPU(lambda b: 1 * GiB + 50 * MiB * b ** 1.15, 0.4 * GiB, 0.4 * GiB)
+    r = search(gpu, LIMIT)
+    outcomes = [t.result.outcome for t in r.trials]
+    assert "oom" in outcomes
+    assert r.trials[outcomes.index("oom") + 1].purpose == "step-down"
+    assert gpu.peak(r.batch_size) <= r.budget_bytes
+    assert len(r.trials) <= 6
+
+
+def test_min_batch_does_not_fit():
+    gpu = SimGPU(lambda b: 13 * GiB + b * MiB, 0, 0)
+    r = search(gpu, LIMIT)
+    assert r.batch_size is None and r.stopped_by == "min-does-not-fit" and len(r.trials) == 1
+
+
+def test_stops_at_max():
+    gpu = SimGPU(lambda b: 0.3 * GiB + b * 0.1 * MiB, 0.1 * GiB, 0.1 * GiB)
+    r = search(gpu, LIMIT, max_batch=1000)
+    assert r.batch_size == 1000 and r.stopped_by == "max" and len(r.trials) <= 3
+
+
+def test_margin_zero_and_json_summary():
+    gpu = workload(1 * GiB, 100 * MiB)
+    r = search(gpu, LIMIT, margin=0.0)
+    assert r.budget_bytes == LIMIT and r.batch_size == gpu.truth(LIMIT)
+    s = summarize(r)
+    assert s["max_batch_size"] == r.batch_size and len(s["trials"]) == len(r.trials)
+    assert s["fit"]["formula"].startswith("memory(batch) = ")
+
+
+def test_bad_arguments():
+    gpu = workload(1 * GiB, 100 * MiB)
+    for kw in ({"margin": 1.0}, {"min_batch": 0}, {"min_batch": 5, "max_batch": 4}, {"max_trials": 0}):
+        with pytest.raises(ValueError):
+            search(gpu, LIMIT, **kw)
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=st.floats(0.1, 6.0), s=st.floats(0.05, 800.0), bend=st.floats(-0.05, 0.05),
+       margin=st.sampled_from([0.0, 0.05, 0.1]), min_batch=st.integers(1, 4))
+def test_never_above_the_truth_never_more_than_six_trials(a, s, bend, margin, min_batch):
+    gpu = workload(a * GiB, s * MiB, bend)
+    r = search(gpu, LIMIT, margin=margin, min_batch=min_batch)
+    assert len(r.trials) <= 6
+    truth = gpu.truth(r.budget_bytes)
+    if truth < min_batch:
+        assert r.batch_size is None
+    else:
+        assert min_batch <= r.batch_size <= truth
+        assert gpu.peak(r.batch_size) <= r.budget_bytes

@@ -1,0 +1,129 @@
+"""GIVEN `oomdoctor max-batch` WHEN the input is bad or there is no GPU THEN one line and exit 2;
+WHEN a search result is rendered THEN text (with chart), JSON and HTML carry the trials and the fit."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.analysis.batch_search import ProbeResult, search, summarize
+from oomdoctor.cli import main
+from oomdoctor.render import max_batch as render
+
+MLP = """
+import torch
+def build(batch_size):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+    return {"model": model, "inputs": (torch.randn(batch_size, 64),),
+            "target": torch.randint(0, 4, (batch_size,)), "loss": torch.nn.functional.cross_entropy}
+"""
+
+
+def _has_cuda():
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["max-batch", "/nonexistent/w.py"], "no such workload file"),
+    (["max-batch", "W", "--margin", "0.7"], "--margin"),
+    (["max-batch", "W", "--min", "8", "--max", "4"], "need 1 <= min <= max"),
+    (["max-batch", "W", "--fraction", "1.5"], "--fraction"),
+    (["max-batch", "W", "--memory-limit", "lots"], "invalid size"),
+    (["max-batch", "W", "--device", "cpu"], "CUDA devices"),
+    (["max-batch", "W", "--plot", "chart.svg"], "give a .png path"),
+    (["max-batch", "W", "--memory-limit", "8GiB", "--fraction", "0.5"], "not allowed with"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
+    w = tmp_path / "w.py"
+    w.write_text(MLP)
+    argv = [str(w) if a == "W" else a for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's own errors exit from the parser
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(_has_cuda(), reason="checks the no-GPU path")
+def test_no_gpu_is_one_line_exit_2_with_the_estimate_hint(tmp_path):
+    pytest.importorskip("torch")
+    w = tmp_path / "w.py"
+    w.write_text(MLP)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "oomdoctor", "max-batch", str(w)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("oomdoctor")]
+    assert len(lines) == 1 and "no CUDA GPU" in lines[0] and "oomdoctor estimate" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_broken_workload_named_before_any_gpu_work(tmp_path, capsys):
+    pytest.importorskip("torch")
+    w = tmp_path / "broken.py"
+    w.write_text("def build(:\n")
+    assert main(["max-batch", str(w)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "broken.py:1: syntax error" in err and len(err.splitlines()) == 1
+
+
+def _payload():
+    GiB, MiB = 1024**3, 1024**2
+
+    def probe(b):
+        peak = math.ceil((1 * GiB + 60 * MiB * b) / (2 * MiB)) * 2 * MiB
+        return ProbeResult("ok", peak, GiB // 2, GiB // 4, 2.5) if peak <= 12 * GiB else ProbeResult("oom")
+
+    r = search(probe, 12 * GiB)
+    return {"workload": "w.py", "device": "cuda:0", "gpu": "Sim GPU", "torch_version": "x",
+            "gpu_total_bytes": 80 * GiB, **summarize(r), "wall_seconds": 7.5, "notes": list(r.notes)}
+
+
+def test_text_report_has_formula_trials_and_chart():
+    p = _payload()
+    out = render.text(p)
+    assert f"max batch size: {p['max_batch_size']}" in out
+    assert "memory(batch) = " in out and "MiB x batch" in out
+    chart = out.split("\n\n", 1)[1]
+    assert chart.count("o") >= 3 and "=" in chart and "|" in chart
+    assert "limit - margin" in chart
+
+
+def test_json_and_html(tmp_path, capsys):
+    from oomdoctor.render.envelope import dumps
+
+    p = _payload()
+    doc = json.loads(dumps(p))
+    assert doc["schema_version"] == 1 and doc["max_batch_size"] == p["max_batch_size"]
+    assert {"batch", "purpose", "outcome", "peak_reserved_bytes"} <= set(doc["trials"][0])
+    page = render.html(p)
+    assert page.startswith("<!doctype html>") and "<svg" in page and "limit - 5% margin" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_png_when_matplotlib_is_installed(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "c.png"
+    render.png(_payload(), str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.gpu
+def test_real_search_on_the_gpu(tmp_path):
+    from oomdoctor.runtime.max_batch import find_max_batch
+
+    w = Path(tmp_path / "w.py")
+    w.write_text(MLP)
+    run = find_max_batch(str(w), memory_limit=1 << 30, max_batch=4096, use_estimator=False)
+    assert run.result.batch_size is not None and len(run.result.trials) <= 6
