@@ -39,6 +39,20 @@ class ProbeResult:
     peak_bytes: int | None = None
     static_bytes: int | None = None  # allocated after the steps minus the batch's inputs: params + optimizer state
     grad_bytes: int | None = None  # bytes of the trainable parameters' gradients
+    # Peak *allocated* memory during forward+backward only (optimizer.step excluded). It is linear in the
+    # batch even where the reserved peak is flat because the optimizer step sets it (a hinge).
+    fb_peak_bytes: int | None = None
+    allocated_peak_bytes: int | None = None  # overall peak allocated (torch.cuda.max_memory_allocated)
+
+    @property
+    def line_bytes(self) -> int | None:
+        """The peak as the activations' line sees it: the reserved peak less what the optimizer step
+        allocated above forward+backward (that part is flat in the batch)."""
+        if self.peak_bytes is None:
+            return None
+        if self.fb_peak_bytes is None or self.allocated_peak_bytes is None:
+            return self.peak_bytes
+        return self.peak_bytes - max(0, self.allocated_peak_bytes - self.fb_peak_bytes)
     seconds: float = 0.0
     detail: str = ""
 
@@ -78,11 +92,20 @@ class LinearFit:
         return f"memory(batch) = {self.intercept / mib:,.1f} MiB + {self.slope / mib:,.3f} MiB x batch"
 
     @classmethod
-    def through(cls, p: tuple[int, int], q: tuple[int, int], source: str = "measured") -> LinearFit:
+    def through(cls, p: tuple[int, int], q: tuple[int, int], source: str = "measured",
+                min_slope: float = 0.0) -> LinearFit:
+        """The secant through two measured points, anchored on the larger batch.
+
+        `min_slope` (the slope of the forward+backward peak) guards against a flat start: at small
+        batches the peak is often the optimizer step's, not the activations', so the secant from
+        there under-estimates the slope of the part of the curve that matters.
+        """
         (b1, m1), (b2, m2) = sorted([p, q])
         if b2 == b1:
             raise ValueError("two distinct batch sizes are needed")
         slope = (m2 - m1) / (b2 - b1)
+        if slope < min_slope:
+            return cls(intercept=m2 - min_slope * b2, slope=min_slope, source=f"{source}+fwd/bwd slope")
         if slope * (b2 - b1) < RESOLUTION_BYTES:
             # The peaks differ by less than the allocator's granularity: take the largest slope the
             # measurements allow, so the next prediction errs towards a smaller batch.
@@ -203,17 +226,26 @@ def _first_points(s: _Search, prior: LinearFit | None) -> LinearFit | None:
         return None
     if b1 >= s.hi:
         return LinearFit(r1.peak_bytes, 0.0, "single point")
-    # A slope that overestimates the real one, from one point: everything above parameters, optimizer
-    # state and gradients is counted as growing with the batch.
+    # A slope that overestimates the real one, from one point: everything of the forward+backward peak
+    # above parameters, optimizer state and gradients is counted as growing with the batch.
     fixed = (r1.static_bytes or 0) + (r1.grad_bytes or 0)
-    guess = max((r1.peak_bytes - fixed) / b1, 1.0)
+    top = r1.fb_peak_bytes if r1.fb_peak_bytes else r1.peak_bytes
+    guess = max((top - fixed) / b1, 1.0)
     b2 = b1 + math.floor((SECOND_POINT_SHARE * s.budget - r1.peak_bytes) / guess)
     b2 = min(s.hi, max(b2, 2 * b1, b1 + 1))
     r2 = s.run(b2, "measure", None)
     if not r2.ok:
         # The guess was not an upper bound after all: use the limit as a lower bound of that peak.
         return LinearFit.through((b1, r1.peak_bytes), (b2, s.limit), "measured+oom bound")
-    return LinearFit.through((b1, r1.peak_bytes), (b2, r2.peak_bytes))
+    return LinearFit.through((b1, r1.line_bytes), (b2, r2.line_bytes), min_slope=_fb_slope(s, b1, b2))
+
+
+def _fb_slope(s: _Search, b1: int, b2: int) -> float:
+    """Slope of the forward+backward allocated peak between two batches that ran (0 if unknown)."""
+    fb = {t.batch: t.result.fb_peak_bytes for t in s.trials if t.result.ok and t.result.fb_peak_bytes}
+    if b1 in fb and b2 in fb and b2 != b1:
+        return max(0.0, (fb[b2] - fb[b1]) / (b2 - b1))
+    return 0.0
 
 
 def _verify_and_refine(s: _Search, fit: LinearFit) -> SearchResult:
@@ -222,6 +254,9 @@ def _verify_and_refine(s: _Search, fit: LinearFit) -> SearchResult:
         failed_above = [b for b in s.failed() if best is None or b > best[0]]
         ceiling = min([s.hi] + [b - 1 for b in failed_above])
         target = min(s.clamp(fit.largest_within(s.budget)), ceiling)
+        if best is not None and failed_above and failed_above[0] > 8 * best[0]:
+            # An OOM far above the last fit says little about the slope: bisect in log space as well.
+            target = min(target, max(best[0] + 1, math.isqrt(best[0] * failed_above[0])))
         if best is not None and target <= best[0]:
             break
         if target in {t.batch for t in s.trials}:
@@ -246,17 +281,21 @@ def _verify_and_refine(s: _Search, fit: LinearFit) -> SearchResult:
 
 
 def _refit(s: _Search, fit: LinearFit) -> LinearFit:
-    """The secant through the two largest batches that ran; an OOM gives a lower bound (the limit)."""
-    ran = s.ran()
-    points: list[tuple[int, int]] = ran[-2:]
-    oom_above = [b for b in s.failed() if not ran or b > ran[-1][0]]
+    """The secant through the two largest batches that ran, made steeper if an OOM above them says so.
+
+    An OOM at batch c means memory(c) > limit, a lower bound on the slope from the last batch that
+    ran; a measured secant steeper than that bound is kept (a far-away OOM says little).
+    """
+    line = {t.batch: t.result.line_bytes for t in s.trials if t.result.ok and t.result.peak_bytes is not None}
+    ran = [(b, line[b]) for b, _ in s.ran()]
+    oom_above = [b for b in s.failed() if ran and b > ran[-1][0]]
+    candidates = []
+    if len(ran) >= 2:
+        fb = _fb_slope(s, ran[-2][0], ran[-1][0])
+        candidates.append(LinearFit.through(ran[-2], ran[-1], "measured", min_slope=fb))
     if ran and oom_above:
-        points = [ran[-1], (oom_above[0], s.limit)]
-    if len(points) < 2:
-        return fit
-    if len(points) == 2 and points[0][0] != points[1][0]:
-        return LinearFit.through(points[0], points[1], "measured" if not oom_above else "measured+oom bound")
-    return fit
+        candidates.append(LinearFit.through(ran[-1], (oom_above[0], s.limit), "measured+oom bound"))
+    return max(candidates, key=lambda f: f.slope) if candidates else fit
 
 
 def _answer(s: _Search, fit: LinearFit) -> SearchResult:

@@ -139,7 +139,9 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
         if out["outcome"] == "nogpu":
             raise NoGpuError(f"no CUDA GPU ({out.get('detail')}): {NO_GPU_HINT}")
         return ProbeResult(out["outcome"], out.get("peak_reserved_bytes"), out.get("static_bytes"),
-                           out.get("grad_bytes"), float(out.get("wall", 0.0)), out.get("detail", ""))
+                           out.get("grad_bytes"), float(out.get("wall", 0.0)), out.get("detail", ""),
+                           fb_peak_bytes=out.get("fb_peak_bytes"),
+                           allocated_peak_bytes=out.get("peak_allocated_bytes"))
 
     result = search(probe, limit, margin=margin, min_batch=min_batch, max_batch=max_batch, prior=prior,
                     on_trial=on_trial)

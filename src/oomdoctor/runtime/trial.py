@@ -41,6 +41,39 @@ def _tensor_bytes(obj: Any) -> int:
     return 0
 
 
+class _PhasePeaks:
+    """Peaks of forward+backward and of optimizer.step() apart, and overall.
+
+    At small batches the optimizer step (foreach temporaries, state creation) often sets the peak, so
+    the overall peak is flat there and only the forward+backward peak shows the slope.
+    """
+
+    def __init__(self, torch: Any, dev: Any):
+        self.torch, self.dev = torch, dev
+        self.reserved = self.allocated = self.fb = 0
+
+    def mark(self, fwd_bwd: bool) -> None:
+        cuda = self.torch.cuda
+        allocated = int(cuda.max_memory_allocated(self.dev))
+        self.reserved = max(self.reserved, int(cuda.max_memory_reserved(self.dev)))
+        self.allocated = max(self.allocated, allocated)
+        if fwd_bwd:
+            self.fb = max(self.fb, allocated)
+        cuda.reset_peak_memory_stats(self.dev)
+
+    def wrap(self, optimizer: Any) -> None:
+        real_step = optimizer.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            self.mark(fwd_bwd=True)
+            try:
+                return real_step(*args, **kwargs)
+            finally:
+                self.mark(fwd_bwd=False)
+
+        optimizer.step = step
+
+
 def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: str = "cuda:0",
               memory_limit: int | None = None, fraction: float | None = None) -> dict[str, Any]:
     """Run `steps` training steps at `batch` under the cap; never raises for OOM.
@@ -88,13 +121,17 @@ def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: 
         input_bytes = _tensor_bytes(spec.inputs) + _tensor_bytes(spec.target)
         grad_bytes = sum(p.element_size() * p.nelement() for p in spec.model.parameters() if p.requires_grad)
         runner = StepRunner(spec, device_type="cuda")
+        peaks = _PhasePeaks(torch, dev)
+        if runner.optimizer is not None:
+            peaks.wrap(runner.optimizer)
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         for _ in range(steps):
             runner.step()
         torch.cuda.synchronize(dev)
-        info.update(peak_reserved_bytes=int(torch.cuda.max_memory_reserved(dev)),
-                    peak_allocated_bytes=int(torch.cuda.max_memory_allocated(dev)),
+        peaks.mark(fwd_bwd=runner.optimizer is None)
+        info.update(peak_reserved_bytes=peaks.reserved, peak_allocated_bytes=peaks.allocated,
+                    fb_peak_bytes=peaks.fb,
                     static_bytes=max(0, int(torch.cuda.memory_allocated(dev)) - input_bytes),
                     grad_bytes=int(grad_bytes) if spec.train else 0)
     except Exception as exc:
