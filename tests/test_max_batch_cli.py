@@ -127,3 +127,76 @@ def test_real_search_on_the_gpu(tmp_path):
     w.write_text(MLP)
     run = find_max_batch(str(w), memory_limit=1 << 30, max_batch=4096, use_estimator=False)
     assert run.result.batch_size is not None and len(run.result.trials) <= 6
+
+
+def test_orchestrator_with_fake_trial_children(tmp_path, monkeypatch):
+    """find_max_batch end to end without a GPU: the child processes' JSON is simulated (a flat start set
+    by the optimizer step, as BERT-base on the H100), everything else is the real code path."""
+    from oomdoctor.runtime import max_batch as mb
+
+    GiB, MiB = 1024**3, 1024**2
+    w = tmp_path / "w.py"
+    w.write_text(MLP)
+    calls = []
+
+    def fake_child(args, timeout):
+        calls.append(args)
+        if "--info" in args:
+            return {"outcome": "ok", "total_bytes": 80 * GiB, "limit_bytes": 10 * GiB, "free_bytes": 78 * GiB,
+                    "gpu": "Fake H100", "torch": "x", "wall": 0.1}
+        b = int(args[args.index("--batch") + 1])
+        fb = 1.9 * GiB + 104 * MiB * b
+        peak = math.ceil(max(fb + 50 * MiB, 2.35 * GiB) / (2 * MiB)) * 2 * MiB
+        if peak > 10 * GiB:
+            return {"outcome": "oom", "detail": "CUDA out of memory.", "wall": 1.0}
+        return {"outcome": "ok", "peak_reserved_bytes": peak, "peak_allocated_bytes": int(max(fb, 2.3 * GiB)),
+                "fb_peak_bytes": int(fb), "static_bytes": int(1.3 * GiB), "grad_bytes": int(0.44 * GiB),
+                "wall": 2.0}
+
+    monkeypatch.setattr(mb, "run_child", fake_child)
+    run = mb.find_max_batch(str(w), memory_limit=10 * GiB, use_estimator=False)
+    r = run.result
+    truth = max(b for b in range(1, 200) if math.ceil((1.9 * GiB + 104 * MiB * b + 50 * MiB) / (2 * MiB)) * 2 * MiB
+                <= r.budget_bytes)
+    assert len(r.trials) <= 3 and 0.95 * truth <= r.batch_size <= truth
+    assert all(t.result.seconds == 2.0 for t in r.trials if t.result.ok)  # fields land where they belong
+    assert run.gpu == "Fake H100" and calls[1][calls[1].index("--memory-limit") + 1] == str(10 * GiB)
+    from oomdoctor.cli.max_batch import payload_of
+
+    p = payload_of(run)
+    assert p["max_batch_size"] == r.batch_size and p["trials"][0]["seconds"] == 2.0
+
+
+def test_phase_peaks_split_forward_backward_from_the_optimizer_step():
+    """The trial child's bookkeeping, with a fake allocator: optimizer.step's peak must not leak into
+    the forward+backward peak, and the overall peaks must survive the resets."""
+    from types import SimpleNamespace
+
+    from oomdoctor.runtime.trial import _PhasePeaks
+
+    class FakeCuda:
+        alloc_peak = reserved_peak = 0
+
+        def max_memory_allocated(self, dev):
+            return self.alloc_peak
+
+        def max_memory_reserved(self, dev):
+            return self.reserved_peak
+
+        def reset_peak_memory_stats(self, dev):
+            self.alloc_peak = self.reserved_peak = 0
+
+    cuda = FakeCuda()
+    peaks = _PhasePeaks(SimpleNamespace(cuda=cuda), "cuda:0")
+
+    class Opt:
+        def step(self):
+            cuda.alloc_peak, cuda.reserved_peak = 900, 1000  # AdamW temporaries
+
+    opt = Opt()
+    peaks.wrap(opt)
+    for fb in (500, 600, 550):  # three steps: forward+backward peaks, then the optimizer's
+        cuda.alloc_peak, cuda.reserved_peak = fb, fb + 20
+        opt.step()
+    peaks.mark(fwd_bwd=False)
+    assert (peaks.fb, peaks.allocated, peaks.reserved) == (600, 900, 1000)

@@ -39,6 +39,8 @@ class ProbeResult:
     peak_bytes: int | None = None
     static_bytes: int | None = None  # allocated after the steps minus the batch's inputs: params + optimizer state
     grad_bytes: int | None = None  # bytes of the trainable parameters' gradients
+    seconds: float = 0.0
+    detail: str = ""
     # Peak *allocated* memory during forward+backward only (optimizer.step excluded). It is linear in the
     # batch even where the reserved peak is flat because the optimizer step sets it (a hinge).
     fb_peak_bytes: int | None = None
@@ -53,8 +55,6 @@ class ProbeResult:
         if self.fb_peak_bytes is None or self.allocated_peak_bytes is None:
             return self.peak_bytes
         return self.peak_bytes - max(0, self.allocated_peak_bytes - self.fb_peak_bytes)
-    seconds: float = 0.0
-    detail: str = ""
 
     @property
     def ok(self) -> bool:

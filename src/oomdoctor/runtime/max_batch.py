@@ -138,8 +138,9 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
             raise InputError(f"{workload}: the trial at batch {batch} failed: {out.get('detail')}")
         if out["outcome"] == "nogpu":
             raise NoGpuError(f"no CUDA GPU ({out.get('detail')}): {NO_GPU_HINT}")
-        return ProbeResult(out["outcome"], out.get("peak_reserved_bytes"), out.get("static_bytes"),
-                           out.get("grad_bytes"), float(out.get("wall", 0.0)), out.get("detail", ""),
+        return ProbeResult(outcome=out["outcome"], peak_bytes=out.get("peak_reserved_bytes"),
+                           static_bytes=out.get("static_bytes"), grad_bytes=out.get("grad_bytes"),
+                           seconds=float(out.get("wall", 0.0)), detail=out.get("detail", ""),
                            fb_peak_bytes=out.get("fb_peak_bytes"),
                            allocated_peak_bytes=out.get("peak_allocated_bytes"))
 
