@@ -209,3 +209,21 @@ def test_bad_batches_and_options():
         fit.AutoMicroBatch(opt, min_micro_batch=0)
     with pytest.raises(ValueError):
         fit.AutoMicroBatch(opt, loss_reduction="median")
+
+
+def test_floor_diagnosis_from_the_real_explain():
+    pytest.importorskip("oomdoctor.analysis.explain")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    msg = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+           "1.12 GiB is free. Including non-PyTorch memory, this process has 78.05 GiB memory in use. Of the "
+           "allocated memory 75.20 GiB is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch but "
+           "unallocated.")
+
+    def loss_fn(mb):
+        raise torch.OutOfMemoryError(msg)
+
+    with pytest.raises(fit.FitOutOfMemoryError) as exc:
+        fit.AutoMicroBatch(opt, min_micro_batch=2).step(loss_fn, torch.randn(4, 4))
+    assert "fragmentation" in exc.value.diagnosis and "expandable_segments" in str(exc.value)
