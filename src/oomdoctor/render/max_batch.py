@@ -6,6 +6,7 @@ the budget (limit minus the margin), and the batch chosen.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from oomdoctor.units import format_bytes
@@ -150,7 +151,7 @@ def png(payload: dict[str, Any], path: str) -> None:
     ax.set_xlabel("batch size")
     ax.set_ylabel("GiB")
     ax.set_ylim(0, payload["memory_limit_bytes"] / gib * 1.1)
-    ax.set_title(f"max-batch: {payload['workload']}")
+    ax.set_title(f"max-batch: {PurePath(payload['workload']).name} ({payload.get('gpu') or 'GPU'})")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
