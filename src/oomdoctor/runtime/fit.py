@@ -29,6 +29,7 @@ from oomdoctor.runtime.oom import first_line, is_oom
 
 log = logging.getLogger("oomdoctor.fit")
 
+# MicroBatchTrainerMixin (Hugging Face Trainer) is served lazily by __getattr__ at the end.
 __all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "step", "batch_size_of", "slice_batch", "is_oom"]
 
 
@@ -262,3 +263,12 @@ def step(loss_fn: Callable[[Any], Any], batch: Any, optimizer: Any, **options: A
     if runner is None:
         runner = _DEFAULT[optimizer] = AutoMicroBatch(optimizer, **options)
     return runner.step(loss_fn, batch)
+
+
+def __getattr__(name: str) -> Any:
+    """`fit.MicroBatchTrainerMixin` (Hugging Face Trainer integration) without importing it eagerly."""
+    if name == "MicroBatchTrainerMixin":
+        from oomdoctor.runtime.fit_hf import MicroBatchTrainerMixin
+
+        return MicroBatchTrainerMixin
+    raise AttributeError(f"module 'oomdoctor.fit' has no attribute {name!r}")
