@@ -71,12 +71,15 @@ def test_three_trials_and_within_five_percent(a, s, bend):
 
 
 @pytest.mark.parametrize("a,s", SHAPES)
-def test_a_good_prior_needs_two_trials(a, s):
+@pytest.mark.parametrize("slope_error", [0.92, 0.65, 1.3])
+def test_a_prior_needs_at_most_three_trials(a, s, slope_error):
+    """The estimator's line, off by 30 % in its constant and -8/-35/+30 % in its slope (the estimator
+    under-predicted the token-MLP's slope by 35 %): 2-3 trials, never an OOM at the first."""
     gpu = workload(a, s)
-    prior = LinearFit(a * 1.3, s * 0.92, "estimator")  # constant part off by 30 %, slope by 8 %
+    prior = LinearFit(a * 1.3, s * slope_error, "estimator")
     r = search(gpu, LIMIT, prior=prior)
-    assert len(r.trials) <= 2
-    assert r.trials[0].purpose == "estimator"
+    assert len(r.trials) <= 3, [(t.batch, t.purpose, t.result.outcome) for t in r.trials]
+    assert r.trials[0].purpose == "estimator" and r.trials[0].result.ok
     assert 0.95 * gpu.truth(r.budget_bytes) <= r.batch_size <= gpu.truth(r.budget_bytes)
 
 

@@ -200,3 +200,34 @@ def test_phase_peaks_split_forward_backward_from_the_optimizer_step():
         opt.step()
     peaks.mark(fwd_bwd=False)
     assert (peaks.fb, peaks.allocated, peaks.reserved) == (600, 900, 1000)
+
+
+def test_orchestrator_starts_from_the_real_estimator(monkeypatch):
+    """With the estimator installed, the first trial is the estimator's batch; the simulated GPU's slope
+    is 50 % steeper than the estimator's line (as the token-MLP's was on the H100)."""
+    pytest.importorskip("oomdoctor.runtime.estimator")
+    from oomdoctor.runtime import max_batch as mb
+
+    GiB = 1024**3
+    path = str(Path(__file__).resolve().parents[1] / "validation" / "workloads" / "token_mlp.py")
+    prior, why = mb.estimator_prior(path, 10 * GiB, "NVIDIA H100 80GB HBM3")
+    assert prior is not None and prior.slope > 0, why
+
+    def fake_child(args, timeout):
+        if "--info" in args:
+            return {"outcome": "ok", "total_bytes": 80 * GiB, "limit_bytes": 10 * GiB, "free_bytes": 78 * GiB,
+                    "gpu": "NVIDIA H100 80GB HBM3", "torch": "x", "wall": 0.1}
+        b = int(args[args.index("--batch") + 1])
+        fb = 0.35 * GiB + 1.5 * prior.slope * b
+        if fb + 0.1 * GiB > 10 * GiB:
+            return {"outcome": "oom", "detail": "CUDA out of memory.", "wall": 1.0}
+        return {"outcome": "ok", "peak_reserved_bytes": int(fb + 0.1 * GiB), "peak_allocated_bytes": int(fb),
+                "fb_peak_bytes": int(fb), "static_bytes": int(0.2 * GiB), "grad_bytes": int(0.05 * GiB), "wall": 2.0}
+
+    monkeypatch.setattr(mb, "run_child", fake_child)
+    run = mb.find_max_batch(path, memory_limit=10 * GiB)
+    r = run.result
+    assert r.trials[0].purpose == "estimator" and r.trials[0].result.ok and len(r.trials) <= 3
+    assert "started from the estimator" in run.notes
+    truth = int((r.budget_bytes - 0.45 * GiB) / (1.5 * prior.slope))
+    assert 0.95 * truth <= r.batch_size <= truth

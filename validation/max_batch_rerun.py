@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--workloads", default="bert_base,vit_b16,resnet50,gpt2_small,token_mlp")
     ap.add_argument("--long", default="bert_base,vit_b16", help="workloads that get the 200-step check")
     ap.add_argument("--long-steps", type=int, default=200)
+    ap.add_argument("--no-estimator", action="store_true", help="pass --no-estimator to the CLI")
     args = ap.parse_args()
     t0 = time.perf_counter()
     cap = parse_size(args.cap)
@@ -40,7 +41,7 @@ def main() -> int:
     procs = {}
     for name in args.workloads.split(","):
         cmd = [sys.executable, "-m", "oomdoctor", "max-batch", str(HERE / "workloads" / f"{name}.py"),
-               "--memory-limit", str(cap), "--format", "json"]
+               "--memory-limit", str(cap), "--format", "json"] + (["--no-estimator"] if args.no_estimator else [])
         procs[name] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env),
                        time.perf_counter())
     longs = {}

@@ -23,8 +23,8 @@ RESOLUTION_BYTES = 20 * 1024 * 1024
 # The second point is aimed at this share of the budget using a slope that overestimates the real one.
 SECOND_POINT_SHARE = 0.5
 # The estimator's first trial is aimed at this share of the budget, so a prediction that is low by up
-# to 1/0.8 still runs and anchors the line on a real point.
-PRIOR_POINT_SHARE = 0.8
+# to 1/0.6 still runs and anchors the line on a real point.
+PRIOR_POINT_SHARE = 0.6
 # A verified answer is refined with one more trial only if the line promises this much more batch.
 REFINE_GAIN = 0.04
 # A measured peak this far (share of the budget) from the line's prediction marks the curve non-linear.
@@ -213,9 +213,16 @@ def _first_points(s: _Search, prior: LinearFit | None) -> LinearFit | None:
         b1 = s.clamp(prior.largest_within(PRIOR_POINT_SHARE * s.budget))
         r1 = s.run(b1, "estimator", prior)
         if r1.ok:
-            # Keep the estimator's slope, anchored on the real point: the estimator is better at the
-            # slope (activations) than at the constant part (context, workspaces, allocator slack).
-            return LinearFit(intercept=r1.peak_bytes - prior.slope * b1, slope=prior.slope, source="estimator+1 point")
+            # The estimator's slope, anchored on the real point (it is better at the slope than at the
+            # constant part: context, workspaces, allocator slack), and at least the slope this trial
+            # shows: at a batch this large, what forward+backward held above parameters, optimizer
+            # state and gradients is nearly all activations.
+            slope, source = prior.slope, "estimator+1 point"
+            if r1.fb_peak_bytes:
+                seen = (r1.fb_peak_bytes - (r1.static_bytes or 0) - (r1.grad_bytes or 0)) / b1
+                if seen > slope:
+                    slope, source = seen, "estimator+1 point, measured slope"
+            return LinearFit(intercept=r1.line_bytes - slope * b1, slope=slope, source=source)
         s.notes.append(f"the estimator's batch {b1} did not fit ({r1.outcome}); measuring instead")
         s.hi = min(s.hi, b1 - 1)
         if s.hi < s.lo:

@@ -100,14 +100,27 @@ def estimator_prior(workload_path: str, limit: int, gpu: str | None) -> tuple[Li
     try:
         wl = load_workload(workload_path)
         lo, hi = 8, 64
-        e_lo = estimate(wl, lo, memory_limit=limit, gpu=gpu)
-        e_hi = estimate(wl, hi, memory_limit=limit, gpu=gpu)
+        key = _gpu_key(gpu)
+        e_lo = estimate(wl, lo, memory_limit=limit, gpu=key)
+        e_hi = estimate(wl, hi, memory_limit=limit, gpu=key)
         slope = (e_hi.peak_reserved_bytes - e_lo.peak_reserved_bytes) / (hi - lo)
         if slope <= 0:
             return None, "estimator predicted no growth with the batch: measured instead"
         return LinearFit(e_hi.peak_reserved_bytes - slope * hi, slope, "estimator"), "started from the estimator"
     except Exception as exc:  # noqa: BLE001 - a failing estimate must not stop the measured search
         return None, f"estimator failed ({type(exc).__name__}: {exc}): measured instead"
+
+
+def _gpu_key(device_name: str | None) -> str | None:
+    """The estimator's GPU key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> "h100"), or None."""
+    if not device_name:
+        return None
+    from oomdoctor.knowledge.gpus import GPUS
+
+    for key, spec in GPUS.items():
+        if spec.name == device_name or spec.name.startswith(device_name + " ("):
+            return key
+    return None
 
 
 def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: float | None = None,
