@@ -6,7 +6,7 @@ lazily, only when called.
 
 from oomdoctor._version import __version__
 
-__all__ = ["__version__", "watch", "step", "estimate", "estimate_module"]
+__all__ = ["__version__", "watch", "step", "estimate", "estimate_module", "fit"]
 
 
 def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the recorder (or torch) eagerly
@@ -18,4 +18,8 @@ def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the 
         from oomdoctor.runtime import estimator
 
         return getattr(estimator, name)
+    if name == "fit":  # `from oomdoctor import fit`: the OOM-surviving micro-batcher (docs/fit.md)
+        from oomdoctor.runtime import fit
+
+        return fit
     raise AttributeError(f"module 'oomdoctor' has no attribute {name!r}")

@@ -25,6 +25,7 @@ _COMMAND_MODULES: dict[str, str] = {
     "explain": "explain",
     "record": "record",
     "report": "report",
+    "max-batch": "max_batch",
 }
 
 

@@ -1,0 +1,347 @@
+"""Find the largest batch size that fits a memory budget in 1-3 real trials (pure: the probe is injected).
+
+Why not Lightning's doubling or Accelerate's 10% walk-down: each real trial costs a process start, a
+model build and three steps, and each OOM a cleanup. Peak memory of a training step is, to first
+order, `a + b * batch` (parameters, gradients and optimizer state are fixed; activations grow with the
+batch), so two measured points (or the estimator's prediction plus one) give the line, one more trial
+verifies the batch the line picks, and the fitted slope says how far to step down if it does not fit.
+The answer is always a batch that ran with a peak under the budget, or one between two batches that
+ran (peak memory is monotone in the batch), never an extrapolation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Peaks are whole 2 MiB pages (kRoundLarge): an interpolated answer keeps one page of room for it.
+PAGE_BYTES = 2 * 1024 * 1024
+# Allocator granularity (CUDACachingAllocator: 2 MiB rounding, 20 MiB segments for 1-10 MiB requests):
+# a difference between two peaks smaller than this says nothing about the slope.
+RESOLUTION_BYTES = 20 * 1024 * 1024
+# The second point is aimed at this share of the budget using a slope that overestimates the real one.
+SECOND_POINT_SHARE = 0.5
+# The estimator's first trial is aimed at this share of the budget, so a prediction that is low by up
+# to 1/0.6 still runs and anchors the line on a real point.
+PRIOR_POINT_SHARE = 0.6
+# A verified answer is refined with one more trial only if the line promises this much more batch.
+REFINE_GAIN = 0.04
+# A measured peak this far (share of the budget) from the line's prediction marks the curve non-linear.
+NONLINEAR_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one real trial reports. `peak_bytes` is torch.cuda.max_memory_reserved() over the steps."""
+
+    outcome: str  # "ok", "oom", "timeout"
+    peak_bytes: int | None = None
+    static_bytes: int | None = None  # allocated after the steps minus the batch's inputs: params + optimizer state
+    grad_bytes: int | None = None  # bytes of the trainable parameters' gradients
+    seconds: float = 0.0
+    detail: str = ""
+    # Peak *allocated* memory during forward+backward only (optimizer.step excluded). It is linear in the
+    # batch even where the reserved peak is flat because the optimizer step sets it (a hinge).
+    fb_peak_bytes: int | None = None
+    allocated_peak_bytes: int | None = None  # overall peak allocated (torch.cuda.max_memory_allocated)
+
+    @property
+    def line_bytes(self) -> int | None:
+        """The peak as the activations' line sees it: the reserved peak less what the optimizer step
+        allocated above forward+backward (that part is flat in the batch)."""
+        if self.peak_bytes is None:
+            return None
+        if self.fb_peak_bytes is None or self.allocated_peak_bytes is None:
+            return self.peak_bytes
+        return self.peak_bytes - max(0, self.allocated_peak_bytes - self.fb_peak_bytes)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+@dataclass(frozen=True)
+class Trial:
+    batch: int
+    purpose: str  # "estimator", "measure", "predicted", "refine", "step-down"
+    result: ProbeResult
+    predicted_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """memory(batch) = intercept + slope * batch, in bytes."""
+
+    intercept: float
+    slope: float
+    source: str = "measured"  # "measured", "estimator", "measured+resolution"
+
+    def predict(self, batch: float) -> float:
+        return self.intercept + self.slope * batch
+
+    def largest_within(self, budget: float) -> int | None:
+        """The largest batch >= 1 the line keeps within `budget`; None if batch 1 already exceeds it."""
+        if self.slope <= 0:
+            return None if self.predict(1) > budget else 1 << 62
+        b = math.floor((budget - self.intercept) / self.slope)
+        return b if b >= 1 else None
+
+    def formula(self) -> str:
+        mib = 1024 * 1024
+        return f"memory(batch) = {self.intercept / mib:,.1f} MiB + {self.slope / mib:,.3f} MiB x batch"
+
+    @classmethod
+    def through(cls, p: tuple[int, int], q: tuple[int, int], source: str = "measured",
+                min_slope: float = 0.0) -> LinearFit:
+        """The secant through two measured points, anchored on the larger batch.
+
+        `min_slope` (the slope of the forward+backward peak) guards against a flat start: at small
+        batches the peak is often the optimizer step's, not the activations', so the secant from
+        there under-estimates the slope of the part of the curve that matters.
+        """
+        (b1, m1), (b2, m2) = sorted([p, q])
+        if b2 == b1:
+            raise ValueError("two distinct batch sizes are needed")
+        slope = (m2 - m1) / (b2 - b1)
+        if slope < min_slope:
+            return cls(intercept=m2 - min_slope * b2, slope=min_slope, source=f"{source}+fwd/bwd slope")
+        if slope * (b2 - b1) < RESOLUTION_BYTES:
+            # The peaks differ by less than the allocator's granularity: take the largest slope the
+            # measurements allow, so the next prediction errs towards a smaller batch.
+            slope = (max(m2 - m1, 0) + RESOLUTION_BYTES) / (b2 - b1)
+            source = f"{source}+resolution"
+        return cls(intercept=m2 - slope * b2, slope=slope, source=source)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    batch_size: int | None
+    limit_bytes: int
+    margin: float
+    budget_bytes: int
+    trials: tuple[Trial, ...]
+    fit: LinearFit | None
+    verified: str  # "ran": the answer itself ran; "between": between two batches that ran; "none"
+    stopped_by: str  # "budget", "max", "min-does-not-fit"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def measured(self) -> list[tuple[int, int]]:
+        return sorted((t.batch, t.result.peak_bytes) for t in self.trials
+                      if t.result.ok and t.result.peak_bytes is not None)
+
+    @property
+    def predicted_peak_bytes(self) -> int | None:
+        if self.batch_size is None:
+            return None
+        for b, peak in self.measured:
+            if b == self.batch_size:
+                return peak
+        return int(self.fit.predict(self.batch_size)) if self.fit else None
+
+
+class _Search:
+    def __init__(self, probe: Callable[[int], ProbeResult], limit: int, margin: float, lo: int, hi: int,
+                 max_trials: int, on_trial: Callable[[Trial], None] | None):
+        self.probe, self.limit, self.margin, self.lo, self.hi = probe, limit, margin, lo, hi
+        self.max_batch = hi
+        self.budget = int((1.0 - margin) * limit)
+        self.max_trials, self.on_trial = max_trials, on_trial
+        self.trials: list[Trial] = []
+        self.notes: list[str] = []
+
+    def run(self, batch: int, purpose: str, fit: LinearFit | None) -> ProbeResult:
+        predicted = int(fit.predict(batch)) if fit else None
+        result = self.probe(batch)
+        trial = Trial(batch, purpose, result, predicted)
+        self.trials.append(trial)
+        if self.on_trial:
+            self.on_trial(trial)
+        return result
+
+    def left(self) -> int:
+        return self.max_trials - len(self.trials)
+
+    def clamp(self, b: int | None) -> int:
+        return self.lo if b is None else max(self.lo, min(self.hi, b))
+
+    def fits(self) -> list[tuple[int, int]]:
+        """Batches that ran with a peak within the budget."""
+        return sorted((t.batch, t.result.peak_bytes) for t in self.trials
+                      if t.result.ok and t.result.peak_bytes is not None and t.result.peak_bytes <= self.budget)
+
+    def ran(self) -> list[tuple[int, int]]:
+        return sorted((t.batch, t.result.peak_bytes) for t in self.trials
+                      if t.result.ok and t.result.peak_bytes is not None)
+
+    def failed(self) -> list[int]:
+        return sorted(t.batch for t in self.trials if not t.result.ok)
+
+    def result(self, batch: int | None, fit: LinearFit | None, verified: str, stopped_by: str) -> SearchResult:
+        return SearchResult(batch, self.limit, self.margin, self.budget, tuple(self.trials), fit,
+                            verified, stopped_by, tuple(self.notes))
+
+
+def search(probe: Callable[[int], ProbeResult], limit_bytes: int, *, margin: float = 0.05,
+           min_batch: int = 1, max_batch: int = 8192, prior: LinearFit | None = None,
+           max_trials: int = 6, on_trial: Callable[[Trial], None] | None = None) -> SearchResult:
+    """Largest batch in [min_batch, max_batch] whose peak stays within (1 - margin) * limit_bytes.
+
+    `probe(batch)` runs one real trial. `prior` is a predicted line (the estimator's); without it two
+    batches are measured first. `max_trials` bounds the search whatever happens (3 in the usual case).
+    """
+    if not 0 <= margin < 1:
+        raise ValueError("margin must be in [0, 1)")
+    if min_batch < 1 or max_batch < min_batch:
+        raise ValueError("need 1 <= min_batch <= max_batch")
+    if max_trials < 1:
+        raise ValueError("max_trials must be >= 1")
+    s = _Search(probe, limit_bytes, margin, min_batch, max_batch, max_trials, on_trial)
+
+    fit = _first_points(s, prior)
+    if fit is None:  # nothing ran
+        if not s.fits():
+            s.notes.append(f"batch {min_batch} does not fit in {limit_bytes} bytes")
+            return s.result(None, None, "none", "min-does-not-fit")
+    return _verify_and_refine(s, fit)
+
+
+def _first_points(s: _Search, prior: LinearFit | None) -> LinearFit | None:
+    """One or two trials that give a measured line (or None if even the smallest batch failed)."""
+    if prior is not None:
+        b1 = s.clamp(prior.largest_within(PRIOR_POINT_SHARE * s.budget))
+        r1 = s.run(b1, "estimator", prior)
+        if r1.ok:
+            # The estimator's slope, anchored on the real point (it is better at the slope than at the
+            # constant part: context, workspaces, allocator slack), and at least the slope this trial
+            # shows: at a batch this large, what forward+backward held above parameters, optimizer
+            # state and gradients is nearly all activations.
+            slope, source = prior.slope, "estimator+1 point"
+            if r1.fb_peak_bytes:
+                seen = (r1.fb_peak_bytes - (r1.static_bytes or 0) - (r1.grad_bytes or 0)) / b1
+                if seen > slope:
+                    slope, source = seen, "estimator+1 point, measured slope"
+            return LinearFit(intercept=r1.line_bytes - slope * b1, slope=slope, source=source)
+        s.notes.append(f"the estimator's batch {b1} did not fit ({r1.outcome}); measuring instead")
+        s.hi = min(s.hi, b1 - 1)
+        if s.hi < s.lo:
+            return None
+    b1 = s.lo
+    r1 = s.run(b1, "measure", None)
+    if not r1.ok:
+        return None
+    if b1 >= s.hi:
+        return LinearFit(r1.peak_bytes, 0.0, "single point")
+    # A slope that overestimates the real one, from one point: everything of the forward+backward peak
+    # above parameters, optimizer state and gradients is counted as growing with the batch.
+    fixed = (r1.static_bytes or 0) + (r1.grad_bytes or 0)
+    top = r1.fb_peak_bytes if r1.fb_peak_bytes else r1.peak_bytes
+    guess = max((top - fixed) / b1, 1.0)
+    b2 = b1 + math.floor((SECOND_POINT_SHARE * s.budget - r1.peak_bytes) / guess)
+    b2 = min(s.hi, max(b2, 2 * b1, b1 + 1))
+    r2 = s.run(b2, "measure", None)
+    if not r2.ok:
+        # The guess was not an upper bound after all: use the limit as a lower bound of that peak.
+        return LinearFit.through((b1, r1.peak_bytes), (b2, s.limit), "measured+oom bound")
+    return LinearFit.through((b1, r1.line_bytes), (b2, r2.line_bytes), min_slope=_fb_slope(s, b1, b2))
+
+
+def _fb_slope(s: _Search, b1: int, b2: int) -> float:
+    """Slope of the forward+backward allocated peak between two batches that ran (0 if unknown)."""
+    fb = {t.batch: t.result.fb_peak_bytes for t in s.trials if t.result.ok and t.result.fb_peak_bytes}
+    if b1 in fb and b2 in fb and b2 != b1:
+        return max(0.0, (fb[b2] - fb[b1]) / (b2 - b1))
+    return 0.0
+
+
+def _verify_and_refine(s: _Search, fit: LinearFit) -> SearchResult:
+    while s.left() > 0:
+        best = s.fits()[-1] if s.fits() else None
+        failed_above = [b for b in s.failed() if best is None or b > best[0]]
+        ceiling = min([s.hi] + [b - 1 for b in failed_above])
+        target = min(s.clamp(fit.largest_within(s.budget)), ceiling)
+        if best is not None and failed_above and failed_above[0] > 8 * best[0]:
+            # An OOM far above the last fit says little about the slope: bisect in log space as well.
+            target = min(target, max(best[0] + 1, math.isqrt(best[0] * failed_above[0])))
+        if best is not None and target <= best[0]:
+            break
+        if target in {t.batch for t in s.trials}:
+            break
+        # A batch below one that ran (over the budget) needs no trial: memory is monotone in the batch.
+        if best is not None and any(b > target for b, _ in s.ran()):
+            break
+        # Refine only when the gain is worth a trial: a verified answer already exists.
+        if best is not None and any(t.purpose in ("predicted", "refine", "step-down") for t in s.trials):
+            if target < best[0] * (1 + REFINE_GAIN):
+                break
+        purpose = "predicted" if not any(t.purpose == "predicted" for t in s.trials) else (
+            "step-down" if s.failed() and s.failed()[-1] > target else "refine")
+        r = s.run(target, purpose, fit)
+        if r.ok and fit is not None:
+            err = abs(r.peak_bytes - fit.predict(target))
+            if err > NONLINEAR_TOLERANCE * s.budget:
+                s.notes.append(f"non-linear: at batch {target} the peak was {r.peak_bytes} bytes, the line "
+                               f"predicted {int(fit.predict(target))}; refitted through the nearest points")
+        fit = _refit(s, fit)
+    return _answer(s, fit)
+
+
+def _refit(s: _Search, fit: LinearFit) -> LinearFit:
+    """The secant through the two largest batches that ran, made steeper if an OOM above them says so.
+
+    An OOM at batch c means memory(c) > limit, a lower bound on the slope from the last batch that
+    ran; a measured secant steeper than that bound is kept (a far-away OOM says little).
+    """
+    line = {t.batch: t.result.line_bytes for t in s.trials if t.result.ok and t.result.peak_bytes is not None}
+    ran = [(b, line[b]) for b, _ in s.ran()]
+    oom_above = [b for b in s.failed() if ran and b > ran[-1][0]]
+    candidates = []
+    if len(ran) >= 2:
+        fb = _fb_slope(s, ran[-2][0], ran[-1][0])
+        candidates.append(LinearFit.through(ran[-2], ran[-1], "measured", min_slope=fb))
+    if ran and oom_above:
+        candidates.append(LinearFit.through(ran[-1], (oom_above[0], s.limit), "measured+oom bound"))
+    return max(candidates, key=lambda f: f.slope) if candidates else fit
+
+
+def _answer(s: _Search, fit: LinearFit) -> SearchResult:
+    ran, fits = s.ran(), s.fits()
+    if not fits:
+        if ran:
+            s.notes.append(f"batch {ran[0][0]} ran but its peak exceeds the budget; no smaller batch allowed")
+        else:
+            s.notes.append(f"batch {s.lo} does not fit")
+        return s.result(None, fit, "none", "min-does-not-fit")
+    best_b, best_peak = fits[-1]
+    answer, verified = best_b, "ran"
+    # A batch between the best fitting one and the next larger one that ran (over budget) is safe by
+    # monotonicity; the secant between the two picks it without another trial.
+    above = [(b, p) for b, p in ran if b > best_b]
+    if above:
+        line = LinearFit.through((best_b, best_peak), above[0])
+        cand = line.largest_within(s.budget - PAGE_BYTES)
+        if cand is not None and best_b < cand < above[0][0]:
+            answer, verified, fit = cand, "between", line
+    stopped = "max" if answer >= s.max_batch else "budget"
+    return s.result(answer, fit, verified, stopped)
+
+
+def summarize(result: SearchResult) -> dict:
+    """JSON-ready view of a search (the CLI's and the validation's payload)."""
+    return {
+        "max_batch_size": result.batch_size,
+        "memory_limit_bytes": result.limit_bytes,
+        "margin": result.margin,
+        "budget_bytes": result.budget_bytes,
+        "verified": result.verified,
+        "stopped_by": result.stopped_by,
+        "predicted_peak_bytes": result.predicted_peak_bytes,
+        "fit": None if result.fit is None else {
+            "intercept_bytes": int(result.fit.intercept), "slope_bytes_per_sample": result.fit.slope,
+            "source": result.fit.source, "formula": result.fit.formula()},
+        "trials": [{"batch": t.batch, "purpose": t.purpose, "outcome": t.result.outcome,
+                    "peak_reserved_bytes": t.result.peak_bytes, "predicted_bytes": t.predicted_bytes,
+                    "seconds": round(t.result.seconds, 3), "detail": t.result.detail} for t in result.trials],
+        "notes": list(result.notes),
+    }
