@@ -168,3 +168,26 @@ def test_never_above_the_truth_never_more_than_six_trials(a, s, bend, margin, mi
     else:
         assert min_batch <= r.batch_size <= truth
         assert gpu.peak(r.batch_size) <= r.budget_bytes
+
+
+def test_secant_answers_keep_one_segment_of_room_h100_trials():
+    """GIVEN the H100 trials of the max-batch re-run (docs/validation/max-batch.md) WHEN the answer lies
+    between a batch under the budget and one over it THEN it keeps a 20 MiB segment of room: ResNet-50
+    gets 178 (the measured truth), not 179 (over the budget on the GPU)."""
+    from oomdoctor.analysis.batch_search import RESOLUTION_BYTES, LinearFit
+
+    budget = 10200547328
+    cases = [((107, 6241124352), (180, 10250878976), 178), ((40, 6088032256), (78, 10259267584), 77)]
+    for lo, hi, truth in cases:
+        recorded = {lo[0]: lo[1], hi[0]: hi[1]}
+
+        def probe(b, recorded=recorded):
+            return ProbeResult("ok", recorded[b]) if b in recorded else ProbeResult("oom")
+
+        line = LinearFit.through(lo, hi)
+        assert line.largest_within(budget - RESOLUTION_BYTES) == truth
+        # the search itself, fed exactly those two trials, answers the same
+        prior = LinearFit(0, 0.6 * budget / (lo[0] + 0.5), "estimate")
+        result = search(probe, int(budget / 0.95) + 1, prior=prior, max_trials=2)
+        if [t.batch for t in result.trials] == [lo[0], hi[0]]:
+            assert result.batch_size == truth
