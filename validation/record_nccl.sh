@@ -11,7 +11,7 @@ python3 -m oomdoctor record --dir "$run" -- torchrun --standalone --nproc_per_no
 echo "record exit $?" >> "$out/record.log"
 python3 -m oomdoctor report "$run" --format text > "$out/report.txt" 2>&1; echo "report exit $?" >> "$out/record.log"
 python3 -m oomdoctor report "$run" --format json -o "$out/report.json"
-python3 -m oomdoctor report "$run" -o "$out/report.html"
+python3 -m oomdoctor report "$run" --format html -o "$out/report.html"
 ls -la "$run" >> "$out/record.log"
 tar czf "$out/run.tar.gz" -C /tmp nccl-run
 cat "$out/record.log"; head -60 "$out/report.txt"
