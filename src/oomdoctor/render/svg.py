@@ -61,15 +61,20 @@ def line_chart(
     for x, label in markers:
         out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" y2="{height - bottom}" stroke="#8250df" stroke-dasharray="3 3"/>')
         out.append(f'<text x="{sx(x) + 3:.1f}" y="{top + 10}" fill="#8250df">{escape(label)}</text>')
+    legend_x, legend_y = left + 10, top
     for i, (name, s) in enumerate(series):
         if not s:
             continue
         color = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{path}"/>')
-        lx = left + 10 + i * 170
-        out.append(f'<rect x="{lx}" y="{top}" width="10" height="10" fill="{color}"/>')
-        out.append(f'<text x="{lx + 14}" y="{top + 9}">{escape(name)}</text>')
+        # Legend entries sized by their text (11 px monospace is ~6.6 px a character), wrapped to fit.
+        entry = 14 + int(6.8 * len(name)) + 18
+        if legend_x + entry > width - right and legend_x > left + 10:
+            legend_x, legend_y = left + 10, legend_y + 14
+        out.append(f'<rect x="{legend_x}" y="{legend_y}" width="10" height="10" fill="{color}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="{legend_y + 9}">{escape(name)}</text>')
+        legend_x += entry
     out.append("</svg>")
     return "".join(out)
 
