@@ -64,9 +64,10 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category 
         if gpu_full:
             return (Category.OTHER_PROCESS, Severity.WARNING, Confidence.MEDIUM,
                     "a CUDA call (not PyTorch's allocator) failed and the GPU is nearly full")
+        site = e["details"].get("call_site")
+        where = f"while {site}" if isinstance(site, str) else "(context creation, model.to)"
         return (hint, Severity.WARNING, Confidence.MEDIUM,
-                "raised by a CUDA runtime call (context creation, model.to), not by PyTorch's allocator, "
-                "while the GPU is not full")
+                f"raised by a CUDA runtime call {where}, not by PyTorch's allocator; the GPU is not full")
     if kind == "driver_error":
         return (hint, Severity.WARNING, Confidence.HIGH, "the driver or CUDA runtime failed to initialise")
     if hint is Category.NOT_OOM:

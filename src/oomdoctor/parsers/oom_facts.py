@@ -53,6 +53,7 @@ def as_record(e: Any) -> dict[str, Any] | None:
         if kind is None:
             return None
         numbers, details = P.extract(kind, text)
+    numbers = {k: v for k, v in numbers.items() if isinstance(v, int) and not isinstance(v, bool)}
     count = e.get("count")
     return {**e, "kind": kind, "numbers": numbers, "details": details,
             "count": count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1,

@@ -76,7 +76,7 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"
     if kind == "xid":
         x = d.get("xid")
-        return "not_oom" if x in XID_PROGRAM or x in XID_HEALTH else "context_or_driver"
+        return "not_oom" if isinstance(x, int) and (x in XID_PROGRAM or x in XID_HEALTH) else "context_or_driver"
     if kind == "tf_oom" and ("device:CPU" in text or "by allocator cpu" in text):
         return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
     if kind == "generic_oom" and d.get("in_dataloader_worker"):
