@@ -52,7 +52,7 @@ def _logs(ctx: CollectContext) -> list[Entry]:
         why = "no logs/ in the bundle" if ctx.bundle else "live: no logs given (add them to a bundle with --log)"
         return [Unavailable("workload.logs", why, src), Unavailable("workload.oom_events", why, src)]
     logs = []
-    scanner = LogScanner()
+    scanner = LogScanner(readings=False)  # the events, as explain finds them; not its memory readings
     for name in names:
         path = ctx.regular_file(f"logs/{name}")
         if path is None:
