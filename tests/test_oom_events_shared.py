@@ -179,3 +179,13 @@ def test_odd_fact_entries_never_break_the_workload_check(entries):
     for e in entries:
         as_record(e)
     list(CHECKS["WRK001"].fn(make_facts(driver__gpus=[a100()], workload__oom_events=entries)))
+
+
+def test_diff_names_the_event_kinds_of_each_side():
+    from oomdoctor.analysis.diff_notes import explain as note
+
+    a = records_from_lines(["RuntimeError: CUDA error: out of memory"] * 2)
+    b = records_from_lines(["[HAMI-core ERROR (pid:1 thread=2 allocator.c:52)]: Device 0 OOM 10779361280 / 10737418240"])
+    text = note("workload.oom_events", a, b)
+    assert "A: cuda_driver_oom -> context_or_driver x2;" in text and "B: hami_oom -> gpu_sharing_limit)" in text
+    assert "A: none" in note("workload.oom_events", [], b)
