@@ -4,7 +4,7 @@ The kinds are those of parsers/oom_patterns.LINE_PATTERNS (the one recogniser, s
 and doctor's `workload.oom_events`). For each: whether it is a GPU-side failure (explain ranks a GPU
 error above the process exit that follows it), whether it is only a marker of the environment, and
 the root-cause category its wording points to on its own, the category explain's rules give the
-event when no numbers, environment or bundle facts refine it (tests/test_oom_kinds.py holds the two
+event when no numbers, environment or bundle facts refine it (tests/test_oom_events_shared.py holds the two
 to each other). Sources are cited where the patterns are (oom_patterns.py) and in explain_kinds.py.
 Pure data.
 """
