@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.facts import Fact, FactSet, Unavailable
+from oomdoctor.parsers.oom_facts import records_from_lines
 
 MiB, GiB = 1024**2, 1024**3
 UNAVAILABLE = object()
@@ -28,6 +29,11 @@ def _source(key: str) -> str:
         if key.startswith(prefix):
             return SOURCES[prefix]
     return "test"
+
+
+def log_events(*lines: str, file: str = "logs/train.log") -> list[dict[str, Any]]:
+    """`workload.oom_events` for these log lines, made by the parser the bundle collector uses."""
+    return records_from_lines(lines, file=file)
 
 
 def a100(used: int = 4 * MiB, total: int = 80 * GiB, **extra: Any) -> dict[str, Any]:
@@ -74,7 +80,7 @@ SEED: dict[str, Any] = {
     "python.version": "3.8.18", "shm.size_bytes": 64 * MiB,
     "sharing.vcuda": {"config": "/etc/vcuda/vcuda.config", "pids_config": "/etc/vcuda/pids.config",
                       "socket": "/etc/vcuda/vcuda.sock", "client": None},
-    "workload.oom_events": [{"file": "logs/test.log", "line": 31, "kind": "cuda_error_oom", "text": SEED_LOG}],
+    "workload.oom_events": records_from_lines([SEED_LOG], file="logs/test.log"),
 }
 
 

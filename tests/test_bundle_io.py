@@ -114,7 +114,7 @@ def test_bundle_written_here_reads_back(tmp_path):
     assert meta["format"] == "oomdoctor-bundle" and meta["version"] == 1 and meta["created"]
     facts = collect_bundle(out)
     assert facts.value("k8s.terminations")[0]["reason"] == "OOMKilled"
-    assert facts.value("workload.oom_events")[0]["kind"] == "cuda_error_oom"
+    assert facts.value("workload.oom_events")[0]["kind"] == "cuda_driver_oom"
     assert facts.has("kernel.release") and facts.has("host.mem_total_bytes")
 
 

@@ -55,7 +55,7 @@ def test_seed_case_facts():
     assert f.value("cgroup.memory_limit_bytes") == 64 * GiB
     assert not f["cgroup.oom_kill"].available  # kernel 3.10: no oom_kill line in oom_control
     assert f.value("cuda.device_capabilities") == ["8.0"]  # from torch: nvidia-smi XML has none
-    assert [e["kind"] for e in f.value("workload.oom_events")] == ["cuda_error_oom"]
+    assert [e["kind"] for e in f.value("workload.oom_events")] == ["cuda_driver_oom"]
     res = {r["resource"] for r in f.value("sharing.k8s_resources")}
     assert res == {"tencent.com/vcuda-core", "tencent.com/vcuda-memory"}
     assert f.value("torch.devices")[0]["total_memory"] == 8 * GiB  # the vcuda slice, not the 40 GiB card
@@ -69,7 +69,7 @@ def test_old_driver_new_torch_facts():
     assert f.value("torch.cuda_available") is False
     assert "too old (found version 11040)" in f.value("torch.error")
     assert f.value("runtime.container") == "docker"
-    assert any(e["kind"] == "driver_too_old" for e in f.value("workload.oom_events"))
+    assert any(e["kind"] == "driver_error" for e in f.value("workload.oom_events"))
     assert f.value("cgroup.memory_limit_bytes") is None  # memory.max = max
 
 
@@ -80,7 +80,7 @@ def test_docker_shm_facts():
     assert f.value("shm.used_bytes") == 64 * MiB
     assert f.value("shm.torch_segments") == 14
     kinds = {e["kind"] for e in f.value("workload.oom_events")}
-    assert {"dataloader_bus_error"} <= kinds
+    assert {"shm_error"} <= kinds
     assert f.value("cuda.image_toolkit") == "12.4.1"
 
 

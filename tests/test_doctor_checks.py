@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import oomdoctor.checks.all  # noqa: F401
-from builders import DROP, UNAVAILABLE, GiB, MiB, a100, make_facts
+from builders import DROP, UNAVAILABLE, GiB, MiB, a100, log_events, make_facts
 from oomdoctor.checks.registry import CHECKS
 
 # (check id, overrides, expected severity, expected category or None, text expected in the title)
@@ -92,9 +92,9 @@ FIRING = [
     ("FWK004", {"probe__alloc": {"ok": False, "error": "CUDA error: out of memory"}}, "error", "context_or_driver", "small CUDA allocation"),
     ("FWK005", {"probe__context_bytes": 1200 * MiB}, "warning", "true_capacity", "1.17 GiB"),
     ("FWK006", {"torch__no_caching": "1"}, "warning", None, "caching allocator is off"),
-    ("WRK001", {"workload__oom_events": [{"text": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free. Process 22 has 60.00 GiB memory in use."}]}, "warning", "other_process", "another process held"),
-    ("WRK001", {"workload__oom_events": [{"text": "RuntimeError: CUDA out of memory. Tried to allocate 734.00 MiB (GPU 0; 79.79 GiB total capacity; 40.20 GiB already allocated; 139.94 MiB free; 78.78 GiB reserved in total by PyTorch)"}]}, "warning", "fragmentation", "fragmentation"),
-    ("WRK001", {"workload__oom_events": [{"text": "RuntimeError: CUDA error: an illegal memory access was encountered"}]}, "warning", "not_oom", "program error"),
+    ("WRK001", {"workload__oom_events": log_events("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free. Process 22 has 60.00 GiB memory in use.")}, "warning", "other_process", "another process held"),
+    ("WRK001", {"workload__oom_events": log_events("RuntimeError: CUDA out of memory. Tried to allocate 734.00 MiB (GPU 0; 79.79 GiB total capacity; 40.20 GiB already allocated; 139.94 MiB free; 78.78 GiB reserved in total by PyTorch)")}, "warning", "fragmentation", "fragmentation"),
+    ("WRK001", {"workload__oom_events": log_events("RuntimeError: CUDA error: an illegal memory access was encountered")}, "warning", "not_oom", "program error"),
 ]
 
 

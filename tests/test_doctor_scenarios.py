@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builders import GiB, MiB, a100, at_least, ids, make_facts, seed_facts
+from builders import GiB, MiB, a100, at_least, ids, log_events, make_facts, seed_facts
 from oomdoctor.checks.engine import diagnose
 
 
@@ -51,7 +51,7 @@ def test_docker_64mb_shm_with_dataloader_bus_error():
     log = ("RuntimeError: DataLoader worker (pid 4121) is killed by signal: Bus error. It is possible that "
            "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
     facts = make_facts(shm__size_bytes=64 * 1000**2, runtime__container="docker",
-                       workload__oom_events=[{"file": "logs/train.log", "line": 88, "kind": "dataloader", "text": log}])
+                       workload__oom_events=log_events(log))
     r = diagnose(facts, {})
     assert r.verdict.category.value == "shm_exhausted"
     sto = by_id(r, "STO001")[0]
@@ -66,8 +66,8 @@ def test_hami_slice():
                                       "libvgpu": "/usr/local/vgpu/libvgpu.so", "preload": True},
                        sharing__ld_preload=["/usr/local/vgpu/libvgpu.so"],
                        probe__mem_get_info=[{"gpu": 0, "free_bytes": 3900 * MiB, "total_bytes": 4096 * MiB}],
-                       workload__oom_events=[{"file": "logs/x.log", "line": 3, "kind": "hami",
-                                              "text": "[HAMI-core ERROR (pid:12 thread=1 allocator.c:52)]: Device 0 OOM 4400000000 / 4294967296"}])
+                       workload__oom_events=log_events(
+                           "[HAMI-core ERROR (pid:12 thread=1 allocator.c:52)]: Device 0 OOM 4400000000 / 4294967296"))
     r = diagnose(facts, {})
     assert r.verdict.category.value == "gpu_sharing_limit"
     assert "4.00 GiB" in by_id(r, "SHR003")[0].title
@@ -77,7 +77,7 @@ def test_hami_slice():
 def test_other_processes_hold_most_of_the_gpu():
     facts = make_facts(driver__gpus=[a100(used=76 * GiB)],
                        sharing__processes=[{"gpu": 0, "pid": 817, "used_bytes": 75 * GiB, "name": "python hog.py", "self": False}],
-                       workload__oom_events=[{"file": "l", "line": 1, "kind": "x", "text": "torch.AcceleratorError: CUDA error: out of memory"}])
+                       workload__oom_events=log_events("torch.AcceleratorError: CUDA error: out of memory"))
     r = diagnose(facts, {})
     assert r.verdict.category.value == "other_process"
     f = by_id(r, "SHR010")[0]
@@ -99,11 +99,11 @@ def test_mig_slice():
     inst = [{"name": "1g.10gb", "uuid": "MIG-4f2a", "memory_total_bytes": 9728 * MiB}]
     facts = make_facts(sharing__mig=[{"gpu": 0, "current": "Enabled", "pending": "Enabled", "instances": inst}],
                        probe__mem_get_info=[{"gpu": 0, "free_bytes": 9500 * MiB, "total_bytes": 9728 * MiB}],
-                       workload__oom_events=[{"file": "l", "line": 9, "kind": "oom", "text":
+                       workload__oom_events=log_events(
                            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
                            "capacity of 9.50 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process "
                            "has 8.29 GiB memory in use. Of the allocated memory 7.80 GiB is allocated by PyTorch, and "
-                           "100.00 MiB is reserved by PyTorch but unallocated."}])
+                           "100.00 MiB is reserved by PyTorch but unallocated."))
     r = diagnose(facts, {})
     assert r.verdict.category.value == "gpu_sharing_limit"
     assert "1g.10gb" in by_id(r, "SHR001")[0].title

@@ -12,7 +12,7 @@ from oomdoctor.parsers import cgroup as cg
 from oomdoctor.parsers.k8s_manifest import ManifestError, containers_from, load_documents, terminations_from
 from oomdoctor.parsers.kernlog import parse_nvrm_errors, parse_oom_kills, parse_xid_events, relevant_lines
 from oomdoctor.parsers.nvidia_version import driver_branch, parse_driver_version_file
-from oomdoctor.parsers.oom_lines import find_oom_lines
+from oomdoctor.parsers.oom_facts import records_from_lines
 from oomdoctor.parsers.procfs import (
     cgroup_version,
     parse_cpu_list,
@@ -69,7 +69,7 @@ def test_kernel_log_parsers_never_raise(text):
     parse_nvrm_errors(lines)
     parse_oom_kills(lines)
     relevant_lines(lines)
-    find_oom_lines(lines)
+    records_from_lines(lines)
 
 
 @settings(max_examples=200, deadline=None)
@@ -198,5 +198,10 @@ def test_oom_line_kinds():
              "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
              "[HAMI-core ERROR (pid:1 thread=2 allocator.c:52)]: Device 0 OOM 10779361280 / 10737418240",
              "all fine here"]
-    assert [e["kind"] for e in find_oom_lines(lines)] == ["cuda_error_oom", "cuda_oom", "dataloader_bus_error",
-                                                          "hami_oom"]
+    records = records_from_lines(lines, file="logs/x.log")
+    assert [e["kind"] for e in records] == ["cuda_driver_oom", "torch_oom", "shm_error", "hami_oom"]
+    assert [e["line"] for e in records] == [1, 2, 3, 4] and {e["file"] for e in records} == {"logs/x.log"}
+    assert [e["category"] for e in records] == ["context_or_driver", "true_capacity", "shm_exhausted",
+                                                "gpu_sharing_limit"]
+    assert records[1]["numbers"] == {"requested_bytes": 20 * 1024**2}
+    assert records[3]["details"]["limit_bytes"] == 10737418240

@@ -68,6 +68,9 @@ def explain(key: str, a: Any, b: Any) -> str:
         return "/dev/shm size differs: DataLoader workers and NCCL need it [PTMP]"
     if key in ("cgroup.memory_limit_bytes", "cgroup.memory_high_bytes"):
         return "container memory limit differs: above it the job is OOMKilled (exit 137) [CGV2][OCPOOM]"
+    if key == "workload.oom_events":
+        return (f"the logs' OOM-like events differ (A: {_event_kinds(a)}; B: {_event_kinds(b)}); kinds as "
+                "`oomdoctor explain` names them, with the cause each points to")
     if key in ("cgroup.oom_kill", "cgroup.oom_events", "kernel.oom_kills", "k8s.terminations"):
         return "host/cgroup OOM kills seen on one side: the job ran out of host RAM, not GPU memory [OOMKILLC]"
     if key.startswith("sharing.") and key != "sharing.processes":
@@ -113,3 +116,14 @@ def threshold_bonus(key: str, a: Any, b: Any) -> float:
     if key == "shm.size_bytes" and SHM_DEFAULT in (a, b):
         return 5.0
     return 0.0
+
+
+def _event_kinds(v: Any) -> str:
+    """'torch_oom -> fragmentation x3, shm_error -> shm_exhausted' for a workload.oom_events value."""
+    counts: dict[str, int] = {}
+    for e in v if isinstance(v, list) else []:
+        if isinstance(e, dict):
+            name = f"{e.get('kind')} -> {e['category']}" if e.get("category") else str(e.get("kind"))
+            n = e.get("count")
+            counts[name] = counts.get(name, 0) + (n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1)
+    return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(counts.items())[:6]) or "none"

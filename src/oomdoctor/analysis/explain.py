@@ -16,13 +16,12 @@ from oomdoctor.analysis.explain_kinds import bundle_events, event_rules, fact_ru
 from oomdoctor.analysis.explain_rules import Board
 from oomdoctor.facts import FactSet
 from oomdoctor.parsers.oom_events import LogScan, LogScanner, OomEvent
+from oomdoctor.parsers.oom_kinds import GPU_KINDS, MARKERS
 
-# Events that are markers of the environment, not failures.
-_MARKERS = {"vcuda_line"}
-# The failure of a GPU job is the GPU error when there is one; process exits follow from it.
-_GPU_KINDS = {"torch_oom", "mps_oom", "torch_oom_legacy", "cuda_driver_oom", "hami_oom", "jax_oom", "tf_oom",
-              "cupy_oom", "nccl_oom", "cublas_cudnn", "vllm_capacity", "vllm_free_memory", "batch_finder",
-              "hami_device_full", "torch_oom_nvml", "tensorrt_oom"}
+# Markers of the environment are not failures; the failure of a GPU job is the GPU error when there
+# is one (process exits follow from it). Both sets come from the kind table in parsers/oom_kinds.
+_MARKERS = MARKERS
+_GPU_KINDS = GPU_KINDS
 _OTHER_EVENT_WEIGHT = 0.3
 
 

@@ -13,6 +13,7 @@ from oomdoctor.analysis.explain_rules import (
 from oomdoctor.facts import FactSet
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.parsers.oom_events import OomEvent
+from oomdoctor.parsers.oom_kinds import XID_HEALTH, XID_PROGRAM
 from oomdoctor.units import format_bytes as fb
 
 SHM_FIX = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
@@ -22,10 +23,9 @@ HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memor
 NOT_OOM_FIX = ("rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel; check index/label ranges "
                "(labels < num_classes, embedding ids < vocab size) and device ids")
 
-# Xid meanings (environment-facts §9, nverror.h): 13/31/43 program faults; 48/63/64/92/94/95 memory
-# hardware health; 79/119/120 the GPU or its firmware went away.
-_XID_PROGRAM = {13, 31, 43}
-_XID_HEALTH = {48, 63, 64, 92, 94, 95}
+# Xid meanings (environment-facts §9, nverror.h): the code sets live with the kind table.
+_XID_PROGRAM = XID_PROGRAM
+_XID_HEALTH = XID_HEALTH
 
 
 def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:

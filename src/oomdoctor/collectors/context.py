@@ -112,6 +112,14 @@ class CollectContext:
         except OSError as exc:
             return None, f"{self.label(rel)}: {exc.strerror or exc}"
 
+    def regular_file(self, rel: str) -> Path | None:
+        """The path of a regular file inside the root (for streaming readers), or None."""
+        p = self.path(rel)
+        try:
+            return p if self._inside(p) and p.is_file() else None
+        except OSError:
+            return None
+
     def read_text(self, rel: str, limit: int = MAX_FILE_BYTES) -> tuple[str | None, str]:
         data, why = self.read_bytes(rel, limit)
         if data is None:

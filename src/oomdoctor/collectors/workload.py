@@ -1,10 +1,17 @@
-"""Workload evidence a user adds to a bundle: logs (logs/*) and Kubernetes manifests (k8s/*.yaml)."""
+"""Workload evidence a user adds to a bundle: logs (logs/*) and Kubernetes manifests (k8s/*.yaml).
+
+Logs are read the way `oomdoctor explain` reads them (collectors.logs.iter_blocks into the one
+scanner, parsers.oom_events): constant memory, C-speed pre-filter, the same event kinds and numbers.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from oomdoctor.collectors.context import CollectContext
+from oomdoctor.collectors.logs import iter_blocks
+from oomdoctor.errors import InputError
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.parsers.k8s_manifest import (
@@ -14,9 +21,11 @@ from oomdoctor.parsers.k8s_manifest import (
     sharing_resources_from,
     terminations_from,
 )
-from oomdoctor.parsers.oom_lines import find_oom_lines
+from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.parsers.oom_facts import scan_records
+from oomdoctor.redact import redact_text
 
-MAX_LOG_BYTES = 64 * 1024 * 1024
+MAX_LOG_BYTES = 2 << 30  # scanned per log (~2 s at the scanner's speed); explain reads on past it
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
@@ -42,16 +51,46 @@ def _logs(ctx: CollectContext) -> list[Entry]:
     if names is None:
         why = "no logs/ in the bundle" if ctx.bundle else "live: no logs given (add them to a bundle with --log)"
         return [Unavailable("workload.logs", why, src), Unavailable("workload.oom_events", why, src)]
-    logs, events = [], []
+    logs = []
+    scanner = LogScanner(readings=False)  # the events, as explain finds them; not its memory readings
     for name in names:
-        data, _ = ctx.read_bytes(f"logs/{name}", limit=MAX_LOG_BYTES)
-        if data is None:
+        path = ctx.regular_file(f"logs/{name}")
+        if path is None:
             continue
-        logs.append({"name": name, "bytes": len(data), "binary": b"\0" in data[:8192]})
-        if b"\0" in data[:8192]:
-            continue
-        events += find_oom_lines(data.decode("utf-8", errors="replace").splitlines(), file=f"logs/{name}")
-    return [Fact("workload.logs", logs, src), Fact("workload.oom_events", events, src)]
+        entry = _scan_log(scanner, path, f"logs/{name}")
+        if entry is not None:
+            logs.append({"name": name, **entry})
+    return [Fact("workload.logs", logs, src), Fact("workload.oom_events", scan_records(scanner.finish(), redact_text), src)]
+
+
+def _scan_log(scanner: LogScanner, path: Path, label: str) -> dict[str, Any] | None:
+    """Feed one log to the scanner, up to MAX_LOG_BYTES; its {bytes, binary[, scanned_bytes]} or None."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8192)
+    except OSError:
+        return None
+    scanner.start_source(label)
+    entry: dict[str, Any] = {"bytes": size, "binary": b"\0" in head}
+    scanned = 0
+    blocks = iter_blocks(str(path))
+    try:
+        for buf, start, end in blocks:  # spans of whole lines
+            if scanned + (end - start) > MAX_LOG_BYTES:
+                cut = buf.rfind(b"\n", start, start + MAX_LOG_BYTES - scanned) + 1
+                if cut > start:
+                    scanner.feed(buf, start, cut)
+                    scanned += cut - start
+                entry["scanned_bytes"] = scanned
+                break
+            scanner.feed(buf, start, end)
+            scanned += end - start
+    except InputError as exc:
+        entry["error"] = str(exc)[:200]
+    finally:
+        blocks.close()
+    return entry
 
 
 def _manifests(ctx: CollectContext) -> list[Entry]:

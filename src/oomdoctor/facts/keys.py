@@ -104,7 +104,7 @@ _KEYS: tuple[FactKey, ...] = (
     _K("probe.alloc", "framework", "a small allocation after the context: {ok, error}", 80),
     # --- workload: the job itself ---------------------------------------------------------------
     _K("workload.logs", "workload", "log files in the bundle: [{name, bytes}]", 5),
-    _K("workload.oom_events", "workload", "OOM-like events found in bundle logs: [{file, line, kind, text}]", 50),
+    _K("workload.oom_events", "workload", "OOM-like events in bundle logs, as `explain` reads them: [{file, line, kind, category, count, text, numbers, details}]", 50),
     _K("workload.gpu_processes_self", "workload", "GPU memory held by this job's own processes", 20),
     _K("bundle.created", "workload", "when the bundle was made (ISO time)", 0),
 )

@@ -73,7 +73,8 @@ def _decode(b: bytes) -> str:
 class LogScanner:
     """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
 
-    def __init__(self) -> None:
+    def __init__(self, readings: bool = True) -> None:
+        self._want_readings = readings  # doctor needs the events only: per-step readings cost most on dense logs
         self._events: dict[tuple[str, str, str], OomEvent] = {}
         self._readings: dict[str, list[tuple[float, int]]] = {}
         self._stride: dict[str, int] = {}
@@ -108,12 +109,8 @@ class LogScanner:
         self._skip_to = start
         if self._pending is not None:
             self._skip_to = self._continue(block, start)
-        if self._src_bytes < FULL_READING_BYTES:
-            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - self._src_bytes)])
-        elif self._src_bytes >= self._next_sample:
-            self._scan_readings(block[start:min(end, start + SAMPLE_READING_BYTES)])
-            step = SAMPLE_EVERY_BYTES if self._src_bytes < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
-            self._next_sample = self._src_bytes + step
+        if self._want_readings:
+            self._sample_readings(block, start, end)
         lineno, pos = self._line, start
         last_line_start = -1
         for hit in _prefilter(self._src_bytes < P.ENV_BYTES).ends(block, start, end):
@@ -224,6 +221,14 @@ class LogScanner:
             self._dropped += 1
 
     # -- readings -------------------------------------------------------------------------------
+    def _sample_readings(self, block: bytes, start: int, end: int) -> None:
+        if self._src_bytes < FULL_READING_BYTES:
+            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - self._src_bytes)])
+        elif self._src_bytes >= self._next_sample:
+            self._scan_readings(block[start:min(end, start + SAMPLE_READING_BYTES)])
+            step = SAMPLE_EVERY_BYTES if self._src_bytes < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
+            self._next_sample = self._src_bytes + step
+
     def _scan_readings(self, window: bytes) -> None:
         """Memory figures printed per step. Two stages: a literal anchor, then the full pattern on that line."""
         text = window.decode("utf-8", errors="replace")

@@ -1,0 +1,84 @@
+"""What each OOM-like event kind means before any numbers or environment are weighed.
+
+The kinds are those of parsers/oom_patterns.LINE_PATTERNS (the one recogniser, shared by `explain`
+and doctor's `workload.oom_events`). For each: whether it is a GPU-side failure (explain ranks a GPU
+error above the process exit that follows it), whether it is only a marker of the environment, and
+the root-cause category its wording points to on its own, the category explain's rules give the
+event when no numbers, environment or bundle facts refine it (tests/test_oom_events_shared.py holds the two
+to each other). Sources are cited where the patterns are (oom_patterns.py) and in explain_kinds.py.
+Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Kind:
+    category: str | None  # the root-cause category the wording alone points to (None: a marker)
+    gpu: bool  # raised on the GPU side (allocator, driver, sharing layer, GPU libraries)
+    what: str  # who raised it, in a few words
+    definite: bool = True  # False: the wording does not say which memory ran out
+
+
+KINDS: dict[str, Kind] = {
+    "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
+    "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
+    "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),
+    "tensorrt_oom": Kind("true_capacity", True, "TensorRT's allocator"),
+    "nccl_oom": Kind("context_or_driver", True, "NCCL's buffer allocation"),
+    "torch_oom": Kind("true_capacity", True, "PyTorch's caching allocator"),
+    "mps_oom": Kind("true_capacity", True, "PyTorch's MPS allocator"),
+    "torch_oom_legacy": Kind("true_capacity", True, "PyTorch <= 0.4 (THC)"),
+    "tf_oom": Kind("true_capacity", True, "TensorFlow's allocator"),
+    "jax_oom": Kind("true_capacity", True, "XLA/JAX's allocator"),
+    "cupy_oom": Kind("true_capacity", True, "CuPy's memory pool"),
+    "vllm_capacity": Kind("true_capacity", True, "vLLM's KV-cache capacity check"),
+    "vllm_free_memory": Kind("other_process", True, "vLLM's start-up free-memory check"),
+    "batch_finder": Kind("true_capacity", True, "the batch-size finder (every size ran out)"),
+    "cuda_driver_oom": Kind("context_or_driver", True, "a CUDA runtime/driver call outside the allocator"),
+    "cublas_cudnn": Kind("context_or_driver", True, "cuBLAS/cuDNN (the status decides)"),
+    "shm_error": Kind("shm_exhausted", False, "DataLoader shared memory (/dev/shm)"),
+    "dataloader_killed": Kind("host_oom", False, "SIGKILL of a DataLoader worker"),
+    "kernel_oom": Kind("host_oom", False, "the kernel OOM killer"),
+    "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)"),
+    "exit_137": Kind("host_oom", False, "a SIGKILL exit (137)"),
+    "ray_oom": Kind("host_oom", False, "Ray's memory monitor"),
+    "host_alloc": Kind("host_oom", False, "a host (CPU) allocation"),
+    "xid": Kind("context_or_driver", False, "the NVIDIA driver (Xid; the code decides)"),
+    "cuda_program_error": Kind("not_oom", False, "a program error reported by CUDA"),
+    "driver_error": Kind("context_or_driver", False, "driver/runtime initialisation"),
+    "vcuda_line": Kind(None, False, "gpu-manager/vcuda hook (a marker, not a failure)"),
+    "generic_oom": Kind("true_capacity", False, "an 'out of memory' message without a known source", definite=False),
+}
+
+GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
+MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
+
+# Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
+# health. Others: the GPU or its firmware stopped responding.
+XID_PROGRAM = frozenset({13, 31, 43})
+XID_HEALTH = frozenset({48, 63, 64, 92, 94, 95})
+
+
+def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = "") -> str | None:
+    """The category an event's wording points to on its own (the status or Xid code refine two kinds)."""
+    spec = KINDS.get(kind)
+    if spec is None:
+        return None
+    d = details or {}
+    if kind == "cublas_cudnn":
+        status = str(d.get("status", ""))
+        if status.endswith("ALLOC_FAILED"):
+            return "true_capacity"
+        return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"
+    if kind == "xid":
+        x = d.get("xid")
+        return "not_oom" if isinstance(x, int) and (x in XID_PROGRAM or x in XID_HEALTH) else "context_or_driver"
+    if kind == "tf_oom" and ("device:CPU" in text or "by allocator cpu" in text):
+        return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
+    if kind == "generic_oom" and d.get("in_dataloader_worker"):
+        return "shm_exhausted"
+    return spec.category
