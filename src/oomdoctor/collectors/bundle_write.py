@@ -115,7 +115,8 @@ def add_log(w: BundleWriter, path: str) -> None:
     except OSError as exc:
         raise InputError(f"log {path}: {exc.strerror or exc}") from None
     text = data.decode("utf-8", errors="replace")
-    w.add(f"logs/{_unique(w, 'logs', p.name)}", "\n".join(redact_text(line) for line in text.splitlines()) + "\n")
+    # The whole text at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
+    w.add(f"logs/{_unique(w, 'logs', p.name)}", redact_text(text).rstrip("\n") + "\n")
 
 
 def add_manifest(w: BundleWriter, path: str) -> None:
