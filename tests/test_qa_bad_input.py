@@ -130,3 +130,12 @@ def test_output_that_cannot_be_written_exits_2(tmp_path, capsys, out):
     (tmp_path / "file").write_text("")
     out = out.format(tmp=tmp_path)
     _one_line_exit_2(capsys, ["doctor", "--bundle", str(SEED), "--format", "json", "-o", out], out)
+
+
+def test_bundle_manifest_with_unrendered_template_says_so(tmp_path):
+    from oomdoctor.collectors.bundle_write import BundleWriter, add_manifest
+
+    tpl = tmp_path / "deploy.yaml"
+    tpl.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n")
+    with pytest.raises(InputError, match=r"deploy.yaml: line 4: unrendered template.*helm template"):
+        add_manifest(BundleWriter(), str(tpl))
