@@ -139,3 +139,23 @@ def test_bundle_manifest_with_unrendered_template_says_so(tmp_path):
     tpl.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n")
     with pytest.raises(InputError, match=r"deploy.yaml: line 4: unrendered template.*helm template"):
         add_manifest(BundleWriter(), str(tpl))
+
+
+def test_fleet_stdin_survives_a_stray_non_utf8_byte_between_reports(monkeypatch, capsys):
+    import io
+
+    good = (REPORTS / "seed-good.json").read_bytes()
+    bad = (REPORTS / "seed-bad.json").read_bytes()
+    stream = bad + b"\npod/other-node garbage \xff\xfe from a crashing pod\n" + good
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stream)))
+    assert main(["fleet", "-", "--format", "json"]) in (0, 1)
+    import json
+
+    assert json.loads(capsys.readouterr().out)["nodes"] == 2
+
+
+def test_fleet_stdin_binary_is_one_line(monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\x7fELF\x00\x00\x01" * 100)))
+    _one_line_exit_2(capsys, ["fleet", "-"], "<stdin>")
