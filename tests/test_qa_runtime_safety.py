@@ -133,3 +133,11 @@ def test_watch_with_an_unwritable_run_dir_still_runs_the_block(tmp_path):
         oomdoctor.step()
         ran = True
     assert ran
+
+
+def test_max_batch_trial_that_survives_kill_is_a_timeout_not_a_hang(monkeypatch):
+    from oomdoctor.runtime import max_batch
+
+    monkeypatch.setattr(max_batch.subprocess, "Popen", _Unkillable)
+    out = max_batch.run_child(["w.py", "--batch", "1"], timeout=0.1)
+    assert out["outcome"] == "timeout"

@@ -47,14 +47,14 @@ class CommandRunner:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _abandon(proc)
+            abandon(proc)
             return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: timed out after {timeout:g} s")
         return CommandResult(tuple(argv), proc.returncode,
                              stdout[:MAX_FILE_BYTES].decode("utf-8", errors="replace"),
                              stderr[:65536].decode("utf-8", errors="replace"))
 
 
-def _abandon(proc: subprocess.Popen, grace: float = 2.0) -> None:
+def abandon(proc: subprocess.Popen, grace: float = 2.0) -> None:
     """Kill a command that ran out of time, waiting for it only briefly.
 
     subprocess.run() waits without limit after the kill, and a process stuck in the kernel (nvidia-smi
