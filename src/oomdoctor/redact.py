@@ -51,6 +51,16 @@ _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&]+)"
 )
 
+# `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
+# the next word. Values that start with `-` are the next option, not a value.
+_FLAG_VALUE = re.compile(r"(?<![\w\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<sp>[ \t]+)"
+                         r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\-]\S*)")
+
+
+def is_secret_flag(word: str) -> bool:
+    """True for a command-line option (`--hf-token`, `--password`) whose next argument is a secret."""
+    return word.startswith("-") and "=" not in word and is_secret_name(word.lstrip("-"))
+
 
 def is_secret_name(name: str) -> bool:
     """True for environment/field names that conventionally hold secrets."""
@@ -74,7 +84,13 @@ def redact_text(text: str) -> str:
             return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}"
         return m.group(0)
 
-    return _ASSIGNMENT.sub(_assign, out)
+    def _flag(m: re.Match[str]) -> str:
+        if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
+            quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+            return f"{m.group('flag')}{m.group('sp')}{quote}{MASK}{quote}"
+        return m.group(0)
+
+    return _FLAG_VALUE.sub(_flag, _ASSIGNMENT.sub(_assign, out))
 
 
 def redact_value(name: str, value: str) -> str:
@@ -115,7 +131,9 @@ def redact_manifest(doc: Any) -> Any:
                 out[key] = redact_manifest(value)
         return out
     if isinstance(doc, list):
-        return [redact_manifest(v) for v in doc]
+        # command/args lists: ["--hf-token", "hf_..."] hides the word after a secret-named option
+        return [MASK if i and isinstance(v, str) and isinstance(doc[i - 1], str) and is_secret_flag(doc[i - 1])
+                else redact_manifest(v) for i, v in enumerate(doc)]
     if isinstance(doc, str):
         return redact_text(doc)
     return doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from oomdoctor.errors import UsageError
 
@@ -20,8 +21,12 @@ def parse_size(text: str) -> int:
     """Bytes from '8GiB', '8192MiB', '8GB', '1.5 GiB' or plain '123'. Raises UsageError."""
     m = _SIZE_RE.match(str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"invalid size {text!r}: use e.g. 8GiB, 8192MiB, 8GB or plain bytes")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        raise UsageError(f"invalid size {str(text)[:60]!r}: use e.g. 8GiB, 8192MiB, 8GB or plain bytes")
+    # Decimal, not float: exact for any byte count (float rounds above 2**53 and overflows to inf).
+    value = int(Decimal(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value >= 1 << 63:
+        raise UsageError(f"invalid size {str(text)[:60]!r}: larger than any memory (at most 8 EiB)")
+    return value
 
 
 def torch_size_to_bytes(number: str, unit: str) -> int:

@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from oomdoctor.cli.common import write_stdout
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError, UsageError
 
 NAME = "audit"
@@ -63,7 +64,7 @@ def _emit(content: str, output: str | None) -> None:
         write_text(output, content)
         print(f"wrote {output}", file=sys.stderr)
     else:
-        sys.stdout.write(content if content.endswith("\n") else content + "\n")
+        write_stdout(content)
 
 
 def _fix(cfg, entry, args) -> None:

@@ -43,7 +43,22 @@ def emit(content: str, args: argparse.Namespace) -> None:
             raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
         print(f"wrote {out}", file=sys.stderr)
         return
-    sys.stdout.write(content)
+    write_stdout(content)
+
+
+def write_stdout(content: str) -> None:
+    """Print a report, ending in a newline, on any stdout encoding."""
     if content and not content.endswith("\n"):
-        sys.stdout.write("\n")
+        content += "\n"
+    try:
+        sys.stdout.write(content)
+    except UnicodeEncodeError:
+        # stdout is not UTF-8 (PYTHONIOENCODING=ascii, a latin-1 or cp1252 console): '…', '─', '§'
+        # become '?', rather than the whole report becoming an internal error. The encoder fails
+        # before anything is written, so nothing is printed twice.
+        reconfigure = getattr(sys.stdout, "reconfigure", None)
+        if reconfigure is None:
+            raise
+        reconfigure(errors="replace")
+        sys.stdout.write(content)
     sys.stdout.flush()

@@ -42,15 +42,16 @@ def run(args: argparse.Namespace) -> int:
 
     result = aggregate(summaries())
     result.skipped = skipped
-    for source, why in skipped[:5]:
-        print(f"oomdoctor fleet: skipped {source}: {why}", file=sys.stderr)
-    if len(skipped) > 5:
-        print(f"oomdoctor fleet: skipped {len(skipped) - 5} more input(s)", file=sys.stderr)
+    # A failing run says one line (CONTRACTS §3), so the errors come before the per-input warnings.
     if result.nodes == 0:
         where = ", ".join(args.paths)
         raise InputError(f"{where}: no doctor reports found" + (f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""))
     if args.strict and skipped:
         raise InputError(f"{skipped[0][0]}: {skipped[0][1]} (--strict)")
+    for source, why in skipped[:5]:
+        print(f"oomdoctor fleet: skipped {source}: {why}", file=sys.stderr)
+    if len(skipped) > 5:
+        print(f"oomdoctor fleet: skipped {len(skipped) - 5} more input(s)", file=sys.stderr)
     content = {"json": render.to_json, "html": render.to_html}.get(args.format, render.to_text)(result)
     emit(content, args)
     bad = any(sev in ("warning", "error", "critical") for sev in result.finding_severity.values())

@@ -1,10 +1,9 @@
 """Run a command unchanged and record what happened to memory (GPU allocator, NVML, host, cgroup).
 
-Usage: oomdoctor record [--dir RUN_DIR] [--every-ms N] [--prometheus PORT] -- python train.py ARGS
-
+Example: `oomdoctor record --dir run -- python train.py ARGS`, then `oomdoctor report run`.
 The command's argv, stdin/stdout/stderr, exit code and signals are passed through. Python processes
 of the job get the in-job recorder through a sitecustomize bootstrap on PYTHONPATH; it waits for the
-job to initialise CUDA itself. Afterwards: oomdoctor report RUN_DIR.
+job to initialise CUDA itself.
 """
 
 from __future__ import annotations

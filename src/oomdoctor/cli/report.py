@@ -12,6 +12,7 @@ from oomdoctor.analysis import timeline
 from oomdoctor.cli.common import add_output_options, emit
 from oomdoctor.collectors import rundir
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK
+from oomdoctor.redact import MASK, is_secret_flag, redact_text
 from oomdoctor.render import record as render
 
 NAME = "report"
@@ -34,6 +35,19 @@ def _environment_findings(env: dict | None) -> list[dict]:
     return [f for f in report.get("findings", []) if f.get("severity") in ("warning", "error", "critical")]
 
 
+def _redacted(value):
+    """The recorded command line, OOM messages and problems may hold tokens (`--hf-token hf_...`,
+    `PASSWORD=...`); a report is made to be shared, so every string goes through oomdoctor.redact."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # argv: ["--hf-token", "hf_..."] hides the word after the option
+        return [MASK if i and isinstance(v, str) and isinstance(value[i - 1], str) and is_secret_flag(value[i - 1])
+                else _redacted(v) for i, v in enumerate(value)]
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     files = rundir.load(args.run_dir)
     doc = timeline.analyse(files)
@@ -42,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # a newer/older env.json must not stop the report
         doc["environment_findings"] = []
         doc["problems"].append(f"env.json: environment checks failed ({type(exc).__name__}: {exc})")
+    doc = _redacted(doc)
     if args.format == "html":
         out = render.render_html(doc)
     elif args.format == "json":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tarfile
 import tempfile
 import zlib
@@ -87,6 +88,22 @@ def _bundle_root(directory: Path) -> Path:
     return directory
 
 
+# What `oomdoctor bundle` writes at the top (CONTRACTS §5). Every file is optional, but a directory
+# with none of them is not a bundle: a mistyped path must not be diagnosed as a healthy machine.
+_BUNDLE_ENTRIES = ("meta.json", "proc", "sys", "etc", "dev", "commands", "logs", "k8s", ".dockerenv", "run", "usr")
+
+
+def _check_is_bundle(root: Path, path: str | Path) -> Path:
+    try:
+        found = any((root / name).exists() for name in _BUNDLE_ENTRIES)
+    except OSError:
+        found = False
+    if not found:
+        raise InputError(f"bundle {path}: not an oomdoctor bundle (no meta.json, proc/, sys/ or commands/ in it); "
+                         "make one with `oomdoctor bundle -o node.tar.gz`")
+    return root
+
+
 @contextlib.contextmanager
 def open_bundle(path: str | Path) -> Iterator[Path]:
     """Yield the bundle's root directory; a temporary extraction is removed afterwards."""
@@ -101,10 +118,13 @@ def open_bundle(path: str | Path) -> Iterator[Path]:
             next(iter(p.iterdir()), None)
         except OSError as exc:
             raise InputError(f"bundle {path}: cannot read directory ({exc.strerror or exc})") from None
-        yield _bundle_root(p)
+        yield _check_is_bundle(_bundle_root(p), path)
         return
     if not is_file:
-        raise InputError(f"bundle {path}: no such file or directory")
+        exists = os.path.lexists(p)
+        raise InputError(f"bundle {path}: " + ("not a regular file or directory" if exists and p.exists()
+                                               else "dangling symbolic link" if exists
+                                               else "no such file or directory"))
     try:
         with open(p, "rb"):
             pass
@@ -112,7 +132,7 @@ def open_bundle(path: str | Path) -> Iterator[Path]:
         raise InputError(f"bundle {path}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix="oomdoctor-bundle-") as tmp:
         extract_tar(p, Path(tmp))
-        yield _bundle_root(Path(tmp))
+        yield _check_is_bundle(_bundle_root(Path(tmp)), path)
 
 
 def read_meta(root: Path) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from oomdoctor.errors import InputError
 from oomdoctor.parsers.k8s_manifest import ManifestError, load_documents
 from oomdoctor.parsers.kernlog import relevant_lines
 from oomdoctor.parsers.procfs import cgroup_path_for, parse_proc_cgroup
+from oomdoctor.parsers.yamldocs import find_unrendered_template
 from oomdoctor.redact import redact_env, redact_manifest, redact_text
 
 COPIED_FILES = ("proc/version", "proc/meminfo", "proc/mounts", "proc/self/cgroup", "proc/driver/nvidia/version",
@@ -115,7 +116,8 @@ def add_log(w: BundleWriter, path: str) -> None:
     except OSError as exc:
         raise InputError(f"log {path}: {exc.strerror or exc}") from None
     text = data.decode("utf-8", errors="replace")
-    w.add(f"logs/{_unique(w, 'logs', p.name)}", "\n".join(redact_text(line) for line in text.splitlines()) + "\n")
+    # The whole text at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
+    w.add(f"logs/{_unique(w, 'logs', p.name)}", redact_text(text).rstrip("\n") + "\n")
 
 
 def add_manifest(w: BundleWriter, path: str) -> None:
@@ -124,6 +126,10 @@ def add_manifest(w: BundleWriter, path: str) -> None:
         text = p.read_bytes()[: 4 << 20].decode("utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"manifest {path}: {exc.strerror or exc}") from None
+    tpl = find_unrendered_template(text)
+    if tpl is not None:  # say what audit says, not the YAML parser's 'while constructing a mapping'
+        raise InputError(f"manifest {path}: line {tpl}: unrendered template ({{{{ ... }}}}); render it first, "
+                         "e.g. `helm template RELEASE CHART > out.yaml`, or use `kubectl get pod NAME -o yaml`")
     try:
         docs = load_documents(text)
     except ManifestError as exc:

@@ -7,6 +7,7 @@ commands at all. The collectors are the same code for both; only the context dif
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -37,17 +38,37 @@ class CommandRunner:
 
     def run(self, argv: Sequence[str], timeout: float = 10.0, env: Mapping[str, str] | None = None) -> CommandResult:
         try:
-            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
-                                  env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: not found")
-        except subprocess.TimeoutExpired:
-            return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: timed out after {timeout:g} s")
         except OSError as exc:
             return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: {exc.strerror or exc}")
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            abandon(proc)
+            return CommandResult(tuple(argv), None, "", "", f"{argv[0]}: timed out after {timeout:g} s")
         return CommandResult(tuple(argv), proc.returncode,
-                             proc.stdout[:MAX_FILE_BYTES].decode("utf-8", errors="replace"),
-                             proc.stderr[:65536].decode("utf-8", errors="replace"))
+                             stdout[:MAX_FILE_BYTES].decode("utf-8", errors="replace"),
+                             stderr[:65536].decode("utf-8", errors="replace"))
+
+
+def abandon(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    """Kill a command that ran out of time, waiting for it only briefly.
+
+    subprocess.run() waits without limit after the kill, and a process stuck in the kernel (nvidia-smi
+    on a GPU that fell off the bus, Xid 79, sits in uninterruptible sleep) never dies: doctor would
+    hang exactly on the machine it should diagnose. Such a process is left behind.
+    """
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    for pipe in (proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            if pipe is not None:
+                pipe.close()
 
 
 class NoCommands(CommandRunner):

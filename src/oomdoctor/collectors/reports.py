@@ -69,11 +69,12 @@ def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:
     for path in paths:
         if path == "-":
             data = sys.stdin.buffer.read(MAX_STREAM_BYTES)
-            try:
-                text = data.decode("utf-8", errors="strict")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"<stdin>: not valid UTF-8 (byte {exc.start})") from None
-            yield from iter_stream(text, "stdin")
+            if b"\x00" in data[:4096] and not data.lstrip().startswith(b"{"):
+                raise InputError("<stdin>: binary data, not doctor JSON reports")
+            # `kubectl logs -l app=oomdoctor --prefix | oomdoctor fleet -` interleaves every pod's output:
+            # one pod printing a stray non-UTF-8 byte must not drop the whole fleet, so decode leniently
+            # and let the stream scanner skip what is not a report.
+            yield from iter_stream(data.decode("utf-8", errors="replace"), "stdin")
             continue
         p = Path(path)
         if p.is_dir():

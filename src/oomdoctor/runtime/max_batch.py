@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor.analysis.batch_search import LinearFit, ProbeResult, SearchResult, Trial, search
+from oomdoctor.collectors.context import abandon
 from oomdoctor.errors import InputError, OomDoctorError, UsageError
 from oomdoctor.runtime.trial import RESULT_PREFIX
 from oomdoctor.runtime.workload import load_workload
@@ -55,16 +56,18 @@ def run_child(args: list[str], timeout: float) -> dict[str, Any]:
     """Run `python -m oomdoctor.runtime.trial ARGS`; a timeout or crash is a result, not an exception."""
     cmd = [sys.executable, "-m", "oomdoctor.runtime.trial", *args]
     t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env())
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_child_env())
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        abandon(proc)  # a trial stuck in the driver survives SIGKILL: never wait for it without a limit
         return {"outcome": "timeout", "detail": f"no result within {timeout:g} s", "wall": time.perf_counter() - t0}
-    for line in reversed(proc.stdout.splitlines()):
+    for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             out = json.loads(line[len(RESULT_PREFIX):])
             out["wall"] = time.perf_counter() - t0
             return out
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+    tail = (stderr or stdout).strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
     return {"outcome": "error", "detail": f"trial process died: {tail[0][:300]}", "wall": time.perf_counter() - t0}
 
 

@@ -36,6 +36,8 @@ class Workload:
     def spec(self, batch_size: int) -> WorkloadSpec:
         try:
             raw = self.build(batch_size)
+        except SystemExit as exc:  # sys.exit() in build() must not become oomdoctor's exit status
+            raise InputError(f"{self.path}: build({batch_size}) called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the user's code: report it, naming the file
             raise InputError(f"{self.path}: build({batch_size}) raised {type(exc).__name__}: {_first_line(exc)}") from exc
         return WorkloadSpec.from_dict(raw, self.path)
@@ -91,6 +93,9 @@ def load_workload(path: str | Path) -> Workload:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise InputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except SystemExit as exc:  # a script-style file (argparse, sys.exit) exits on import: say so, exit 2
+        raise InputError(f"{path}: importing it called sys.exit({exc.code!r}); a workload file must only "
+                         "define build(batch_size), with no top-level script code") from None
     except Exception as exc:
         raise InputError(f"{path}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
