@@ -28,7 +28,7 @@ OOM_LOG = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
 def _argvs(tmp_path: Path) -> dict[str, list[str]]:
     log = tmp_path / "oom.log"
     log.write_text(OOM_LOG)
-    from tests.record.synth import write_run
+    from record.synth import write_run  # tests/ is on sys.path (rootdir insertion)
 
     run = write_run(tmp_path / "run", steps=5)
     return {"doctor": ["doctor", "--bundle", str(SEED)], "explain": ["explain", str(log)],

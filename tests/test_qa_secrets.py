@@ -59,7 +59,7 @@ def test_bundle_manifest_hides_secret_option_values(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["text", "json", "html"])
 def test_report_hides_secrets_in_the_recorded_command_line(tmp_path, capsys, fmt):
-    from tests.record.synth import write_run
+    from record.synth import write_run  # tests/ is on sys.path (rootdir insertion)
 
     run = write_run(tmp_path / "run", steps=5, meta={"argv": [
         "python", "train.py", "--hf-token", "hf_ZZZZyyyyXXXXwwwwVVVVuuuu12345", "--api-key", PLAIN_KEY,
