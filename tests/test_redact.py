@@ -114,3 +114,26 @@ spec:
     assert b"RuntimeError: CUDA error: out of memory" in raw
     assert b"HF_TOKEN=***" in raw
     assert os.environ["HF_TOKEN"] == HF  # the job's own environment is untouched
+
+
+def test_every_token_pattern_has_anchors_that_every_match_contains():
+    """The substring gate in redact_text must never skip a pattern that could match."""
+    import re as _re
+
+    from oomdoctor import redact as r
+
+    assert len(r._TOKEN_ANCHORS) == len(r._TOKEN_PATTERNS)
+    samples = [
+        "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----",
+        "AKIAABCDEFGHIJKLMNOP", "ASIAABCDEFGHIJKLMNOP", "ghp_" + "a" * 30, "ghs_" + "b" * 30,
+        "github_pat_" + "c" * 30, "hf_" + "d" * 30, "xoxb-1234567890-abc", "glpat-" + "e" * 25,
+        "sk-proj-" + "f" * 30, "AIza" + "g" * 35, "npm_" + "h" * 36, "eyJabcdefghij.eyJabcdefghij.abcdefghij",
+    ]
+    for sample in samples:
+        hits = [i for i, p in enumerate(r._TOKEN_PATTERNS) if p.search(sample)]
+        assert hits, sample
+        for i in hits:
+            assert any(a in sample for a in r._TOKEN_ANCHORS[i]), (sample, r._TOKEN_PATTERNS[i].pattern)
+        assert "***" in r.redact_text(f"x {sample} y") and sample not in r.redact_text(f"x {sample} y")
+    # each alternation branch of the AWS/GitHub/Slack patterns is an anchor
+    assert set(_re.findall(r"[A-Z]{4}", r._TOKEN_PATTERNS[1].pattern.split("[")[0])) == set(r._TOKEN_ANCHORS[1])

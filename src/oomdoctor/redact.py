@@ -44,6 +44,22 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
 )
+# Literal text each token pattern must contain: a substring test (memchr-fast) skips the regex pass
+# over a log that cannot match it, which is nearly every pass on a training log. Same output, ~10x
+# faster on multi-MB logs. Keep this in step with _TOKEN_PATTERNS (a test checks it).
+_TOKEN_ANCHORS: tuple[tuple[str, ...], ...] = (
+    ("-----BEGIN ",),
+    ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("github_pat_",),
+    ("hf_",),
+    ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-"),
+    ("glpat-",),
+    ("sk-",),
+    ("AIza",),
+    ("npm_",),
+    ("eyJ",),
+)
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
 _URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s:/@]*):([^\s@/]+)@")
 # KEY=value / key: value / "key": "value" assignments inside free text (logs, command lines).
@@ -74,10 +90,14 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     out = text
-    for pattern in _TOKEN_PATTERNS:
-        out = pattern.sub(MASK, out)
-    out = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
-    out = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", out)
+    for pattern, anchors in zip(_TOKEN_PATTERNS, _TOKEN_ANCHORS):
+        if any(a in out for a in anchors):
+            out = pattern.sub(MASK, out)
+    lowered = out.lower()
+    if "bearer" in lowered or "basic" in lowered or "token" in lowered:
+        out = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
+    if "://" in out:
+        out = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", out)
 
     def _assign(m: re.Match[str]) -> str:
         if is_secret_name(m.group("name")) and m.group("value") != MASK:
