@@ -20,7 +20,8 @@ from typing import Any
 
 from oomdoctor.analysis.memtrace import MemTrace
 from oomdoctor.errors import InputError
-from oomdoctor.knowledge.workspaces import Workspaces
+from oomdoctor.knowledge.reduce_staging import reduce_staging_bytes
+from oomdoctor.knowledge.workspaces import Workspaces, cudnn_conv_workspace
 from oomdoctor.runtime.cuda_semantics import cuda_semantics
 from oomdoctor.runtime.workload import WorkloadSpec
 
@@ -48,6 +49,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
     gemm = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
             aten._addmm_activation.default, aten.addmv.default, aten.mv.default}
     conv = {aten.convolution.default, aten.convolution_backward.default}
+    reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
 
     class Recorder(TorchDispatchMode):
         def __init__(self):
@@ -105,38 +107,27 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                 raise
             except Exception as exc:
                 raise OpNotTraceable(str(func), exc) from exc
-            scratch = self._conv_workspaces(func, args, out) if on_dev and func in conv else []
             if on_dev:
-                for t in tree_flatten(out)[0]:
+                # a conv call's cuDNN workspace comes after the output it writes and is freed right
+                # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
+                scratch = conv_workspace_sizes(func, args, out, workspaces) if func in conv else {}
+                for i, t in enumerate(tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
                             self.track(t.untyped_storage())
                         except Exception:  # noqa: BLE001
                             pass
+                    if i in scratch:
+                        trace.events.append(("f", self._alloc(scratch[i], "workspace"), 0, 0))
+                if func in reductions and args and isinstance(args[0], torch.Tensor):
+                    # Reduce.cuh's global-reduction staging buffer and semaphores, after the output
+                    buf, sem = reduce_staging_sizes(args[0], args[1] if len(args) > 1 else None, workspaces)
+                    if buf:
+                        b, m = self._alloc(buf, "workspace"), self._alloc(sem, "workspace")
+                        trace.events.extend((("f", m, 0, 0), ("f", b, 0, 0)))
                 if func._schema.is_mutable:
                     self._check_resized(tensors)
-            for sid in scratch:
-                trace.events.append(("f", sid, 0, 0))
             return out
-
-        def _conv_workspaces(self, func, args, out) -> list[int]:
-            # cuDNN takes a transient workspace from the caching allocator for each conv call; the
-            # measured size (H100, cuDNN 9.19, heuristic algorithms) is ~2x the larger activation for
-            # spatial (k > 1), dense (groups == 1) convs; 1x1 and depthwise convs need none.
-            weight = args[1] if func is aten.convolution.default else args[2]
-            groups = args[8] if func is aten.convolution.default else args[9]
-            if not workspaces.cudnn_factor or groups != 1 or weight.dim() < 3 or all(k == 1 for k in weight.shape[2:]):
-                return []
-            def nbytes(t):
-                return t.numel() * t.element_size()
-
-            if func is aten.convolution.default:
-                sizes = [max(nbytes(args[0]), nbytes(out))]
-            else:
-                mask = args[10]
-                big = max(nbytes(args[0]), nbytes(args[1]))
-                sizes = [big for m in mask[:2] if m]
-            return [self._alloc(int(workspaces.cudnn_factor * n), "workspace") for n in sizes]
 
         def _gemm_workspace(self, func, args) -> None:
             # cuBLAS keeps one workspace per (handle, stream); autograd's backward runs on its own thread
@@ -159,6 +150,58 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                     self.live[id(st)] = (sid, int(st.nbytes()))
 
     return Recorder(), cuda_semantics(amp)
+
+
+def conv_workspace_sizes(func: Any, args: tuple, out: Any, workspaces: Workspaces) -> dict[int, int]:
+    """The cuDNN workspaces one aten convolution call takes from the caching allocator, keyed by the
+    index of the output each cuDNN call writes (forward: 0; backward: 0 = grad_input, 1 = grad_weight)."""
+    import torch
+
+    if not workspaces.cudnn:
+        return {}
+    if func is torch.ops.aten.convolution.default:
+        x, y, w, groups, calls = args[0], out, args[1], args[8], {0: False}
+    else:
+        y, x, w, groups, mask = args[0], args[1], args[2], args[9], args[10]
+        calls = {i: i == 1 for i in (0, 1) if mask[i]}
+    if all(k == 1 for k in w.shape[2:]):
+        return {}  # pointwise: forward is a GEMM on NCHW as it lies (measured: no transient block)
+    nhwc = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    sizes = {}
+    for i, wgrad in calls.items():
+        n = cudnn_conv_workspace(x.numel(), y.numel(), w.numel(), x.element_size(), groups=groups,
+                                 channels_last=nhwc, weight_grad=wgrad)
+        if n:
+            sizes[i] = n
+    return sizes
+
+
+def reduce_staging_sizes(x: Any, dims: Any, workspaces: Workspaces) -> tuple[int, int]:
+    """(buffer, semaphores) bytes a CUDA sum/mean of `x` over `dims` stages (knowledge.reduce_staging)."""
+    import torch
+
+    if not workspaces.reduce_staging or x.dim() == 0 or x.numel() == 0:
+        return 0, 0
+    nd = x.dim()
+    reduced = set(range(nd)) if not dims else {d % nd for d in dims}
+    reduced = {d for d in reduced if x.shape[d] > 1}
+    if not reduced:
+        return 0, 0
+    inputs = 1
+    for d in reduced:
+        inputs *= x.shape[d]
+    outputs = x.numel() // inputs
+    sized = [d for d in range(nd) if x.shape[d] > 1]
+    fastest = min(sized, key=lambda d: x.stride(d))
+    inner = fastest in reduced
+    vec = 1
+    if not inner:
+        vec = 4
+        while vec > 1 and (x.shape[fastest] % vec or outputs % vec):
+            vec //= 2
+    acc = 8 if x.dtype in (torch.float64, torch.complex64) or not x.is_floating_point() else 4
+    return reduce_staging_bytes(outputs, inputs, inner=inner, acc_size=acc, vec=vec,
+                                single_reduce_dim=len(reduced) == 1, device=workspaces.reduce_device)
 
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
