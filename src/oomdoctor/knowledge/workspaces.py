@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oomdoctor.knowledge.reduce_staging import ReduceDevice
+
 MiB = 1 << 20
 
 
@@ -26,9 +28,35 @@ MiB = 1 << 20
 class Workspaces:
     cublas: int = 32 * MiB  # sm90+; use cublas_workspace_for(capability) for others
     cublaslt: int = 1 * MiB
-    # Transient cuDNN workspace per conv as a multiple of the larger activation; 0 = not modelled. The H100
-    # traces show ~1-4x depending on the algorithm the heuristics pick; fixed ratios made the zoo worse.
-    cudnn_factor: float = 0.0
+    # Transient cuDNN workspace per dense NCHW convolution call (cudnn_conv_workspace); False = not modelled.
+    cudnn: bool = True
+    # Reduce.cuh's global-reduction staging (knowledge.reduce_staging); False = not modelled.
+    reduce_staging: bool = True
+    reduce_device: ReduceDevice = ReduceDevice()
+
+
+CUDNN_WGRAD_SCRATCH = 8 * MiB
+"""Bound of the split-K partial sums a cuDNN weight-gradient call keeps beyond x + dy + w (see below)."""
+
+
+def cudnn_conv_workspace(x_numel: int, y_numel: int, w_numel: int, itemsize: int, *, groups: int = 1,
+                         channels_last: bool = False, weight_grad: bool = False) -> int:
+    """Upper bound of the workspace one cuDNN convolution call (forward, backward-data or
+    backward-weight) allocates through the caching allocator for a dense NCHW convolution.
+
+    Why: cuDNN 9's kernels for Hopper are NHWC; for NCHW tensors the engine PyTorch's heuristics pick
+    transposes input, output (or its gradient) and filter into its workspace, so the workspace is at
+    most x + y + w bytes plus a small engine scratch. Conv_v8.cpp allocates it from the caching
+    allocator just before the call and frees it right after (benchmark mode off). Measured on the H100
+    traces (validation/results/estimate_zoo_traces_run*.json.gz): every transient block of the
+    ResNet-18/50 traces is x+y+w, x+y or x+w plus 16-147 bytes (ResNet-18 batch 64, layer1 3x3 conv:
+    102908051 = 2 x 51380224 + 147456 + 147; stem: 244093712 = 38535168 + 205520896 + 37632 + 16), the
+    largest one 7% above it (stem weight gradient). Grouped/depthwise convs and channels_last tensors
+    run natively (no transform): not counted.
+    """
+    if groups != 1 or channels_last:
+        return 0
+    return (x_numel + y_numel + w_numel) * itemsize + (CUDNN_WGRAD_SCRATCH if weight_grad else 0)
 
 
 def cublas_workspace_for(capability_major: int) -> int:

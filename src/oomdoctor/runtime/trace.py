@@ -5,7 +5,8 @@ device, with CUDA's behaviour put back where it differs from the CPU's and chang
 - autocast's fp32 op list, fused dropout and fused attention kernels (runtime/cuda_semantics.py);
 - optimizers: foreach implementation, PyTorch's default on CUDA;
 - cuBLAS/cuBLASLt workspaces taken from the caching allocator at the first GEMM of each thread
-  (knowledge.workspaces, measured).
+  (knowledge.workspaces, measured), and the transient blocks of single ops: cuDNN's NCHW transform
+  workspace per conv call and the CUDA reduction's staging buffer (runtime.workspace_ops).
 A TorchDispatchMode on top records each new storage (with its size) when an op creates it and its death
 through a weakref finalizer on the storage, so autograd's saved tensors, the autocast cast cache and
 checkpointing free exactly when PyTorch frees them. Factory ops without an explicit device and the
@@ -23,6 +24,7 @@ from oomdoctor.errors import InputError
 from oomdoctor.knowledge.workspaces import Workspaces
 from oomdoctor.runtime.cuda_semantics import cuda_semantics
 from oomdoctor.runtime.workload import WorkloadSpec
+from oomdoctor.runtime.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -48,6 +50,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
     gemm = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
             aten._addmm_activation.default, aten.addmv.default, aten.mv.default}
     conv = {aten.convolution.default, aten.convolution_backward.default}
+    reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
 
     class Recorder(TorchDispatchMode):
         def __init__(self):
@@ -105,38 +108,27 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                 raise
             except Exception as exc:
                 raise OpNotTraceable(str(func), exc) from exc
-            scratch = self._conv_workspaces(func, args, out) if on_dev and func in conv else []
             if on_dev:
-                for t in tree_flatten(out)[0]:
+                # a conv call's cuDNN workspace comes after the output it writes and is freed right
+                # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
+                scratch = conv_workspace_sizes(func, args, out, workspaces) if func in conv else {}
+                for i, t in enumerate(tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
                             self.track(t.untyped_storage())
                         except Exception:  # noqa: BLE001
                             pass
+                    if i in scratch:
+                        trace.events.append(("f", self._alloc(scratch[i], "workspace"), 0, 0))
+                if func in reductions and args and isinstance(args[0], torch.Tensor):
+                    # Reduce.cuh's global-reduction staging buffer and semaphores, after the output
+                    buf, sem = reduce_staging_sizes(args[0], args[1] if len(args) > 1 else None, workspaces)
+                    if buf:
+                        b, m = self._alloc(buf, "workspace"), self._alloc(sem, "workspace")
+                        trace.events.extend((("f", m, 0, 0), ("f", b, 0, 0)))
                 if func._schema.is_mutable:
                     self._check_resized(tensors)
-            for sid in scratch:
-                trace.events.append(("f", sid, 0, 0))
             return out
-
-        def _conv_workspaces(self, func, args, out) -> list[int]:
-            # cuDNN takes a transient workspace from the caching allocator for each conv call; the
-            # measured size (H100, cuDNN 9.19, heuristic algorithms) is ~2x the larger activation for
-            # spatial (k > 1), dense (groups == 1) convs; 1x1 and depthwise convs need none.
-            weight = args[1] if func is aten.convolution.default else args[2]
-            groups = args[8] if func is aten.convolution.default else args[9]
-            if not workspaces.cudnn_factor or groups != 1 or weight.dim() < 3 or all(k == 1 for k in weight.shape[2:]):
-                return []
-            def nbytes(t):
-                return t.numel() * t.element_size()
-
-            if func is aten.convolution.default:
-                sizes = [max(nbytes(args[0]), nbytes(out))]
-            else:
-                mask = args[10]
-                big = max(nbytes(args[0]), nbytes(args[1]))
-                sizes = [big for m in mask[:2] if m]
-            return [self._alloc(int(workspaces.cudnn_factor * n), "workspace") for n in sizes]
 
         def _gemm_workspace(self, func, args) -> None:
             # cuBLAS keeps one workspace per (handle, stream); autograd's backward runs on its own thread
