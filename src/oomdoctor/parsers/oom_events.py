@@ -230,16 +230,24 @@ class LogScanner:
             self._next_sample = self._src_bytes + step
 
     def _scan_readings(self, window: bytes) -> None:
-        """Memory figures printed per step. Two stages: a literal anchor, then the full pattern on that line."""
+        """Memory figures printed per step. Three stages: C `find` passes for literals that every
+        READING_ANCHOR match contains, the anchor on those lines, then the full pattern. Running the
+        anchor regex over the whole window cost ~0.1 s per log (its `\\d/` branch tries every digit)."""
         text = window.decode("utf-8", errors="replace")
-        base, pos, last = self._line, 0, -1
-        for m in P.READING_ANCHOR.finditer(text):
-            ls = text.rfind("\n", 0, m.start()) + 1
-            if ls == last:
-                continue
-            last = ls
-            le = text.find("\n", m.end())
+        find, rfind = text.find, text.rfind
+        starts: set[int] = set()
+        for lit in P.READING_LITERALS:
+            i = find(lit)
+            while i >= 0:
+                starts.add(rfind("\n", 0, i) + 1)
+                le = find("\n", i)
+                i = find(lit, le + 1) if le >= 0 else -1
+        base, pos = self._line, 0
+        for ls in sorted(starts):
+            le = find("\n", ls)
             line = text[ls:le if le >= 0 else len(text)]
+            if not P.READING_ANCHOR.search(line):
+                continue
             r = P.parse_reading(line)
             if r is None or P.classify_line(line) is not None:
                 continue  # an OOM message is not a reading

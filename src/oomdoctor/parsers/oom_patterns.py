@@ -247,6 +247,8 @@ def classify_line(line: str) -> str | None:
 # Labels people print: torch.cuda.memory_allocated()/max_memory_allocated()/memory_reserved(),
 # "mem", "GPU mem", YOLO's "GPU_mem 3.52G", Lightning/transformers "memory". Value with a unit.
 READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv|\d/\d+ +[0-9.]+G ")
+# Every READING_ANCHOR match contains one of these (the scanner finds candidate lines with str.find).
+READING_LITERALS = ("em", "EM", "lloc", "eserv", "G ")
 READING = re.compile(
     r"(?i)\b(max_memory_allocated|memory_allocated|max_memory_reserved|memory_reserved|gpu[_ ]?mem(?:ory)?|"
     r"cuda[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ](?:allocated|alloc|reserved|used))?|allocated|reserved)\b"
