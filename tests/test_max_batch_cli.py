@@ -115,7 +115,7 @@ def test_json_and_html(tmp_path, capsys):
 def test_png_when_matplotlib_is_installed(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "c.png"
-    render.png(_payload(), str(out))
+    out.write_bytes(render.png(_payload()))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from oomdoctor.cli.common import add_output_options, emit
-from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, UsageError
 from oomdoctor.units import format_bytes, parse_size
 
 NAME = "max-batch"
@@ -85,9 +86,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot:
         try:
-            render.png(payload, args.plot)
+            image = render.png(payload)
         except ImportError as exc:
             raise UsageError("--plot needs matplotlib: pip install 'oomdoctor[plot]'") from exc
+        try:
+            Path(args.plot).write_bytes(image)
+        except OSError as exc:
+            raise InputError(f"cannot write {args.plot}: {exc.strerror or exc}") from exc
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.format == "json":
         from oomdoctor.render.envelope import dumps

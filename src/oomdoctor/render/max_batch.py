@@ -127,8 +127,10 @@ def html(payload: dict[str, Any]) -> str:
                        p=payload, chart=chart, report=text(payload))
 
 
-def png(payload: dict[str, Any], path: str) -> None:
-    """Write the chart with matplotlib (the `plot` extra). ImportError if it is not installed."""
+def png(payload: dict[str, Any]) -> bytes:
+    """The chart as PNG bytes, drawn with matplotlib (the `plot` extra). ImportError if it is absent."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,5 +156,7 @@ def png(payload: dict[str, Any], path: str) -> None:
     ax.set_title(f"max-batch: {PurePath(payload['workload']).name} ({payload.get('gpu') or 'GPU'})")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    return buf.getvalue()
