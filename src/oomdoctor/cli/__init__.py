@@ -16,16 +16,17 @@ from oomdoctor.errors import EXIT_INTERNAL, EXIT_USAGE, OomDoctorError
 
 # name -> module under oomdoctor.cli; imported lazily so `oomdoctor doctor` never imports torch.
 _COMMAND_MODULES: dict[str, str] = {
+    # In the order a user meets them: the machine, the log, the next run, the cluster.
     "doctor": "doctor",
     "bundle": "bundle",
-    "estimate": "estimate",
-    "audit": "audit",
-    "diff": "diff",
-    "fleet": "fleet",
     "explain": "explain",
+    "estimate": "estimate",
     "record": "record",
     "report": "report",
     "max-batch": "max_batch",
+    "audit": "audit",
+    "diff": "diff",
+    "fleet": "fleet",
 }
 
 
