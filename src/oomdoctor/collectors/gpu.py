@@ -13,7 +13,7 @@ from oomdoctor.collectors.container import env_source
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
-from oomdoctor.knowledge.driver_max_cuda import max_cuda_for_driver
+from oomdoctor.knowledge.cuda_driver import branch_max_cuda
 from oomdoctor.parsers.nvidia_version import parse_driver_version_file, parse_sys_module_version
 
 _TOOLKIT_TXT = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")
@@ -61,7 +61,8 @@ def collect_cuda(ctx: CollectContext) -> list[Entry]:
         if driver is None:
             text, _ = ctx.read_text("proc/driver/nvidia/version", limit=65536)
             driver = parse_driver_version_file(text)[0] if text else None
-        derived = max_cuda_for_driver(driver)
+        mm = branch_max_cuda(driver)
+        derived = f"{mm[0]}.{mm[1]}" if mm else None
         out.append(Fact("cuda.driver_max", derived, f"derived from driver {driver} (branch table)") if derived
                    else Unavailable("cuda.driver_max", snap.error or "driver version unknown", snap.source))
     out.append(_image_toolkit(ctx))
