@@ -54,14 +54,16 @@ def bundle_context(root: Path) -> CollectContext:
     except OSError:
         pass
     nvml_error = meta.get("nvml_error") if isinstance(meta.get("nvml_error"), str) else None
-    env_bytes = b""
+    env_bytes, env_missing = b"", None
     try:
         env_bytes = (root / "proc" / "self" / "environ").read_bytes()[: 4 << 20]
-    except OSError:
-        pass
+    except FileNotFoundError:
+        env_missing = "bundle:proc/self/environ not present"
+    except OSError as exc:
+        env_missing = f"bundle:proc/self/environ: {exc.strerror or exc}"
     pid = meta.get("pid")
     return CollectContext(root=root, env=redact_env(parse_environ(env_bytes)), gpu=BundleSmiBackend(xml, why, nvml_error),
-                          runner=NoCommands(), bundle=True, meta=meta,
+                          runner=NoCommands(), bundle=True, meta=meta, env_missing=env_missing,
                           self_pids=frozenset({pid}) if isinstance(pid, int) else frozenset())
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.collectors.container import env_source
+from oomdoctor.collectors.container import env_fact
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
@@ -156,6 +156,6 @@ def collect_framework(ctx: CollectContext, import_torch: bool = True) -> list[En
         data, why = run_torch_child(ctx)
         out = torch_facts_from(data, why, f"child process {sys.executable} -c 'import torch'")
     conf = ctx.env.get("PYTORCH_CUDA_ALLOC_CONF") or ctx.env.get("PYTORCH_ALLOC_CONF")
-    out.append(Fact("torch.alloc_conf", conf, env_source(ctx)))
-    out.append(Fact("torch.no_caching", ctx.env.get("PYTORCH_NO_CUDA_MEMORY_CACHING"), env_source(ctx)))
+    out.append(env_fact(ctx, "torch.alloc_conf", conf))
+    out.append(env_fact(ctx, "torch.no_caching", ctx.env.get("PYTORCH_NO_CUDA_MEMORY_CACHING")))
     return out
