@@ -39,6 +39,10 @@ def test_meta_only_bundle_has_no_definite_fact_but_its_time(tmp_path):
     for key in ENV_KEYS:
         assert "bundle:proc/self/environ not present" in f[key].reason, (key, f[key].reason)
     assert "meta.json" in f["driver.nvml_error"].reason
+    # every gap names what the bundle lacks (workload.gpu_processes_self is derived from sharing.processes)
+    vague = [k for k in FACT_KEYS if not f[k].available and "bundle" not in f[k].reason
+             and "meta.json" not in f[k].reason and k != "workload.gpu_processes_self"]
+    assert vague == [], {k: f[k].reason for k in vague}
     assert "nvidia-smi-q.xml" in f["sharing.mig"].reason and "nvidia-smi-q.xml" in f["sharing.processes"].reason
 
 

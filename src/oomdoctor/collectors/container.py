@@ -104,11 +104,11 @@ def list_dev_nodes(ctx: CollectContext) -> list[str]:
 
 
 def _hypervisor(ctx: CollectContext) -> Entry:
-    vendor, _ = ctx.read_text("sys/class/dmi/id/sys_vendor", limit=256)
+    vendor, why = ctx.read_text("sys/class/dmi/id/sys_vendor", limit=256)
     product, _ = ctx.read_text("sys/class/dmi/id/product_name", limit=256)
     src = ctx.label("sys/class/dmi/id/sys_vendor")
     if vendor is None and product is None:
-        return Unavailable("runtime.hypervisor", "no DMI information", src)
+        return Unavailable("runtime.hypervisor", f"no DMI information ({why})", src)
     text = f"{vendor or ''} {product or ''}"
     if _HYPERVISORS.search(text) and not re.search(r"Surface|Precision|ThinkPad", text):
         return Fact("runtime.hypervisor", {"vendor": (vendor or "").strip(), "product": (product or "").strip()}, src)
