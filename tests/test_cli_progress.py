@@ -28,13 +28,20 @@ def build(batch_size):
 """
 
 
+def _openpty() -> tuple[int, int]:
+    try:
+        return os.openpty()
+    except OSError as exc:  # a container without /dev/ptmx
+        pytest.skip(f"no pseudo-terminal here: {exc}")
+
+
 def _run(argv: list[str], *, tty: bool, **env: str) -> tuple[int, str, bytes]:
     """(exit code, stdout, stderr bytes) of `python -m oomdoctor ARGV`; stderr a pty when tty."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TERM")}
     full_env.update({"TERM": "xterm-256color", "COLUMNS": "100", **env})
     master = slave = None
     if tty:
-        master, slave = os.openpty()
+        master, slave = _openpty()
     proc = subprocess.Popen([sys.executable, "-W", "ignore", "-m", "oomdoctor", *argv], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE, env=full_env)
     chunks: list[bytes] = []
@@ -104,7 +111,7 @@ def test_json_gets_no_progress_at_all(mlp):
 def test_stderr_console_is_plain_under_no_color(env, plain):
     """max-batch's trial lines use stderr_console: `[dim]` must not become ESC[2m under NO_COLOR."""
     code = "from oomdoctor.cli.common import stderr_console; stderr_console().print('[dim]trial[/dim]: batch 8')"
-    master, slave = os.openpty()
+    master, slave = _openpty()
     full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     proc = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
                           env={**full_env, "TERM": "xterm-256color", **env}, timeout=60)
