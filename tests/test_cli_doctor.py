@@ -20,8 +20,8 @@ def collectors(monkeypatch):
     calls = []
     state = {"facts": make_facts()}
 
-    def collect_live(*, probe=False, probe_attempts=5):
-        calls.append(("live", probe, probe_attempts))
+    def collect_live(*, probe=False, probe_attempts=5, import_torch=None):
+        calls.append(("live", probe, probe_attempts) + (("torch",) if import_torch else ()))
         return state["facts"]
 
     def collect_bundle(path):
@@ -72,6 +72,18 @@ def test_probe_with_bundle_is_a_usage_error(collectors, capsys):
     assert main(["doctor", "--bundle", "x", "--probe"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--probe" in err
+
+
+def test_torch_flag_asks_collect_live_to_import_torch(collectors, capsys):
+    assert main(["doctor", "--torch", "--format", "json"]) == 0
+    assert collectors["calls"] == [("live", False, 5, "torch")]
+    assert json.loads(capsys.readouterr().out)["meta"]["torch"] is True
+
+
+def test_torch_with_bundle_is_a_usage_error(collectors, capsys):
+    assert main(["doctor", "--bundle", "x", "--torch"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--torch" in err and collectors["calls"] == []
 
 
 def test_unreadable_bundle_is_one_line_exit_2(collectors, capsys):

@@ -55,7 +55,8 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
     out: dict[str, LayerStatus] = {}
     for name in LAYERS:
         mine = [f for f in findings if f.layer.value == name]
-        has_facts = any(e.available for e in facts.by_layer(name).values())
+        # bundle.* describes the snapshot (when it was made), not the layer: it does not make a layer read
+        has_facts = any(e.available for k, e in facts.by_layer(name).items() if not k.startswith("bundle."))
         worst = max((f.severity.rank for f in mine), default=-1)
         if worst >= Severity.ERROR.rank:
             out[name] = LayerStatus.FAIL

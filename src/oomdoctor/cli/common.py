@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from oomdoctor.errors import InputError
 
@@ -22,6 +25,39 @@ def wants_color(args: argparse.Namespace) -> bool:
     if getattr(args, "output", None) or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
+
+
+def wants_spinner(args: argparse.Namespace) -> bool:
+    """Animate progress only for a person at a terminal: stderr a TTY, NO_COLOR unset, TERM not dumb,
+    and not --format json (whose reader wants the document and a quiet stderr)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb" or getattr(args, "format", None) == "json":
+        return False
+    return sys.stderr.isatty()
+
+
+def stderr_console() -> Any:
+    """A rich Console for lines on stderr; plain text, no escape codes, under NO_COLOR or off a terminal.
+
+    rich alone drops colours under NO_COLOR but keeps styles such as dim (ESC[2m).
+    """
+    from rich.console import Console
+
+    plain = bool(os.environ.get("NO_COLOR")) or not sys.stderr.isatty()
+    return Console(stderr=True, highlight=False, color_system=None if plain else "auto")
+
+
+@contextlib.contextmanager
+def progress(text: str, args: argparse.Namespace) -> Iterator[Callable[[str], None]]:
+    """Progress on stderr, never on stdout: a spinner where wants_spinner(); one plain line for a
+    terminal without it (NO_COLOR, TERM=dumb); nothing with --format json or when stderr is a pipe or
+    a file, where bad input must stay one line. Yields update(msg), which only the spinner shows."""
+    if wants_spinner(args):
+        with stderr_console().status(text) as status:
+            yield lambda msg: status.update(f"{text}: {msg}")
+        return
+    if getattr(args, "format", None) != "json" and sys.stderr.isatty():
+        print(f"{text} ...", file=sys.stderr, flush=True)
+    yield lambda msg: None
 
 
 def terminal_width() -> int:

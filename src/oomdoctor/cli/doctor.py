@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the active CUDA probes (child processes with time limits)")
     parser.add_argument("--probe-attempts", type=int, default=5, metavar="N",
                         help="CUDA contexts to create with --probe (default: 5)")
+    parser.add_argument("--torch", action="store_true",
+                        help="also import torch in a child process (60 s limit) for its compiled arch list and "
+                             "cuDNN version; no CUDA call, no context (adds torch's import time, a few seconds)")
     add_output_options(parser)
 
 
@@ -32,13 +35,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--probe-attempts must be at least 1")
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if args.bundle:
-        if args.probe:
-            raise UsageError("--probe runs on a live machine; it cannot be combined with --bundle")
+        if args.probe or args.torch:
+            flag = "--probe" if args.probe else "--torch"
+            raise UsageError(f"{flag} runs on a live machine; it cannot be combined with --bundle "
+                             "(a bundle carries its torch facts in commands/torch.json)")
         facts = machine.collect_bundle(args.bundle)
         meta = {"source": "bundle", "bundle": str(args.bundle), "created": created}
     else:
-        facts = machine.collect_live(probe=args.probe, probe_attempts=args.probe_attempts)
-        meta = {"source": "live", "probe": bool(args.probe), "created": created}
+        # --torch: the build's facts from a child; --probe implies it and adds the devices
+        facts = machine.collect_live(probe=args.probe, probe_attempts=args.probe_attempts,
+                                     import_torch=True if args.torch else None)
+        meta = {"source": "live", "probe": bool(args.probe), "torch": bool(args.torch or args.probe),
+                "created": created}
     report = diagnose(facts, meta)
     if args.format == "json":
         from oomdoctor.render.doctor_json import render_json

@@ -8,9 +8,8 @@ Exit 1 when the step does not fit --gpu / --memory-limit.
 from __future__ import annotations
 
 import argparse
-import contextlib
 
-from oomdoctor.cli.common import add_output_options, emit
+from oomdoctor.cli.common import add_output_options, emit, progress
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from oomdoctor.units import parse_size
 
@@ -28,19 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch", action="store_true", help="find the largest batch size that fits")
     parser.add_argument("--eager-loading", action="store_true", help="context as with CUDA_MODULE_LOADING=EAGER")
     add_output_options(parser)
-
-
-@contextlib.contextmanager
-def _status(text: str):
-    """Progress on stderr (rich), never on stdout where the report goes."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield lambda msg: None
-        return
-    with console.status(text) as status:
-        yield lambda msg: status.update(f"{text}: {msg}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_batch:
         if limit is None and not args.gpu:
             raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
-        with _status(f"searching the largest batch for {args.workload}") as progress:
+        with progress(f"searching the largest batch for {args.workload}", args) as update:
             best, tried = estimator.max_batch(workload, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
-                                              progress=progress)
+                                              progress=update)
         cap = limit if limit is not None else get_gpu(args.gpu).total_memory
         if args.format == "json":
             from oomdoctor.render.envelope import dumps
@@ -76,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK if best > 0 else EXIT_FINDINGS
     if args.batch_size is None:
         raise UsageError("give --batch-size N (or --max-batch with --memory-limit)")
-    with _status(f"tracing {args.workload} at batch size {args.batch_size}"):
+    with progress(f"tracing {args.workload} at batch size {args.batch_size}", args):
         est = estimator.estimate(workload, args.batch_size, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
                                  lazy_loading=not args.eager_loading)
     if args.format == "json":

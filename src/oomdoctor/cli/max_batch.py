@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.cli.common import add_output_options, emit
+from oomdoctor.cli.common import add_output_options, emit, progress, stderr_console
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, UsageError
 from oomdoctor.units import format_bytes, parse_size
 
@@ -61,11 +61,9 @@ def run(args: argparse.Namespace) -> int:
     limit = _validate(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot {args.plot}: give a .png path")
-    from rich.console import Console
-
     from oomdoctor.runtime.max_batch import find_max_batch
 
-    err = Console(stderr=True, highlight=False)
+    err = stderr_console()
 
     def on_info(info: dict[str, Any]) -> None:
         err.print(f"[dim]{info.get('gpu')}: {format_bytes(info.get('total_bytes'))} total, "
@@ -76,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         what = format_bytes(r.peak_bytes) if r.ok else r.outcome.upper()
         err.print(f"trial: batch {t.batch:>6} ({t.purpose}) -> {what} in {r.seconds:.1f} s")
 
-    with err.status(f"max-batch {args.workload}: running trials in child processes"):
+    with progress(f"max-batch {args.workload}: running trials in child processes", args):
         result = find_max_batch(args.workload, memory_limit=limit, fraction=args.fraction, margin=args.margin,
                                 min_batch=args.min_batch, max_batch=args.max_batch, device=args.device,
                                 trial_timeout=args.trial_timeout, use_estimator=not args.no_estimator,

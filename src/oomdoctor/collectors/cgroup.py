@@ -88,7 +88,9 @@ def _one(ctx: CollectContext, key: str, rels: list[str], parse: Callable[[str], 
 def _v2(ctx: CollectContext, path: str) -> list[Entry]:
     # The host's root cgroup has no memory.max/memory.current at all: no limit. A container's
     # namespace root has them; there a missing file is unknown, not "unlimited".
-    root = path == "/" and not ctx.exists(f"{_BASE}/memory.max") and not ctx.exists(f"{_BASE}/memory.current")
+    # A bundle without sys/fs/cgroup at all recorded no cgroup files: that is unknown, not a root cgroup.
+    root = (path == "/" and not ctx.exists(f"{_BASE}/memory.max") and not ctx.exists(f"{_BASE}/memory.current")
+            and (not ctx.bundle or ctx.exists(_BASE)))
     out = [
         _one(ctx, "cgroup.memory_limit_bytes", _candidates(ctx, "", path, "memory.max"), parse_limit, root, None),
         _one(ctx, "cgroup.memory_high_bytes", _candidates(ctx, "", path, "memory.high"), parse_limit, root, None),

@@ -30,10 +30,26 @@ def env_source(ctx: CollectContext) -> str:
     return ctx.label("proc/self/environ") if ctx.bundle else "environment"
 
 
+def env_fact(ctx: CollectContext, key: str, value: object) -> Entry:
+    """A fact read from the job's environment: unavailable when a bundle has no proc/self/environ."""
+    if ctx.env_missing:
+        return Unavailable(key, ctx.env_missing, env_source(ctx))
+    return Fact(key, value, env_source(ctx))
+
+
+def unproven(ctx: CollectContext, key: str, why: str) -> Unavailable:
+    """No sign of a layer in a bundle without the environment: its absence is not proven.
+
+    `oomdoctor bundle` always writes proc/self/environ, with the marker files beside it; a bundle
+    without it was cut down or made by hand, so a missing marker says nothing either.
+    """
+    return Unavailable(key, f"{ctx.env_missing}; {why}", env_source(ctx))
+
+
 def collect_runtime(ctx: CollectContext) -> list[Entry]:
     env = ctx.env
     src = env_source(ctx)
-    out: list[Entry] = [Fact(key, env.get(var), src) for key, var in _ENV_FACTS]
+    out: list[Entry] = [env_fact(ctx, key, env.get(var)) for key, var in _ENV_FACTS]
     cgroup_text, _ = ctx.read_text("proc/self/cgroup")
     cgroup_text = cgroup_text or ""
     kube_env = "KUBERNETES_SERVICE_HOST" in env
@@ -42,12 +58,15 @@ def collect_runtime(ctx: CollectContext) -> list[Entry]:
     kubernetes = kube_env or kube_sa or kube_cg
     why = [w for w, on in (("KUBERNETES_SERVICE_HOST set", kube_env), (f"/{SA_DIR} present", kube_sa),
                            ("kubepods in /proc/self/cgroup", kube_cg)) if on]
-    out.append(Fact("runtime.kubernetes", kubernetes, "; ".join(why) or src))
+    if kubernetes or not ctx.env_missing:
+        out.append(Fact("runtime.kubernetes", kubernetes, "; ".join(why) or src))
+    else:
+        out.append(unproven(ctx, "runtime.kubernetes", "KUBERNETES_SERVICE_HOST unknown, no other Kubernetes sign"))
     out.append(_container(ctx, kubernetes, cgroup_text))
     out.append(_dev_nodes(ctx))
     out.append(_hypervisor(ctx))
     # the context's environment is already redacted (live and bundle alike): list what was hidden
-    out.append(Fact("runtime.env_redacted", sorted(k for k, v in env.items() if MASK in v), src))
+    out.append(env_fact(ctx, "runtime.env_redacted", sorted(k for k, v in env.items() if MASK in v)))
     return out
 
 
@@ -61,6 +80,8 @@ def _container(ctx: CollectContext, kubernetes: bool, cgroup_text: str) -> Entry
         return Fact("runtime.container", "docker", ctx.label(".dockerenv"))
     if env.get("container") or re.search(r"containerd|crio-|/lxc/", cgroup_text):
         return Fact("runtime.container", "container", "container env / cgroup path")
+    if ctx.env_missing:
+        return unproven(ctx, "runtime.container", "no container marker, but without the environment a missing marker proves nothing")
     return Fact("runtime.container", "none", "no container marker (/.dockerenv, /run/.containerenv, cgroup)")
 
 
@@ -83,11 +104,11 @@ def list_dev_nodes(ctx: CollectContext) -> list[str]:
 
 
 def _hypervisor(ctx: CollectContext) -> Entry:
-    vendor, _ = ctx.read_text("sys/class/dmi/id/sys_vendor", limit=256)
+    vendor, why = ctx.read_text("sys/class/dmi/id/sys_vendor", limit=256)
     product, _ = ctx.read_text("sys/class/dmi/id/product_name", limit=256)
     src = ctx.label("sys/class/dmi/id/sys_vendor")
     if vendor is None and product is None:
-        return Unavailable("runtime.hypervisor", "no DMI information", src)
+        return Unavailable("runtime.hypervisor", f"no DMI information ({why})", src)
     text = f"{vendor or ''} {product or ''}"
     if _HYPERVISORS.search(text) and not re.search(r"Surface|Precision|ThinkPad", text):
         return Fact("runtime.hypervisor", {"vendor": (vendor or "").strip(), "product": (product or "").strip()}, src)

@@ -87,6 +87,10 @@ class CollectContext:
     bundle: bool = False
     self_pids: frozenset[int] = frozenset()
     meta: dict[str, Any] = field(default_factory=dict)
+    # Bundle only: why the job's environment is unknown (no proc/self/environ). `oomdoctor bundle`
+    # always writes it together with the marker files, so without it neither an unset variable nor
+    # a missing marker proves that a layer is absent: such facts become Unavailable with this reason.
+    env_missing: str | None = None
     _gpu_snapshot: GpuSnapshot | None = None
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from oomdoctor.collectors.container import env_source
+from oomdoctor.collectors.container import env_fact, env_source, unproven
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
@@ -39,7 +39,11 @@ def collect_driver(ctx: CollectContext) -> list[Entry]:
     out.append(Fact("driver.flavour", flavour, proc_src) if flavour
                else Unavailable("driver.flavour", why or "no 'Kernel Module' in the version line", proc_src))
     nvml_error = snap.nvml_error or (snap.error if snap.source == "NVML" else None)
-    out.append(Fact("driver.nvml_error", nvml_error, snap.source if snap.source == "NVML" else "NVML"))
+    if ctx.bundle and nvml_error is None and "nvml_error" not in ctx.meta:
+        # `oomdoctor bundle` records NVML's answer in meta.json; without the key it is not known
+        out.append(Unavailable("driver.nvml_error", "no nvml_error in bundle:meta.json", ctx.label("meta.json")))
+    else:
+        out.append(Fact("driver.nvml_error", nvml_error, snap.source if snap.source == "NVML" else "NVML"))
     if snap.ok:
         out.append(Fact("driver.gpus", snap.gpus, snap.source))
         out.append(Fact("driver.gpu_count", len(snap.gpus), snap.source))
@@ -72,7 +76,7 @@ def collect_cuda(ctx: CollectContext) -> list[Entry]:
         out.append(Fact("cuda.device_capabilities", caps, snap.source))
     else:
         out.append(Unavailable("cuda.device_capabilities", snap.error or "the driver did not report it", snap.source))
-    out.append(Fact("cuda.module_loading", ctx.env.get("CUDA_MODULE_LOADING"), env_source(ctx)))
+    out.append(env_fact(ctx, "cuda.module_loading", ctx.env.get("CUDA_MODULE_LOADING")))
     return out
 
 
@@ -91,6 +95,8 @@ def _image_toolkit(ctx: CollectContext) -> Entry:
         return Fact("cuda.image_toolkit", m.group(1), ctx.label("usr/local/cuda/version.txt"))
     if ctx.env.get("CUDA_VERSION"):
         return Fact("cuda.image_toolkit", ctx.env["CUDA_VERSION"], f"CUDA_VERSION in {env_source(ctx)}")
+    if ctx.env_missing:
+        return unproven(ctx, "cuda.image_toolkit", "CUDA_VERSION unknown and no usr/local/cuda/version.json|txt")
     return Fact("cuda.image_toolkit", None, "no /usr/local/cuda/version.json|txt, no CUDA_VERSION")
 
 
@@ -101,4 +107,6 @@ def _compat_libs(ctx: CollectContext) -> Entry:
             for name in ctx.listdir(f"usr/local/{d}/compat") or []:
                 if _COMPAT_LIB.match(name):
                     found.append(f"/usr/local/{d}/compat/{name}")
+    if not found and ctx.env_missing:
+        return unproven(ctx, "cuda.compat_libs", "no compat markers, but a missing marker proves nothing here")
     return Fact("cuda.compat_libs", sorted(set(found)), ctx.label("usr/local/cuda*/compat"))

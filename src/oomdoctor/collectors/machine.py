@@ -54,23 +54,25 @@ def bundle_context(root: Path) -> CollectContext:
     except OSError:
         pass
     nvml_error = meta.get("nvml_error") if isinstance(meta.get("nvml_error"), str) else None
-    env_bytes = b""
+    env_bytes, env_missing = b"", None
     try:
         env_bytes = (root / "proc" / "self" / "environ").read_bytes()[: 4 << 20]
-    except OSError:
-        pass
+    except FileNotFoundError:
+        env_missing = "bundle:proc/self/environ not present"
+    except OSError as exc:
+        env_missing = f"bundle:proc/self/environ: {exc.strerror or exc}"
     pid = meta.get("pid")
     return CollectContext(root=root, env=redact_env(parse_environ(env_bytes)), gpu=BundleSmiBackend(xml, why, nvml_error),
-                          runner=NoCommands(), bundle=True, meta=meta,
+                          runner=NoCommands(), bundle=True, meta=meta, env_missing=env_missing,
                           self_pids=frozenset({pid}) if isinstance(pid, int) else frozenset())
 
 
 def gather(ctx: CollectContext, *, probe: bool = False, probe_attempts: int = 5,
-           import_torch: bool = True) -> tuple[FactSet, dict[str, Any] | None]:
+           import_torch: bool = True, torch_devices: bool = True) -> tuple[FactSet, dict[str, Any] | None]:
     """All collectors over one context; also returns the probe document (for bundles)."""
     entries: list[Entry] = []
     problems: list[str] = []
-    collectors = [*COLLECTORS, lambda c: collect_framework(c, import_torch=import_torch)]
+    collectors = [*COLLECTORS, lambda c: collect_framework(c, import_torch=import_torch, devices=torch_devices)]
     # Probes first, then a fresh GPU reading: when contexts fail, the NVML picture that explains it
     # must be from that moment, not from before (a neighbour may have grabbed the GPU meanwhile;
     # seen on the H100, docs/validation/doctor.md).
@@ -112,12 +114,13 @@ def _capabilities_from_torch(entries: list[Entry]) -> list[Entry]:
 def collect_live(*, probe: bool = False, probe_attempts: int = 5, import_torch: bool | None = None) -> FactSet:
     """Facts of this machine. Never initialises CUDA in this process; probes run in children.
 
-    torch is imported (in a child, for cuDNN, arch list, devices) when `import_torch` is true; by
+    torch is imported (in a child, for cuDNN and the arch list) when `import_torch` is true; by
     default only with `probe`, because the import alone takes seconds and plain `doctor` must be
-    fast. Without it, torch's version and CUDA come from torch/version.py read as text.
+    fast. Without it, torch's version and CUDA come from torch/version.py read as text. The child
+    asks torch for the devices (CUDA initialised there, no context) only with `probe`.
     """
     facts, _ = gather(live_context(), probe=probe, probe_attempts=probe_attempts,
-                      import_torch=probe if import_torch is None else import_torch)
+                      import_torch=probe if import_torch is None else import_torch, torch_devices=probe)
     return facts
 
 

@@ -2,7 +2,8 @@
 vGPU, preloaded libraries, and the processes holding GPU memory.
 
 Each layer's fact is None when none of its signals is present (a fact: "not there"), or a dict of
-what was seen. The checks decide what it means.
+what was seen. The checks decide what it means. In a bundle without proc/self/environ no signal
+proves nothing: such layers are Unavailable (container.unproven), never "not there".
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from oomdoctor.collectors.container import env_source
+from oomdoctor.collectors.container import env_source, unproven
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
@@ -64,6 +65,8 @@ def _mps(ctx: CollectContext) -> Entry:
     control = ctx.exists(f"{pipe_dir}/control") or ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid")
     mps_env = {k: v for k, v in env.items() if k.startswith("CUDA_MPS_")}
     if not mps_env and not control:
+        if ctx.env_missing:
+            return unproven(ctx, "sharing.mps", "CUDA_MPS_* variables unknown")
         return Fact("sharing.mps", None, f"{env_source(ctx)}; {ctx.label(pipe_dir)}")
     return Fact("sharing.mps", {
         "pipe_directory": pipe, "pinned_device_mem_limit": env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
@@ -87,6 +90,8 @@ def _hami(ctx: CollectContext) -> Entry:
     other = {k: env[k] for k in ("CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_OVERSUBSCRIBE",
                                  "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL") if k in env}
     if not limits and not preload and not libvgpu and not other:
+        if ctx.env_missing:
+            return unproven(ctx, "sharing.hami", "CUDA_DEVICE_MEMORY_LIMIT and LD_PRELOAD unknown")
         return Fact("sharing.hami", None, f"{env_source(ctx)}; {ctx.label('etc/ld.so.preload')}")
     per_device = {k.rsplit("_", 1)[1]: hami_size(v) for k, v in limits.items() if k[-1].isdigit()}
     return Fact("sharing.hami", {
@@ -104,6 +109,8 @@ def _hami(ctx: CollectContext) -> Entry:
 def _vcuda(ctx: CollectContext) -> Entry:
     present = [f"/{rel}" for rel in VCUDA_FILES if ctx.exists(rel)]
     if not present:
+        if ctx.env_missing:
+            return unproven(ctx, "sharing.vcuda", "no /etc/vcuda files, but a missing marker proves nothing here")
         return Fact("sharing.vcuda", None, ctx.label("etc/vcuda"))
     config, _ = ctx.read_bytes("etc/vcuda/vcuda.config", limit=1 << 20)
     return Fact("sharing.vcuda", {
@@ -119,6 +126,8 @@ def _vcuda(ctx: CollectContext) -> Entry:
 def _cgpu(ctx: CollectContext) -> Entry:
     env = {k: v for k, v in ctx.env.items() if k.startswith("ALIYUN_COM_GPU_")}
     if not env:
+        if ctx.env_missing:
+            return unproven(ctx, "sharing.cgpu", "ALIYUN_COM_GPU_* variables unknown")
         return Fact("sharing.cgpu", None, env_source(ctx))
     return Fact("sharing.cgpu", {
         "dev_mem": env.get("ALIYUN_COM_GPU_MEM_DEV"), "container_mem": env.get("ALIYUN_COM_GPU_MEM_CONTAINER"),
@@ -129,6 +138,8 @@ def _cgpu(ctx: CollectContext) -> Entry:
 def _runai(ctx: CollectContext) -> Entry:
     env = ctx.env
     if "GPU_PORTION" not in env and "RUNAI_NUM_OF_GPUS" not in env:
+        if ctx.env_missing:
+            return unproven(ctx, "sharing.runai", "GPU_PORTION and RUNAI_NUM_OF_GPUS unknown")
         return Fact("sharing.runai", None, env_source(ctx))
     return Fact("sharing.runai", {"gpu_portion": env.get("GPU_PORTION"), "num_gpus": env.get("RUNAI_NUM_OF_GPUS")},
                 env_source(ctx))
@@ -147,6 +158,10 @@ def _ld_preload(ctx: CollectContext) -> Entry:
     for lib in file_libs + env_libs:
         if lib not in seen:
             seen.append(lib)
+    if ctx.env_missing:
+        if not seen:
+            return unproven(ctx, "sharing.ld_preload", "LD_PRELOAD unknown")
+        return Fact("sharing.ld_preload", seen, f"{ctx.label('etc/ld.so.preload')} (LD_PRELOAD unknown: {ctx.env_missing})")
     return Fact("sharing.ld_preload", seen, f"{ctx.label('etc/ld.so.preload')}; LD_PRELOAD")
 
 

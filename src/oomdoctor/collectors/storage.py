@@ -51,7 +51,7 @@ def collect_storage(ctx: CollectContext) -> list[Entry]:
                                       "source": mount.source} if mount else None, msrc))
     size = tmpfs_size(mount.option("size")) if mount else None
     if ctx.bundle:
-        extra_text, _ = ctx.read_text("commands/shm.json", limit=65536)
+        extra_text, extra_why = ctx.read_text("commands/shm.json", limit=65536)
         try:
             extra = json.loads(extra_text) if extra_text else {}
         except (ValueError, RecursionError):
@@ -61,12 +61,15 @@ def collect_storage(ctx: CollectContext) -> list[Entry]:
         if size is None and isinstance(extra.get("size_bytes"), int):
             size, msrc = extra["size_bytes"], xsrc
         used, segments = extra.get("used_bytes"), extra.get("torch_segments")
+        size_why = ("no size= on the /dev/shm mount" if mount else "no /dev/shm mount" if text is not None
+                    else f"{why}; {extra_why or 'no size_bytes in commands/shm.json'}")
+        missing = extra_why or "not recorded in the bundle"
         out.append(Fact("shm.size_bytes", size, msrc) if size is not None
-                   else Unavailable("shm.size_bytes", "no size= on the /dev/shm mount" if mount else "no /dev/shm mount", msrc))
+                   else Unavailable("shm.size_bytes", size_why, msrc))
         out.append(Fact("shm.used_bytes", used, xsrc) if isinstance(used, int)
-                   else Unavailable("shm.used_bytes", "not recorded in the bundle", xsrc))
+                   else Unavailable("shm.used_bytes", missing, xsrc))
         out.append(Fact("shm.torch_segments", segments, xsrc) if isinstance(segments, int)
-                   else Unavailable("shm.torch_segments", "not recorded in the bundle", xsrc))
+                   else Unavailable("shm.torch_segments", missing, xsrc))
         return out
     usage = shm_usage_live(ctx) if mount is not None or text is None else None
     if usage:

@@ -1,9 +1,16 @@
 """torch facts, read in a child process with a time limit.
 
 CUDA must never be initialised in the oomdoctor process (it may be the user's job). The child
-imports torch, asks the build (version, CUDA, cuDNN, arch list) and the driver (is_available,
-device properties: no context is created for these), prints one JSON line (the torch.json shape
-of CONTRACTS §5) and exits. A missing torch, an import error or a hang become facts.
+imports torch, asks the build (version, CUDA, cuDNN, arch list) and, unless told `build`, the
+driver (is_available, device properties: no context is created for these), prints one JSON line
+(the torch.json shape of CONTRACTS §5) and exits. A missing torch, an import error or a hang
+become facts.
+
+The build is read without touching CUDA: `torch._C._cuda_getArchFlags()` is the compile-time string
+that `torch.cuda.get_arch_list()` splits (older releases call `is_available()` first and answer []
+when CUDA is unusable), and `torch._C._cudnn.getVersionInt()` is cudnnGetVersion(), the value
+`torch.backends.cudnn.version()` returns; that function is not called, because on first use it
+checks cuDNN against every device's capability, i.e. runs `torch.cuda.init()` (torch 2.13).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.collectors.container import env_source
+from oomdoctor.collectors.container import env_fact
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
@@ -28,6 +35,7 @@ CHILD_SCRIPT = r"""
 import json, sys, warnings
 out = {"version": None, "cuda": None, "cudnn": None, "arch_list": None, "cuda_available": None,
        "device_count": None, "devices": [], "error": None, "python": sys.version.split()[0]}
+build_only = sys.argv[1:] == ["build"]
 try:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -35,23 +43,26 @@ try:
         out["version"] = torch.__version__
         out["cuda"] = torch.version.cuda
         try:
-            out["cudnn"] = torch.backends.cudnn.version()
+            cudnn = getattr(torch._C, "_cudnn", None)
+            out["cudnn"] = int(cudnn.getVersionInt()) if cudnn is not None else None
         except Exception:
             pass
         if torch.version.cuda:
             try:
-                out["arch_list"] = torch.cuda.get_arch_list()
+                flags = torch._C._cuda_getArchFlags()
+                out["arch_list"] = flags.split() if flags else []
             except Exception:
                 pass
-        out["cuda_available"] = bool(torch.cuda.is_available())
-        out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
-        for i in range(out["device_count"]):
-            p = torch.cuda.get_device_properties(i)
-            out["devices"].append({"name": p.name, "total_memory": int(p.total_memory),
-                                   "capability": f"{p.major}.{p.minor}",
-                                   "uuid": (("GPU-" + str(p.uuid)) if getattr(p, "uuid", None) else None)})
+        if not build_only:
+            out["cuda_available"] = bool(torch.cuda.is_available())
+            out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+            for i in range(out["device_count"]):
+                p = torch.cuda.get_device_properties(i)
+                out["devices"].append({"name": p.name, "total_memory": int(p.total_memory),
+                                       "capability": f"{p.major}.{p.minor}",
+                                       "uuid": (("GPU-" + str(p.uuid)) if getattr(p, "uuid", None) else None)})
     msgs = [str(w.message) for w in caught if "CUDA" in str(w.message)]
-    if msgs and not out["cuda_available"]:
+    if msgs and not build_only and not out["cuda_available"]:
         out["error"] = msgs[0][:2000]
 except ImportError as exc:
     out["error"] = "torch not importable: " + str(exc)[:1000]
@@ -61,9 +72,11 @@ print("OOMDOCTOR_TORCH_JSON " + json.dumps(out), flush=True)
 """
 
 
-def run_torch_child(ctx: CollectContext, python: str | None = None) -> tuple[dict[str, Any] | None, str]:
-    """(torch.json dict, "") or (None, why). Live only."""
-    res = ctx.runner.run([python or sys.executable, "-c", CHILD_SCRIPT], timeout=TORCH_TIMEOUT_S)
+def run_torch_child(ctx: CollectContext, python: str | None = None,
+                    devices: bool = True) -> tuple[dict[str, Any] | None, str]:
+    """(torch.json dict, "") or (None, why). Live only. devices=False: the build only, no CUDA call."""
+    argv = [python or sys.executable, "-c", CHILD_SCRIPT, *(() if devices else ("build",))]
+    res = ctx.runner.run(argv, timeout=TORCH_TIMEOUT_S)
     if res.error:
         return None, f"torch child: {res.error}"
     for line in res.stdout.splitlines():
@@ -81,10 +94,12 @@ def run_torch_child(ctx: CollectContext, python: str | None = None) -> tuple[dic
 
 _TORCH_KEYS = ("torch.version", "cuda.torch_runtime", "torch.cudnn", "cuda.arch_list", "torch.cuda_available",
                "torch.device_count", "torch.devices", "torch.error")
+DEVICE_KEYS = ("torch.cuda_available", "torch.device_count", "torch.devices")
+NOT_ASKED = "not asked: `doctor --torch` reads the build only; `--probe` asks torch for the devices"
 
 
-def torch_facts_from(data: dict[str, Any] | None, why: str, src: str) -> list[Entry]:
-    """Facts from a torch.json dict (live child or bundle file)."""
+def torch_facts_from(data: dict[str, Any] | None, why: str, src: str, devices: bool = True) -> list[Entry]:
+    """Facts from a torch.json dict (live child or bundle file); devices=False: a build-only child."""
     keys = {"torch.version": "version", "cuda.torch_runtime": "cuda", "torch.cudnn": "cudnn",
             "cuda.arch_list": "arch_list", "torch.cuda_available": "cuda_available",
             "torch.device_count": "device_count", "torch.devices": "devices", "torch.error": "error"}
@@ -94,7 +109,9 @@ def torch_facts_from(data: dict[str, Any] | None, why: str, src: str) -> list[En
     not_installed = data.get("version") is None and (data.get("error") or "").startswith("torch not importable")
     for key, field in keys.items():
         value = data.get(field)
-        if key == "torch.error":
+        if key in DEVICE_KEYS and not devices and not not_installed:
+            out.append(Unavailable(key, NOT_ASKED, src))
+        elif key == "torch.error":
             out.append(Fact(key, value, src))
         elif value is None and not_installed:
             out.append(Unavailable(key, "torch is not installed", src))
@@ -132,14 +149,14 @@ def _fast_facts() -> list[Entry]:
     if fields is None:
         unavailable = "torch is not installed" if why == "torch is not installed" else why
         return [Unavailable(k, unavailable, src) for k in (*_TORCH_KEYS, "python.version")]
-    not_imported = "torch not imported (fast path); `--probe` or a bundle imports it in a child process"
+    not_imported = "torch not imported (fast path); `--torch`, `--probe` or a bundle imports it in a child process"
     out: list[Entry] = [Fact("torch.version", fields["version"], src), Fact("cuda.torch_runtime", fields.get("cuda"), src),
                         Fact("python.version", platform.python_version(), sys.executable)]
     out += [Unavailable(k, not_imported, src) for k in _TORCH_KEYS if k not in ("torch.version", "cuda.torch_runtime")]
     return out
 
 
-def collect_framework(ctx: CollectContext, import_torch: bool = True) -> list[Entry]:
+def collect_framework(ctx: CollectContext, import_torch: bool = True, devices: bool = True) -> list[Entry]:
     if ctx.bundle:
         text, why = ctx.read_text("commands/torch.json", limit=1 << 20)
         src = ctx.label("commands/torch.json")
@@ -153,9 +170,9 @@ def collect_framework(ctx: CollectContext, import_torch: bool = True) -> list[En
     elif not import_torch:
         out = _fast_facts()
     else:
-        data, why = run_torch_child(ctx)
-        out = torch_facts_from(data, why, f"child process {sys.executable} -c 'import torch'")
+        data, why = run_torch_child(ctx, devices=devices)
+        out = torch_facts_from(data, why, f"child process {sys.executable} -c 'import torch'", devices=devices)
     conf = ctx.env.get("PYTORCH_CUDA_ALLOC_CONF") or ctx.env.get("PYTORCH_ALLOC_CONF")
-    out.append(Fact("torch.alloc_conf", conf, env_source(ctx)))
-    out.append(Fact("torch.no_caching", ctx.env.get("PYTORCH_NO_CUDA_MEMORY_CACHING"), env_source(ctx)))
+    out.append(env_fact(ctx, "torch.alloc_conf", conf))
+    out.append(env_fact(ctx, "torch.no_caching", ctx.env.get("PYTORCH_NO_CUDA_MEMORY_CACHING")))
     return out
