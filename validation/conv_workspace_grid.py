@@ -8,6 +8,7 @@ inside the call (the transient workspace; exact requested bytes) plus the peak-a
 fp16/bf16 tensors are what autocast hands to the conv; fp32 runs with torch's default TF32 settings.
 
     PYTHONPATH=src python3 validation/conv_workspace_grid.py --out $OUT/conv_grid.json [--deadline 200]
+    PYTHONPATH=src python3 validation/conv_workspace_grid.py --set sweep --out $OUT/conv_sweep.json
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def shapes() -> list[dict]:
     add(256, 3, 224, 64, 7, 2)
     add(256, 64, 56, 256, 1)
     add(256, 256, 56, 64, 1)
+    return out
+
+
+def shapes_sweep() -> list[dict]:
+    """Second grid: the batch/channel/size sweep behind the split-K count and the strided engines."""
+    out = []
+    for n in (8, 16, 32, 64, 128, 256):
+        for c in (32, 64, 128, 256, 512):
+            for h in (7, 14, 28, 56):
+                out.append({"n": n, "cin": c, "h": h, "cout": c, "k": 3, "stride": 1, "groups": 1,
+                            "channels_last": False})
+        for cin, cout, h, k in ((64, 128, 56, 3), (128, 256, 28, 3), (256, 512, 14, 3),
+                                (64, 128, 56, 1), (128, 256, 28, 1), (256, 512, 14, 1), (512, 1024, 14, 1)):
+            out.append({"n": n, "cin": cin, "h": h, "cout": cout, "k": k, "stride": 2, "groups": 1,
+                        "channels_last": False})
     return out
 
 
@@ -101,6 +117,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline", type=float, default=200.0)
+    ap.add_argument("--set", choices=("main", "sweep"), default="main")
     a = ap.parse_args()
     import torch
 
@@ -116,7 +133,7 @@ def main() -> int:
     rows: list[dict] = []
     result = {"meta": meta, "rows": rows}
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    for sh in shapes():
+    for sh in shapes() if a.set == "main" else shapes_sweep():
         if time.time() - t0 > a.deadline:
             result["stopped"] = "deadline"
             break
