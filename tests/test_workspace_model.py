@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from oomdoctor.knowledge.cudnn_splitk_h100 import SPLITK_H100
 from oomdoctor.knowledge.gpus import get_gpu
 from oomdoctor.knowledge.reduce_staging import ReduceDevice, reduce_staging_bytes
-from oomdoctor.knowledge.workspaces import ConvCall, cudnn_conv_workspace
+from oomdoctor.knowledge.workspaces import ConvCall, cudnn_conv_workspace, splitk_copies
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +64,7 @@ def _grid() -> dict:
 def _call(r: dict) -> ConvCall:
     ho = (r["h"] + 2 * (r["k"] // 2) - r["k"]) // r["stride"] + 1
     return ConvCall(r["n"], r["cin"], r["cout"], (r["h"], r["h"]), (ho, ho), (r["k"], r["k"]),
-                    (r["stride"], r["stride"]), r["groups"], r["itemsize"], r["channels_last"])
+                    (r["stride"], r["stride"]), r["groups"], r["itemsize"], r["channels_last"], r["dtype"])
 
 
 def _measured(r: dict, direction: str) -> int:
@@ -77,7 +78,7 @@ def test_conv_rule_covers_the_h100_grid():
     calls = [(r, d) for r in rows for d in ("fwd", "bwd_data", "bwd_weight")]
     assert len(calls) == 549
     diffs = [cudnn_conv_workspace(_call(r), d) - _measured(r, d) for r, d in calls]
-    assert sum(x >= 0 for x in diffs) >= 475
+    assert sum(x >= 0 for x in diffs) >= 478
     assert sum(x < -(16 << 20) for x in diffs) <= 4  # fp32 5x5/7x7 weight gradients, fp16 depthwise
     exact = [(r, d) for (r, d), x in zip(calls, diffs) if 0 <= x < 1024 and _measured(r, d) > (1 << 20)]
     assert len(exact) >= 150  # x + y + w (+ split-K) to the byte for most dense NCHW calls
@@ -105,12 +106,36 @@ def test_conv_rule_classes():
                                 "fwd") == 0
     assert cudnn_conv_workspace(ConvCall(64, 64, 256, (56, 56), (56, 56), (1, 1), (1, 1)), "fwd") == 0
     assert cudnn_conv_workspace(ConvCall(64, 2048, 512, (7, 7), (7, 7), (1, 1), (1, 1)), "fwd") > 0  # 7x7 output
-    big = ConvCall(64, 512, 512, (7, 7), (7, 7), (3, 3), (1, 1))  # split-K capped by the SM count
+    big = ConvCall(64, 512, 512, (7, 7), (7, 7), (5, 5), (1, 1))  # 5x5: split-K at the cap of the SM count
     h100, l4 = get_gpu("h100"), get_gpu("l4")
     assert cudnn_conv_workspace(big, "bwd_weight", sm_count=h100.sm_count) - cudnn_conv_workspace(big, "bwd_data") \
         == 132 * 128 * 128 * 4
     assert cudnn_conv_workspace(big, "bwd_weight", sm_count=l4.sm_count) < cudnn_conv_workspace(big, "bwd_weight")
     assert cudnn_conv_workspace(dense, "bwd_weight") > cudnn_conv_workspace(dense, "fwd")
+
+
+def _sweep() -> list:
+    return json.loads((ROOT / "validation/results/conv_workspace_sweep_h100.json").read_text())["rows"]
+
+
+def test_splitk_table_is_the_sweep():
+    # the generated table holds what the sweep measured: workspace - (x + y + w) over the fp32 weight
+    rows = [r for r in _sweep() if r["k"] == 3 and r["stride"] == 1]
+    assert len(rows) == 360
+    for r in rows:
+        xyw = (r["x_numel"] + r["y_numel"] + r["w_numel"]) * r["itemsize"]
+        ws = max(r["bwd_weight"]["cached"]["transient"], default=0)
+        s = SPLITK_H100[r["dtype"]][(r["cin"], r["h"], r["n"])]
+        assert s == -1.0 if ws < xyw else abs(s * 4 * r["w_numel"] - (ws - xyw)) < 0.006 * 4 * r["w_numel"]
+
+
+@pytest.mark.parametrize("dtype,c,h,n,copies", [
+    ("fp16", 128, 28, 128, 13.0), ("fp16", 256, 14, 128, 3.0), ("fp16", 128, 28, 64, 6.0),
+    ("bf16", 64, 14, 64, 0.0), ("fp32", 256, 28, 64, 3.0), ("fp32", 1024, 7, 64, 0.92),  # 1024 ch: nearest 512
+])
+def test_splitk_copies_from_the_sweep(dtype, c, h, n, copies):
+    call = ConvCall(n, c, c, (h, h), (h, h), (3, 3), (1, 1), itemsize=4 if dtype == "fp32" else 2, dtype=dtype)
+    assert splitk_copies(call) == pytest.approx(copies, abs=0.01)
 
 
 def test_gpus_carry_their_sm_counts():

@@ -22,7 +22,7 @@ def call_of(r: dict) -> ConvCall:
     ho = (r["h"] + 2 * (r["k"] // 2) - r["k"]) // r["stride"] + 1
     return ConvCall(n=r["n"], c_in=r["cin"], c_out=r["cout"], in_spatial=(r["h"], r["h"]), out_spatial=(ho, ho),
                     kernel=(r["k"], r["k"]), stride=(r["stride"], r["stride"]), groups=r["groups"],
-                    itemsize=r["itemsize"], channels_last=r["channels_last"])
+                    itemsize=r["itemsize"], channels_last=r["channels_last"], dtype=r["dtype"])
 
 
 def klass(r: dict) -> str:

@@ -17,8 +17,10 @@ docs/validation/estimate.md): NVIDIA H100 80GB HBM3, driver 580.159.04, torch 2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from oomdoctor.knowledge.cudnn_splitk_h100 import SPLITK_H100
 from oomdoctor.knowledge.reduce_staging import ReduceDevice
 
 MiB = 1 << 20
@@ -59,6 +61,7 @@ class ConvCall:
     groups: int = 1
     itemsize: int = 4
     channels_last: bool = False
+    dtype: str = ""  # "fp32", "fp16", "bf16" (default: from itemsize; 16-bit taken as fp16)
 
 
 def _prod(t: tuple[int, ...]) -> int:
@@ -66,6 +69,23 @@ def _prod(t: tuple[int, ...]) -> int:
     for v in t:
         out *= v
     return out
+
+
+def _log_dist(a: int, b: int) -> float:
+    return abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
+
+
+def splitk_copies(c: ConvCall) -> float | None:
+    """Split-K partials (in fp32 weight-gradient copies) of a dense 3x3 weight gradient: the nearest
+    point of the H100 sweep (channels, output size, batch; log scale). None where that engine did not
+    transform (knowledge.cudnn_splitk_h100)."""
+    table = SPLITK_H100.get(c.dtype or ("fp32" if c.itemsize == 4 else "fp16"))
+    if not table:
+        return None
+    h = max(c.out_spatial) if c.out_spatial else 1
+    key = min(table, key=lambda k: (_log_dist(k[0], c.c_in) + _log_dist(k[1], h) + _log_dist(k[2], c.n), k))
+    s = table[key]
+    return None if s < 0 else s
 
 
 def cudnn_conv_workspace(c: ConvCall, direction: str, *, sm_count: int = H100_SMS) -> int:
@@ -104,6 +124,10 @@ def cudnn_conv_workspace(c: ConvCall, direction: str, *, sm_count: int = H100_SM
     if direction != "bwd_weight":
         return transform + ENGINE_TAIL if transform else 0
     splitk = min(SPLITK_MAX * w_fp32, SPLITK_WAVE_PER_SM * sm_count)
+    copies = splitk_copies(c) if k == 9 and c.groups == 1 and cin_g >= 8 and not c.channels_last else None
+    if copies is not None:
+        # measured split count for the nearest swept shape; other GPUs: scaled by their SM count
+        splitk = int(copies * w_fp32 * min(1.0, sm_count / H100_SMS))
     if cin_g < 8 and not c.channels_last:
         # stem (C_in = 3): the reduction over N x H x W is long and the weight tiny; the grid's partials
         # grow with the batch: 4.3/18.9/57.4 MB at batch 8/64/256 in fp32 (bound: y/16 + 6 MiB), 6.1 MB in bf16

@@ -12,6 +12,8 @@ from typing import Any
 from oomdoctor.knowledge.reduce_staging import reduce_staging_bytes
 from oomdoctor.knowledge.workspaces import ConvCall, Workspaces, cudnn_conv_workspace
 
+_DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
 
 def conv_workspace_sizes(func: Any, args: tuple, out: Any, workspaces: Workspaces) -> dict[int, int]:
     """The cuDNN workspaces one aten convolution call takes from the caching allocator, keyed by the
@@ -31,7 +33,8 @@ def conv_workspace_sizes(func: Any, args: tuple, out: Any, workspaces: Workspace
     nhwc = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
     call = ConvCall(n=x.shape[0], c_in=x.shape[1], c_out=w.shape[0], in_spatial=tuple(x.shape[2:]),
                     out_spatial=tuple(y.shape[2:]), kernel=tuple(w.shape[2:]), stride=tuple(stride),
-                    groups=groups, itemsize=x.element_size(), channels_last=nhwc)
+                    groups=groups, itemsize=x.element_size(), channels_last=nhwc,
+                    dtype=_DTYPES.get(str(x.dtype), ""))
     sizes = {}
     for i, direction in calls.items():
         n = cudnn_conv_workspace(call, direction, sm_count=workspaces.reduce_device.sm_count)
