@@ -42,8 +42,8 @@ SPLITK_MAX = 14
 """Most fp32 partial copies of the weight gradient a cuDNN weight-gradient engine keeps (split-K over
 N x H x W); measured on the H100 grid: 13-14 for small weights (3x3, 16-128 channels)."""
 SPLITK_WAVE_PER_SM = 128 * 128 * 4
-"""Bytes of split-K partials per SM: the grid's largest is 2 waves of 128x128 fp32 tiles per SM
-(n256 256->256 3x3 fp16: 16515751 bytes beyond x + y + w, one wave is 8650752 = 132 x 64 KiB)."""
+"""Bytes of split-K partials per SM where the count is not measured: one wave of 128x128 fp32 tiles
+(512-channel 3x3 fp32 weight gradients take 8651503 bytes beyond x + y + w = 132 x 64 KiB + 751)."""
 ENGINE_TAIL = 768  # bytes a cuDNN engine asks for beyond the tensors (grid: 16, 131, 147, 400, 607, 679, 751)
 
 
@@ -99,9 +99,10 @@ def cudnn_conv_workspace(c: ConvCall, direction: str, *, sm_count: int = H100_SM
       C_in = 3 stem takes 8 channels in bf16). None for channels_last and depthwise convs (native
       kernels); none for a stride-1 pointwise conv (a GEMM on NCHW as it lies) unless its output is
       at most 7x7, where the grid shows the transform.
-    - split-K (weight gradient only): fp32 partial copies of the weight gradient, at most SPLITK_MAX
-      of them and at most SPLITK_WAVE_PER_SM bytes per SM (scales with the GPU: measured on sm90 only,
-      assumed proportional to the SM count elsewhere). A stride-1 pointwise weight gradient splits over
+    - split-K (weight gradient only): fp32 partial copies of the weight gradient. For 3x3 convs the
+      count cuDNN's engine chose at the nearest shape of the H100 sweep (splitk_copies); otherwise at
+      most SPLITK_MAX copies and SPLITK_WAVE_PER_SM bytes per SM. Scaled by the GPU's SM count over the
+      H100's (measured on sm90 only, assumed elsewhere). A stride-1 pointwise weight gradient splits over
       the batch instead (N x 4 x w, grid: exact for 64->256, 512->128, 1024->256), or, where that is
       larger, takes the transform engine.
 
