@@ -13,7 +13,7 @@ R = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
-    est = json.loads((R / "estimates_local_torch2141.json").read_text())
+    est = json.loads((R / "estimates_run4_torch2141.json").read_text())
     rows = [r for r in est["rows"] if "err_reserved_pct" in r]
     print("| config | batch | measured peak reserved | estimate | error | peak allocated error | NVML process | estimate | error |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -29,7 +29,7 @@ def main() -> None:
     for name, e in (("peak reserved", errs), ("peak allocated", alloc), ("NVML process total", proc)):
         print(f"- {name}: median |error| {statistics.median(abs(x) for x in e):.2f}%, worst {max(e, key=abs):+.2f}%, "
               f"under-estimates beyond -5%: {sum(x < -5 for x in e)}")
-    mb = R / "max_batch_local_torch2141.json"
+    mb = R / "max_batch_run4_torch2141.json"
     if mb.exists():
         print()
         print("| config | memory limit | true max batch (H100 bisection) | estimated | error | traces | seconds |")

@@ -57,31 +57,44 @@ class GpuSpec:
     total_memory: int  # bytes, as torch.cuda.get_device_properties().total_memory
     capability: tuple[int, int]
     source: str
+    sm_count: int = 132  # cudaDeviceProp.multiProcessorCount (sizes reduction staging and cuDNN split-K)
+    max_threads_per_sm: int = 2048  # cudaDeviceProp.maxThreadsPerMultiProcessor
 
 
 _DS = "NVIDIA datasheet capacity; total = nvidia-smi 'Total' MiB as published for the board minus 480 MiB"
 _NVML_TO_TORCH = 480 * MiB  # measured on H100: NVML total 81559 MiB vs torch total_memory 81079 MiB
 
 
-def _ds(key: str, name: str, nvml_mib: int, cap: tuple[int, int]) -> GpuSpec:
-    return GpuSpec(key, name, nvml_mib * MiB - _NVML_TO_TORCH, cap, f"{_DS} ({nvml_mib} MiB)")
+# Resident threads per SM by compute capability: CUDA C++ Programming Guide, "Compute Capabilities",
+# table "Technical Specifications per Compute Capability" (Maximum number of resident threads per SM).
+_THREADS_PER_SM = {(7, 0): 2048, (7, 5): 1024, (8, 0): 2048, (8, 6): 1536, (8, 7): 2048, (8, 9): 1536,
+                   (9, 0): 2048}
+
+
+def _ds(key: str, name: str, nvml_mib: int, cap: tuple[int, int], sms: int) -> GpuSpec:
+    """SM counts: NVIDIA's datasheets / architecture whitepapers (H100: Hopper whitepaper, SXM5 132 and
+    PCIe 114; A100: Ampere whitepaper, 108; L4 58, L40S 142, A10G 80, T4 40, V100 80, RTX 4090 128,
+    RTX 3090 82: the product datasheets)."""
+    return GpuSpec(key, name, nvml_mib * MiB - _NVML_TO_TORCH, cap, f"{_DS} ({nvml_mib} MiB)", sms,
+                   _THREADS_PER_SM[cap])
 
 
 GPUS: dict[str, GpuSpec] = {g.key: g for g in (
     GpuSpec("h100", "NVIDIA H100 80GB HBM3 (SXM)", 85017493504, (9, 0),
-            "measured: torch.cuda.get_device_properties(0).total_memory on the device machine"),
-    _ds("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, (9, 0)),
-    _ds("h200", "NVIDIA H200 141GB HBM3e", 143771, (9, 0)),
-    _ds("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0)),
-    _ds("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0)),
-    _ds("l4", "NVIDIA L4 24GB", 23034, (8, 9)),
-    _ds("l40s", "NVIDIA L40S 48GB", 46068, (8, 9)),
-    _ds("a10g", "NVIDIA A10G 24GB", 23028, (8, 6)),
-    _ds("t4", "NVIDIA Tesla T4 16GB", 15360, (7, 5)),
-    _ds("v100-16gb", "NVIDIA Tesla V100 16GB", 16384, (7, 0)),
-    _ds("v100-32gb", "NVIDIA Tesla V100 32GB", 32768, (7, 0)),
-    _ds("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, (8, 9)),
-    _ds("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, (8, 6)),
+            "measured: torch.cuda.get_device_properties(0) on the device machine (total_memory, 132 SMs, 2048 "
+            "threads/SM; validation/results/conv_workspace_grid_h100.json)", 132, 2048),
+    _ds("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, (9, 0), 114),
+    _ds("h200", "NVIDIA H200 141GB HBM3e", 143771, (9, 0), 132),
+    _ds("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), 108),
+    _ds("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), 108),
+    _ds("l4", "NVIDIA L4 24GB", 23034, (8, 9), 58),
+    _ds("l40s", "NVIDIA L40S 48GB", 46068, (8, 9), 142),
+    _ds("a10g", "NVIDIA A10G 24GB", 23028, (8, 6), 80),
+    _ds("t4", "NVIDIA Tesla T4 16GB", 15360, (7, 5), 40),
+    _ds("v100-16gb", "NVIDIA Tesla V100 16GB", 16384, (7, 0), 80),
+    _ds("v100-32gb", "NVIDIA Tesla V100 32GB", 32768, (7, 0), 80),
+    _ds("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, (8, 9), 128),
+    _ds("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, (8, 6), 82),
 )}
 
 

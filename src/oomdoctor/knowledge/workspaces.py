@@ -17,8 +17,10 @@ docs/validation/estimate.md): NVIDIA H100 80GB HBM3, driver 580.159.04, torch 2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from oomdoctor.knowledge.cudnn_splitk_h100 import SPLITK_H100
 from oomdoctor.knowledge.reduce_staging import ReduceDevice
 
 MiB = 1 << 20
@@ -28,35 +30,112 @@ MiB = 1 << 20
 class Workspaces:
     cublas: int = 32 * MiB  # sm90+; use cublas_workspace_for(capability) for others
     cublaslt: int = 1 * MiB
-    # Transient cuDNN workspace per dense NCHW convolution call (cudnn_conv_workspace); False = not modelled.
+    # Transient cuDNN workspace per convolution call (cudnn_conv_workspace); False = not modelled.
     cudnn: bool = True
     # Reduce.cuh's global-reduction staging (knowledge.reduce_staging); False = not modelled.
     reduce_staging: bool = True
     reduce_device: ReduceDevice = ReduceDevice()
 
 
-CUDNN_WGRAD_SCRATCH = 8 * MiB
-"""Bound of the split-K partial sums a cuDNN weight-gradient call keeps beyond x + dy + w (see below)."""
+H100_SMS = 132  # the GPU the rule below was measured on (validation/results/conv_workspace_grid_h100.json)
+SPLITK_MAX = 14
+"""Most fp32 partial copies of the weight gradient a cuDNN weight-gradient engine keeps (split-K over
+N x H x W); measured on the H100 grid: 13-14 for small weights (3x3, 16-128 channels)."""
+SPLITK_WAVE_PER_SM = 128 * 128 * 4
+"""Bytes of split-K partials per SM where the count is not measured: one wave of 128x128 fp32 tiles
+(512-channel 3x3 fp32 weight gradients take 8651503 bytes beyond x + y + w = 132 x 64 KiB + 751)."""
+ENGINE_TAIL = 768  # bytes a cuDNN engine asks for beyond the tensors (grid: 16, 131, 147, 400, 607, 679, 751)
 
 
-def cudnn_conv_workspace(x_numel: int, y_numel: int, w_numel: int, itemsize: int, *, groups: int = 1,
-                         channels_last: bool = False, weight_grad: bool = False) -> int:
-    """Upper bound of the workspace one cuDNN convolution call (forward, backward-data or
-    backward-weight) allocates through the caching allocator for a dense NCHW convolution.
+@dataclass(frozen=True)
+class ConvCall:
+    """One cuDNN convolution call as the tracer sees it (sizes only)."""
 
-    Why: cuDNN 9's kernels for Hopper are NHWC; for NCHW tensors the engine PyTorch's heuristics pick
-    transposes input, output (or its gradient) and filter into its workspace, so the workspace is at
-    most x + y + w bytes plus a small engine scratch. Conv_v8.cpp allocates it from the caching
-    allocator just before the call and frees it right after (benchmark mode off). Measured on the H100
-    traces (validation/results/estimate_zoo_traces_run*.json.gz): every transient block of the
-    ResNet-18/50 traces is x+y+w, x+y or x+w plus 16-147 bytes (ResNet-18 batch 64, layer1 3x3 conv:
-    102908051 = 2 x 51380224 + 147456 + 147; stem: 244093712 = 38535168 + 205520896 + 37632 + 16), the
-    largest one 7% above it (stem weight gradient). Grouped/depthwise convs and channels_last tensors
-    run natively (no transform): not counted.
-    """
-    if groups != 1 or channels_last:
+    n: int
+    c_in: int
+    c_out: int
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    groups: int = 1
+    itemsize: int = 4
+    channels_last: bool = False
+    dtype: str = ""  # "fp32", "fp16", "bf16" (default: from itemsize; 16-bit taken as fp16)
+
+
+def _prod(t: tuple[int, ...]) -> int:
+    out = 1
+    for v in t:
+        out *= v
+    return out
+
+
+def _log_dist(a: int, b: int) -> float:
+    return abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
+
+
+def splitk_copies(c: ConvCall) -> float | None:
+    """Split-K partials (in fp32 weight-gradient copies) of a dense 3x3 weight gradient: the nearest
+    point of the H100 sweep (channels, output size, batch; log scale). None where that engine did not
+    transform (knowledge.cudnn_splitk_h100)."""
+    table = SPLITK_H100.get(c.dtype or ("fp32" if c.itemsize == 4 else "fp16"))
+    if not table:
+        return None
+    h = max(c.out_spatial) if c.out_spatial else 1
+    key = min(table, key=lambda k: (_log_dist(k[0], c.c_in) + _log_dist(k[1], h) + _log_dist(k[2], c.n), k))
+    s = table[key]
+    return None if s < 0 else s
+
+
+def cudnn_conv_workspace(c: ConvCall, direction: str, *, sm_count: int = H100_SMS) -> int:
+    """Workspace bytes one cuDNN call takes from the caching allocator; direction is "fwd",
+    "bwd_data" or "bwd_weight". Derived from the H100 grid (validation/conv_workspace_grid.py, shapes
+    apart from the estimate zoo; validation/conv_workspace_rule.py checks it against every call), an
+    upper bound of what the heuristics' first engine takes, in parts:
+
+    - NCHW transform: Hopper's cuDNN 9 engines are NHWC; for NCHW tensors the first engine transposes
+      x, y and w into its workspace (x + y + w, the input channels padded to 8 for 16-bit types: the
+      C_in = 3 stem takes 8 channels in bf16). None for channels_last and depthwise convs (native
+      kernels); none for a stride-1 pointwise conv (a GEMM on NCHW as it lies) unless its output is
+      at most 7x7, where the grid shows the transform.
+    - split-K (weight gradient only): fp32 partial copies of the weight gradient. For 3x3 convs the
+      count cuDNN's engine chose at the nearest shape of the H100 sweep (splitk_copies); otherwise at
+      most SPLITK_MAX copies and SPLITK_WAVE_PER_SM bytes per SM. Scaled by the GPU's SM count over the
+      H100's (measured on sm90 only, assumed elsewhere). A stride-1 pointwise weight gradient splits over
+      the batch instead (N x 4 x w, grid: exact for 64->256, 512->128, 1024->256), or, where that is
+      larger, takes the transform engine.
+
+    Where cuDNN's workspace is only an upper bound of real use, the estimate errs on the safe side;
+    the grid's under-estimates are listed in docs/validation/estimate.md."""
+    if c.groups > 1 and c.groups == c.c_in:
         return 0
-    return (x_numel + y_numel + w_numel) * itemsize + (CUDNN_WGRAD_SCRATCH if weight_grad else 0)
+    hw_in, hw_out, k = _prod(c.in_spatial), _prod(c.out_spatial), _prod(c.kernel)
+    cin_g = c.c_in // c.groups
+    pad = -(-cin_g // 8) * 8 if c.itemsize == 2 else cin_g
+    x = c.n * pad * c.groups * hw_in * c.itemsize
+    y = c.n * c.c_out * hw_out * c.itemsize
+    w = c.c_out * pad * k * c.itemsize
+    w_fp32 = 4 * c.c_out * cin_g * k
+    pointwise = k == 1 and all(s == 1 for s in c.stride)
+    transform = 0 if c.channels_last or (pointwise and hw_out > 49) else x + y + w
+    if k == 1 and not pointwise and c.itemsize == 4 and direction == "fwd":
+        # strided pointwise, fp32 forward: the grid's engine transforms x + y at batch 8, x + w at batch 64
+        transform = x + (w if c.n >= 64 else y)
+    if direction != "bwd_weight":
+        return transform + ENGINE_TAIL if transform else 0
+    splitk = min(SPLITK_MAX * w_fp32, SPLITK_WAVE_PER_SM * sm_count)
+    copies = splitk_copies(c) if k == 9 and c.groups == 1 and cin_g >= 8 and not c.channels_last else None
+    if copies is not None:
+        # measured split count for the nearest swept shape; other GPUs: scaled by their SM count
+        splitk = int(copies * w_fp32 * min(1.0, sm_count / H100_SMS))
+    if cin_g < 8 and not c.channels_last:
+        # stem (C_in = 3): the reduction over N x H x W is long and the weight tiny; the grid's partials
+        # grow with the batch: 4.3/18.9/57.4 MB at batch 8/64/256 in fp32 (bound: y/16 + 6 MiB), 6.1 MB in bf16
+        splitk = c.n * c.c_out * hw_out * 4 // 16 + 6 * MiB
+    if pointwise and not c.channels_last:
+        return min(c.n * w_fp32, x + y + w + splitk) + ENGINE_TAIL
+    return transform + splitk + ENGINE_TAIL
 
 
 def cublas_workspace_for(capability_major: int) -> int:

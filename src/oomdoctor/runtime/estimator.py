@@ -18,6 +18,7 @@ from oomdoctor.analysis.allocator import replay, round_size
 from oomdoctor.analysis.memtrace import MemTrace
 from oomdoctor.errors import UsageError
 from oomdoctor.knowledge.gpus import GpuSpec, get_gpu
+from oomdoctor.knowledge.reduce_staging import ReduceDevice
 from oomdoctor.knowledge.workspaces import CONTEXT, Workspaces, cublas_workspace_for
 from oomdoctor.runtime.workload import Workload, WorkloadSpec, load_workload
 
@@ -66,7 +67,9 @@ def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None) -
     if batch_size < 1:
         raise UsageError(f"batch size must be at least 1, got {batch_size}")
     make, path = _factory(source)
-    ws = Workspaces(cublas=cublas_workspace_for(gpu.capability[0] if gpu else 9))
+    # no GPU named: the H100 the workspace rules were measured on (132 SMs, 2048 threads per SM)
+    ws = Workspaces(cublas=cublas_workspace_for(gpu.capability[0] if gpu else 9),
+                    reduce_device=ReduceDevice(gpu.sm_count, gpu.max_threads_per_sm) if gpu else ReduceDevice())
     return trace_spec(lambda: make(batch_size), source=path, workspaces=ws)
 
 

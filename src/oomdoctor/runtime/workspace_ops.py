@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.knowledge.reduce_staging import reduce_staging_bytes
-from oomdoctor.knowledge.workspaces import Workspaces, cudnn_conv_workspace
+from oomdoctor.knowledge.workspaces import ConvCall, Workspaces, cudnn_conv_workspace
+
+_DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
 
 def conv_workspace_sizes(func: Any, args: tuple, out: Any, workspaces: Workspaces) -> dict[int, int]:
@@ -21,17 +23,21 @@ def conv_workspace_sizes(func: Any, args: tuple, out: Any, workspaces: Workspace
     if not workspaces.cudnn:
         return {}
     if func is torch.ops.aten.convolution.default:
-        x, y, w, groups, calls = args[0], out, args[1], args[8], {0: False}
+        x, y, w, stride, transposed, groups = args[0], out, args[1], args[3], args[6], args[8]
+        calls = {0: "fwd"}
     else:
-        y, x, w, groups, mask = args[0], args[1], args[2], args[9], args[10]
-        calls = {i: i == 1 for i in (0, 1) if mask[i]}
-    if all(k == 1 for k in w.shape[2:]):
-        return {}  # pointwise: forward is a GEMM on NCHW as it lies (measured: no transient block)
+        y, x, w, stride, transposed, groups, mask = args[0], args[1], args[2], args[4], args[7], args[9], args[10]
+        calls = {i: d for i, d in ((0, "bwd_data"), (1, "bwd_weight")) if mask[i]}
+    if transposed or x.dim() < 3 or y.dim() != x.dim():
+        return {}  # transposed convs run the data/forward engines the other way round: not measured
     nhwc = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    call = ConvCall(n=x.shape[0], c_in=x.shape[1], c_out=w.shape[0], in_spatial=tuple(x.shape[2:]),
+                    out_spatial=tuple(y.shape[2:]), kernel=tuple(w.shape[2:]), stride=tuple(stride),
+                    groups=groups, itemsize=x.element_size(), channels_last=nhwc,
+                    dtype=_DTYPES.get(str(x.dtype), ""))
     sizes = {}
-    for i, wgrad in calls.items():
-        n = cudnn_conv_workspace(x.numel(), y.numel(), w.numel(), x.element_size(), groups=groups,
-                                 channels_last=nhwc, weight_grad=wgrad)
+    for i, direction in calls.items():
+        n = cudnn_conv_workspace(call, direction, sm_count=workspaces.reduce_device.sm_count)
         if n:
             sizes[i] = n
     return sizes
