@@ -169,7 +169,13 @@ class LogScanner:
             self._finish_event(ev)
 
     def _env_scan(self, text: str) -> None:
+        lower = None
         for name, pat in P.ENV_PATTERNS.items():
+            hay = text
+            if name in P.ENV_CASELESS:
+                hay = lower = text.lower() if lower is None else lower
+            if not any(needle in hay for needle in P.ENV_GATES[name]):
+                continue
             m = pat.search(text)
             if m:
                 vals = self._env.setdefault(name, [])
