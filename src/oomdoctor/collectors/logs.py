@@ -57,13 +57,27 @@ def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[tuple[bytes, int
 Prepare = Callable[[bytes, int, int, int], Any]
 
 
+def _usable_cpus() -> int:
+    """CPUs this process may run on (taskset, cgroup cpusets), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, block_size: int = BLOCK,
                   ) -> Iterator[tuple[bytes, int, int, Any]]:
     """Like iter_blocks, plus `prepare(buf, start, end, offset)` for each span, computed ahead in
     `workers` threads; `offset` is the sum of the lengths of the earlier spans of this log.
 
     A span (and its buffer) stays valid until the consumer asks for the next one."""
-    workers = workers if workers is not None else max(1, min(4, os.cpu_count() or 1))
+    workers = workers if workers is not None else max(1, min(4, _usable_cpus()))
+    if workers > 1 and path != "-":
+        try:
+            if os.stat(path).st_size <= block_size:  # one block: threads would only cost start-up
+                workers = 1
+        except OSError:
+            pass  # reported by the reader below
     if workers <= 1:
         offset = 0
         for buf, start, end in iter_blocks(path, block_size):

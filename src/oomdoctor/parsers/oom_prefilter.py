@@ -84,9 +84,18 @@ def prefilter_engine() -> str:
     return _prefilter().engine
 
 
-def _prefilter(with_env: bool = True) -> _Prefilter:
+_SMALL = 1 << 20  # a log this short is scanned with bytes.find: no Hyperscan import and compile (~40 ms)
+_FIND: dict[bool, _Prefilter] = {}
+
+
+def _prefilter(with_env: bool = True, small: bool = False) -> _Prefilter:
     """The pre-filter for event lines, plus environment-hint lines when `with_env`."""
     pf = _PREFILTERS.get(with_env)
+    if pf is None and small:
+        pf = _FIND.get(with_env)
+        if pf is None:
+            pf = _FIND[with_env] = _Prefilter(False, P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+        return pf
     if pf is None:
         with _PF_LOCK:  # reader threads may ask at once; compile one database
             pf = _PREFILTERS.get(with_env)
@@ -113,7 +122,7 @@ def index_block(block: bytes, start: int, end: int, src_offset: int) -> BlockInd
     lines: list[tuple[int, int]] = []
     last, pos, n = -1, start, 0
     rfind = block.rfind
-    for hit in _prefilter(with_env).ends(block, start, end):
+    for hit in _prefilter(with_env, small=src_offset + end - start <= _SMALL).ends(block, start, end):
         ls = max(rfind(b"\n", start, max(hit - 1, start)) + 1, start)
         if ls != last:
             n += _count_newlines(block, pos, ls)
@@ -123,6 +132,7 @@ def index_block(block: bytes, start: int, end: int, src_offset: int) -> BlockInd
 
 
 _NUMPY: list = []  # [numpy module or None], filled on the first large block
+_NUMPY_MIN = 1 << 22  # below this, bytes.count (numpy costs ~0.1 s to import)
 _NP_LOCAL = threading.local()  # a reusable bool buffer per thread
 _NP_LOCK = threading.Lock()
 
@@ -144,7 +154,7 @@ def _count_newlines(buf: bytes, start: int, end: int) -> int:
     than bytes.count on large blocks and releases the GIL (bench/explain_stream.py); imported only
     for large logs."""
     n = end - start
-    if n >= 1 << 22:
+    if n >= _NUMPY_MIN:
         np = _numpy()
         if np is not None:
             out = getattr(_NP_LOCAL, "buf", None)
