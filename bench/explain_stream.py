@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from oomdoctor.parsers.oom_events import prefilter_engine
+from oomdoctor.parsers.oom_prefilter import prefilter_engine
 from oomdoctor.units import parse_size
 
 OOM = (
@@ -81,28 +81,26 @@ def peak_rss(cmd: list[str]) -> int:
     return int(out.stdout.strip() or 0)
 
 
-def scan_seconds(path: Path, hyperscan: bool) -> float:
-    """Collector + parser + classifier in this process, with the chosen prefilter engine."""
+def scan_seconds(path: Path, hyperscan: bool, workers: int | None = None) -> float:
+    """Collector + parser + classifier in this process, with the chosen prefilter engine and reader threads."""
     from oomdoctor.analysis.explain import explain_scan
-    from oomdoctor.collectors.logs import iter_blocks
-    from oomdoctor.parsers import oom_events
+    from oomdoctor.collectors.logs import iter_prepared
+    from oomdoctor.parsers import oom_events, oom_patterns, oom_prefilter
 
-    saved = dict(oom_events._PREFILTERS)
-    oom_events._PREFILTERS.clear()
+    saved = dict(oom_prefilter._PREFILTERS)
+    oom_prefilter._PREFILTERS.clear()
     if not hyperscan:
-        from oomdoctor.parsers import oom_patterns
-
-        oom_events._PREFILTERS[True] = oom_events._Prefilter(False, oom_patterns.PREFILTER_LITERALS)
-        oom_events._PREFILTERS[False] = oom_events._Prefilter(False, oom_patterns.EVENT_LITERALS)
+        oom_prefilter._PREFILTERS[True] = oom_prefilter._Prefilter(False, oom_patterns.PREFILTER_LITERALS)
+        oom_prefilter._PREFILTERS[False] = oom_prefilter._Prefilter(False, oom_patterns.EVENT_LITERALS)
     t = time.perf_counter()
     scanner = oom_events.LogScanner()
     scanner.start_source(str(path))
-    for buf, start, end in iter_blocks(str(path)):
-        scanner.feed(buf, start, end)
+    for buf, start, end, index in iter_prepared(str(path), oom_prefilter.index_block, workers=workers):
+        scanner.feed(buf, start, end, index)
     explain_scan(scanner.finish())
     dt = time.perf_counter() - t
-    oom_events._PREFILTERS.clear()
-    oom_events._PREFILTERS.update(saved)
+    oom_prefilter._PREFILTERS.clear()
+    oom_prefilter._PREFILTERS.update(saved)
     return dt
 
 
@@ -142,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fallback:
         rows.append(("in-process scan, find prefilter (no hyperscan)", f"{scan_seconds(big, False):.2f} s"))
         rows.append(("in-process scan, default prefilter", f"{scan_seconds(big, True):.2f} s"))
+        rows.append(("in-process scan, default prefilter, 1 thread", f"{scan_seconds(big, True, 1):.2f} s"))
     if args.markdown:
         print("| measure | value |\n|---|---|")
         for k, v in rows:

@@ -11,9 +11,9 @@ import importlib
 
 from oomdoctor.analysis.explain import Explanation, explain_scan
 from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color
-from oomdoctor.collectors.logs import check_readable, iter_blocks
+from oomdoctor.collectors.logs import check_readable, iter_prepared
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.parsers.oom_events import LogScanner, index_block
 from oomdoctor.render import explain as render
 
 NAME = "explain"
@@ -50,8 +50,8 @@ def _redact(ex: Explanation) -> None:
 def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None) -> None:
     for i, path in enumerate(paths):
         scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
-        for buf, start, end in iter_blocks(path):
-            scanner.feed(buf, start, end)
+        for buf, start, end, index in iter_prepared(path, index_block):  # indexed ahead, in threads
+            scanner.feed(buf, start, end, index)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,14 +3,21 @@
 Binary, any encoding: the parser decodes candidate lines as UTF-8 with replacement. A line longer
 than `MAX_LINE` keeps its first 64 KiB; the rest of it is skipped without being held in memory.
 Missing, unreadable or directory inputs raise InputError naming the path (exit 2, one line).
+
+With `prepare`, the C-heavy per-block work (a pure function, e.g. parsers.oom_prefilter.index_block)
+runs in a small thread pool on the next blocks while the consumer handles this one: reading,
+Hyperscan and numpy release the GIL, so two cores explain a 1 GB log in about half the time.
+Memory stays constant: a fixed ring of read buffers, at most `depth` blocks in flight.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
 
 from oomdoctor.errors import InputError
 
@@ -47,14 +54,76 @@ def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[tuple[bytes, int
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
 
 
-def _spans(f: BinaryIO, block_size: int) -> Iterator[tuple[bytes, int, int]]:
-    """One reused buffer (no fresh 8 MiB allocation, and its page faults, per read); a span is only
-    valid until the consumer asks for the next one, which is how the scanner uses it."""
+Prepare = Callable[[bytes, int, int, int], Any]
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (taskset, cgroup cpusets), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, block_size: int = BLOCK,
+                  ) -> Iterator[tuple[bytes, int, int, Any]]:
+    """Like iter_blocks, plus `prepare(buf, start, end, offset)` for each span, computed ahead in
+    `workers` threads; `offset` is the sum of the lengths of the earlier spans of this log.
+
+    A span (and its buffer) stays valid until the consumer asks for the next one."""
+    workers = workers if workers is not None else max(1, min(4, _usable_cpus()))
+    if workers > 1 and path != "-":
+        try:
+            if os.stat(path).st_size <= block_size:  # one block: threads would only cost start-up
+                workers = 1
+        except OSError:
+            pass  # reported by the reader below
+    if workers <= 1:
+        offset = 0
+        for buf, start, end in iter_blocks(path, block_size):
+            yield buf, start, end, prepare(buf, start, end, offset)
+            offset += end - start
+        return
+    depth = workers + 1  # blocks being prepared while the consumer works on one
+    check_readable(path)
+    with ThreadPoolExecutor(workers, thread_name_prefix="oomdoctor-log") as pool:
+        pending: deque = deque()
+        offset = 0
+        try:
+            f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
+            try:
+                # depth + 2 buffers: `depth` in flight, one with the consumer, one being read
+                for buf, start, end in _spans(f, block_size, buffers=depth + 2):
+                    pending.append((buf, start, end, pool.submit(prepare, buf, start, end, offset)))
+                    offset += end - start
+                    if len(pending) > depth:
+                        b, s, e, fut = pending.popleft()
+                        yield b, s, e, fut.result()
+                while pending:
+                    b, s, e, fut = pending.popleft()
+                    yield b, s, e, fut.result()
+            finally:
+                if f is not sys.stdin.buffer:
+                    f.close()
+        except OSError as exc:
+            raise InputError(f"{path}: {exc.strerror or exc}") from exc
+        finally:
+            for *_, fut in pending:  # the consumer stopped early: drop what is queued
+                fut.cancel()
+
+
+def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[bytes, int, int]]:
+    """Reused buffers (no fresh 8 MiB allocation, and its page faults, per read), taken in turn; a
+    span is valid until `buffers - 1` more blocks have been read after it, which is how the scanner
+    (one buffer) and iter_prepared (a ring) use them."""
     carry = b""  # the unfinished last line of the previous chunk
     skipping = False  # inside the tail of an over-long line
-    buf = bytearray(block_size)
-    view = memoryview(buf)
+    ring = [bytearray(block_size) for _ in range(buffers)]
+    turn = 0
     while True:
+        buf = ring[turn]
+        turn = (turn + 1) % buffers
+        view = memoryview(buf)
         got = f.readinto(view) if hasattr(f, "readinto") else None
         if got is None:
             data = f.read(block_size)

@@ -18,9 +18,11 @@ from typing import Any
 from oomdoctor.parsers import oom_patterns as P
 from oomdoctor.parsers.oom_prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
+    BlockIndex,
     _count_newlines,
     _Prefilter,
     _prefilter,
+    index_block,
     prefilter_engine,
 )
 
@@ -100,30 +102,34 @@ class LogScanner:
             self._finish_event(ev)
         self.source, self._line, self._tail, self._src_bytes, self._next_sample = name, 0, b"", 0, 0
 
-    def feed(self, block: bytes, start: int = 0, end: int | None = None) -> None:
-        """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer)."""
+    @property
+    def source_offset(self) -> int:
+        """Bytes of the current source fed so far: where the next block starts, for `index_block`."""
+        return self._src_bytes
+
+    def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
+        """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
+
+        `index` is `index_block(block, start, end, self.source_offset)`, computed ahead by a reader
+        thread; without it (or if it was made for another offset) it is computed here."""
         end = len(block) if end is None else end
         if end <= start:
             return
+        if index is None or index.with_env != (self._src_bytes < P.ENV_BYTES):
+            index = index_block(block, start, end, self._src_bytes)
         self._start, self._end = start, end
         self._skip_to = start
         if self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
             self._sample_readings(block, start, end)
-        lineno, pos = self._line, start
-        last_line_start = -1
-        for hit in _prefilter(self._src_bytes < P.ENV_BYTES).ends(block, start, end):
-            ls = max(block.rfind(b"\n", start, max(hit - 1, start)) + 1, start)
-            if ls == last_line_start or ls < self._skip_to:
+        for ls, before in index.lines:
+            if ls < self._skip_to:
                 continue
-            last_line_start = ls
-            lineno += _count_newlines(block, pos, ls)
-            pos = ls
             le = block.find(b"\n", ls, end)
             le = end if le < 0 else le
-            self._line_hit(block, ls, le, lineno + 1)
-        self._line += _count_newlines(block, start, end)
+            self._line_hit(block, ls, le, self._line + before + 1)
+        self._line += index.newlines
         if block[end - 1:end] != b"\n":
             self._line += 1
         self._bytes += end - start
@@ -163,7 +169,13 @@ class LogScanner:
             self._finish_event(ev)
 
     def _env_scan(self, text: str) -> None:
+        lower = None
         for name, pat in P.ENV_PATTERNS.items():
+            hay = text
+            if name in P.ENV_CASELESS:
+                hay = lower = text.lower() if lower is None else lower
+            if not any(needle in hay for needle in P.ENV_GATES[name]):
+                continue
             m = pat.search(text)
             if m:
                 vals = self._env.setdefault(name, [])

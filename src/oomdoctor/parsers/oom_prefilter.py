@@ -1,13 +1,18 @@
 """The per-byte work of `explain`: find candidate lines and count lines, in C.
 
 A 1 GB log must be explained within a few times `grep -c` (bench/explain_stream.py), so nothing here
-runs Python per line: Hyperscan (extra `fast`) finds every literal in one pass, else one `bytes.find`
-pass per literal; numpy (if present) counts newlines in large blocks, else `bytes.count`. Pure.
+runs Python per line: Hyperscan finds every literal in one pass, else one `bytes.find` pass per
+literal; numpy counts newlines in large blocks, else `bytes.count`. Both are dependencies where
+wheels exist; the fallbacks keep other platforms working. Hyperscan and numpy release the GIL, so
+`index_block` is thread-safe (per-thread scratch and buffers) and the reader runs it on several
+blocks at once (collectors.logs.iter_blocks(prepare=...)). Pure.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from typing import NamedTuple
 
 from oomdoctor.parsers import oom_patterns as P
 
@@ -21,6 +26,7 @@ class _Prefilter:
         self._literals = literals
         self._extra = re.compile(b"|".join(_PREFILTER_EXTRA))
         self._hs = None
+        self._local = threading.local()  # one Hyperscan scratch per thread: a scratch is single-use
         if not use_hyperscan:
             return
         try:  # optional accelerator (pip install 'oomdoctor[fast]')
@@ -32,6 +38,7 @@ class _Prefilter:
                        ids=list(range(len(pats))), elements=len(pats),
                        flags=[hyperscan.HS_FLAG_CASELESS if b"(?i" in p else 0 for p in pats])
             self._hs = db
+            self._hs_mod = hyperscan
         except Exception:  # noqa: BLE001 - no wheel for this platform, or an old library: fall back
             self._hs = None
 
@@ -43,7 +50,10 @@ class _Prefilter:
         end = len(block) if end is None else end
         out: list[int] = []
         if self._hs is not None:
-            self._hs.scan(memoryview(block)[start:end],
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._hs_mod.Scratch(self._hs)
+            self._hs.scan(memoryview(block)[start:end], scratch=scratch,
                           match_event_handler=lambda _i, _f, to, _fl, _c: out.append(to + start))
             out.sort()
             return out
@@ -67,40 +77,89 @@ class _Prefilter:
 
 
 _PREFILTERS: dict[bool, _Prefilter] = {}
+_PF_LOCK = threading.Lock()
 
 
 def prefilter_engine() -> str:
     return _prefilter().engine
 
 
-def _prefilter(with_env: bool = True) -> _Prefilter:
+_SMALL = 1 << 20  # a log this short is scanned with bytes.find: no Hyperscan import and compile (~40 ms)
+_FIND: dict[bool, _Prefilter] = {}
+
+
+def _prefilter(with_env: bool = True, small: bool = False) -> _Prefilter:
     """The pre-filter for event lines, plus environment-hint lines when `with_env`."""
     pf = _PREFILTERS.get(with_env)
+    if pf is None and small:
+        pf = _FIND.get(with_env)
+        if pf is None:
+            pf = _FIND[with_env] = _Prefilter(False, P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+        return pf
     if pf is None:
-        pf = _PREFILTERS[with_env] = _Prefilter(
-            literals=P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+        with _PF_LOCK:  # reader threads may ask at once; compile one database
+            pf = _PREFILTERS.get(with_env)
+            if pf is None:
+                pf = _PREFILTERS[with_env] = _Prefilter(
+                    literals=P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
     return pf
 
 
-_NUMPY: list = []  # [numpy module or None, reusable bool buffer], filled on the first large block
+class BlockIndex(NamedTuple):
+    """What the scanner needs from the C passes over one span."""
+
+    lines: list[tuple[int, int]]  # (start of a candidate line, newlines in block[start:that line])
+    newlines: int  # in the whole span
+    with_env: bool  # environment literals were looked for (the span starts within ENV_BYTES)
+
+
+def index_block(block: bytes, start: int, end: int, src_offset: int) -> BlockIndex:
+    """The per-byte work for block[start:end], which begins `src_offset` bytes into its log.
+
+    Thread-safe and GIL-free in its C parts, so a reader can index the next blocks while the
+    scanner handles this one's few candidate lines."""
+    with_env = src_offset < P.ENV_BYTES
+    lines: list[tuple[int, int]] = []
+    last, pos, n = -1, start, 0
+    rfind = block.rfind
+    for hit in _prefilter(with_env, small=src_offset + end - start <= _SMALL).ends(block, start, end):
+        ls = max(rfind(b"\n", start, max(hit - 1, start)) + 1, start)
+        if ls != last:
+            n += _count_newlines(block, pos, ls)
+            lines.append((ls, n))
+            last = pos = ls
+    return BlockIndex(lines, _count_newlines(block, start, end), with_env)
+
+
+_NUMPY: list = []  # [numpy module or None], filled on the first large block
+_NUMPY_MIN = 1 << 22  # below this, bytes.count (numpy costs ~0.1 s to import)
+_NP_LOCAL = threading.local()  # a reusable bool buffer per thread
+_NP_LOCK = threading.Lock()
+
+
+def _numpy():
+    if not _NUMPY:
+        with _NP_LOCK:
+            if not _NUMPY:
+                try:
+                    import numpy
+                except ImportError:
+                    numpy = None
+                _NUMPY.append(numpy)
+    return _NUMPY[0]
 
 
 def _count_newlines(buf: bytes, start: int, end: int) -> int:
-    """Newlines in buf[start:end]. numpy's vectorised compare (into a reused buffer) is 3-5x faster
-    than bytes.count on large blocks (bench/explain_stream.py); imported only for large logs, optional."""
+    """Newlines in buf[start:end]. numpy's vectorised compare (into a reused buffer) is 3x faster
+    than bytes.count on large blocks and releases the GIL (bench/explain_stream.py); imported only
+    for large logs."""
     n = end - start
-    if n >= 1 << 22:
-        if not _NUMPY:
-            try:
-                import numpy
-
-                _NUMPY.extend([numpy, numpy.empty(0, dtype=bool)])
-            except ImportError:
-                _NUMPY.extend([None, None])
-        np, out = _NUMPY
+    if n >= _NUMPY_MIN:
+        np = _numpy()
         if np is not None:
-            if out.size < n:
-                out = _NUMPY[1] = np.empty(n, dtype=bool)
+            out = getattr(_NP_LOCAL, "buf", None)
+            if out is None or out.size < n:
+                out = _NP_LOCAL.buf = np.empty(n, dtype=bool)
             view = out[:n]
             np.equal(np.frombuffer(buf, np.uint8, count=n, offset=start), 10, out=view)
             return int(np.count_nonzero(view))
