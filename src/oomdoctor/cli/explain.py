@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG",
                         help="log files; '-' reads standard input; with --bundle and no LOG, the bundle's logs/")
     parser.add_argument("--bundle", metavar="PATH", help="an `oomdoctor bundle` (directory or .tar.gz) for environment evidence")
+    parser.add_argument("--threads", type=_threads, default=None, metavar="N",
+                        help="reader threads for large logs (default: usable CPUs, at most 8; 1 = none)")
     add_output_options(parser)
 
 
@@ -47,10 +49,20 @@ def _redact(ex: Explanation) -> None:
         h.evidence = [redact_text(x) for x in h.evidence]
 
 
-def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None) -> None:
+def _threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"expected a number of threads from 1 to 64, got {text!r}")
+    return n
+
+
+def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None, threads: int | None = None) -> None:
     for i, path in enumerate(paths):
         scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
-        for buf, start, end, index in iter_prepared(path, index_block):  # indexed ahead, in threads
+        for buf, start, end, index in iter_prepared(path, index_block, workers=threads):  # indexed ahead
             scanner.feed(buf, start, end, index)
 
 
@@ -64,13 +76,13 @@ def run(args: argparse.Namespace) -> int:
     facts = _load_bundle(args.bundle) if args.bundle else None
     scanner = LogScanner()
     if args.logs:
-        _scan(scanner, args.logs)
+        _scan(scanner, args.logs, threads=args.threads)
     else:  # the logs the user added to the bundle (CONTRACTS §5 logs/*)
         from oomdoctor.collectors.bundle_read import open_bundle
 
         with open_bundle(args.bundle) as root:
             files = sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
-            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files])
+            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args.threads)
     ex = explain_scan(scanner.finish(), facts)
     _redact(ex)
     if args.format == "json":

@@ -23,6 +23,7 @@ from oomdoctor.errors import InputError
 
 MAX_LINE = 64 * 1024
 BLOCK = 8 << 20
+MAX_WORKERS = 8  # Hyperscan scales to ~8 threads on a 1 GB log; more only adds buffers (8 MiB each)
 
 
 def check_readable(path: str) -> None:
@@ -71,7 +72,7 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
     `workers` threads; `offset` is the sum of the lengths of the earlier spans of this log.
 
     A span (and its buffer) stays valid until the consumer asks for the next one."""
-    workers = workers if workers is not None else max(1, min(4, _usable_cpus()))
+    workers = workers if workers is not None else max(1, min(MAX_WORKERS, _usable_cpus()))
     if workers > 1 and path != "-":
         try:
             if os.stat(path).st_size <= block_size:  # one block: threads would only cost start-up
