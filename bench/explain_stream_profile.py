@@ -1,0 +1,81 @@
+"""Where `explain`'s time goes on a large log: start-up, reading, indexing threads, the scanner.
+
+Companion to bench/explain_stream.py (same generated log): each stage alone, in this process, best
+of --repeat, for several reader-thread counts, so a ratio that does not improve with cores can be
+traced to the stage that stays serial.
+Usage: PYTHONPATH=src python bench/explain_stream_profile.py [--path LOG] [--threads 1 2 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from oomdoctor.collectors.logs import _usable_cpus, iter_blocks, iter_prepared
+from oomdoctor.parsers import oom_prefilter as PF
+from oomdoctor.parsers.oom_events import LogScanner
+
+
+def _best(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _startup(repeat: int) -> tuple[float, float]:
+    """Seconds for `explain` on a 1-line log, and for `import numpy` alone (fresh interpreters)."""
+    with open("/tmp/oomdoctor-bench-tiny.log", "w") as f:
+        f.write("hello\n")
+    cmd = [sys.executable, "-m", "oomdoctor", "explain", "/tmp/oomdoctor-bench-tiny.log", "--format", "json"]
+    tiny = _best(lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=60), repeat)
+    npy = _best(lambda: subprocess.run([sys.executable, "-c", "import numpy"], timeout=60), repeat)
+    return tiny, npy
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--path", default="/tmp/oomdoctor-bench-explain.log")
+    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2, 4, 8])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    path = args.path
+
+    def noop(b, s, e, o):
+        return None
+
+    def full(w):
+        sc = LogScanner()
+        sc.start_source(path)
+        for b, s, e, i in iter_prepared(path, PF.index_block, workers=w):
+            sc.feed(b, s, e, i)
+        sc.finish()
+
+    tiny, npy = _startup(args.repeat)
+    rows = [("usable CPUs", str(_usable_cpus())),
+            ("explain on a 1-line log (start-up)", f"{tiny:.3f} s"),
+            ("python -c 'import numpy'", f"{npy:.3f} s"),
+            ("read only (iter_blocks)", f"{_best(lambda: [0 for _ in iter_blocks(path)], args.repeat):.3f} s")]
+    pf = PF._prefilter(False)
+    rows.append(("Hyperscan event literals, 1 thread",
+                 f"{_best(lambda: [pf.ends(b, s, e) for b, s, e in iter_blocks(path)], args.repeat):.3f} s"))
+    rows.append(("newline count, 1 thread",
+                 f"{_best(lambda: [PF._count_newlines(b, s, e) for b, s, e in iter_blocks(path)], args.repeat):.3f} s"))
+    for w in args.threads:
+        rows.append((f"threads {w}: read + no-op prepare",
+                     f"{_best(lambda w=w: [0 for _ in iter_prepared(path, noop, workers=w)], args.repeat):.3f} s"))
+        rows.append((f"threads {w}: read + index_block",
+                     f"{_best(lambda w=w: [0 for _ in iter_prepared(path, PF.index_block, workers=w)], args.repeat):.3f} s"))
+        rows.append((f"threads {w}: read + index + scanner", f"{_best(lambda w=w: full(w), args.repeat):.3f} s"))
+    print("| stage (1 GB log) | seconds |\n|---|---:|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
