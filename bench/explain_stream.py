@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", default="/tmp/oomdoctor-bench-explain.log")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--threads", type=int, action="append", help="time explain with --threads N (repeatable); default: its default")
+    ap.add_argument("--no-numpy", action="store_true", help="also time explain counting newlines without numpy")
     ap.add_argument("--fallback", action="store_true", help="also time the pure-Python (re) prefilter in-process")
     args = ap.parse_args(argv)
     size = parse_size(args.size)
@@ -125,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"default": explain}
     for n in args.threads or []:
         variants[f"--threads {n}"] = [*explain, "--threads", str(n)]
+    if args.no_numpy:  # the same CLI with newline counting by bytes.count (what it does without numpy)
+        code = ("import sys; import oomdoctor.parsers.oom_prefilter as pf; pf._NUMPY_MIN = 1 << 62; "
+                "from oomdoctor.cli import main; sys.exit(main(sys.argv[1:]))")
+        variants["bytes.count, no numpy"] = [sys.executable, "-c", code, *explain[3:]]
     _run(grep)  # warm the page cache
     t_grep: list[float] = []
     times: dict[str, list[float]] = {k: [] for k in variants}

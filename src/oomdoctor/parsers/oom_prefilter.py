@@ -29,7 +29,7 @@ class _Prefilter:
         self._local = threading.local()  # one Hyperscan scratch per thread: a scratch is single-use
         if not use_hyperscan:
             return
-        try:  # optional accelerator (pip install 'oomdoctor[fast]')
+        try:  # a core dependency where a wheel exists; else the find loop below
             import hyperscan  # type: ignore[import-not-found]
 
             pats = [re.escape(x) for x in literals] + list(_PREFILTER_EXTRA)
