@@ -203,3 +203,24 @@ def test_block_size_does_not_change_events(tmp_path, block):
     r = s.finish()
     assert [(e.kind, e.line, e.count) for e in r.events] == [("torch_oom", 38, 3), ("xid", 50, 3)]
     assert r.lines == text.count("\n")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "65"])
+def test_threads_out_of_range_is_exit_2(tmp_path, capsys, bad):
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", "--threads", bad, _write(tmp_path, "a.log", OOM.encode())])
+    assert exc.value.code == 2
+    assert "threads" in capsys.readouterr().err
+
+
+def test_threads_do_not_change_the_answer(tmp_path, capsys):
+    """A log of several blocks: reader threads index ahead, the events and line numbers stay the same."""
+    filler = b"".join(b"step %d loss 0.5 tokens/s 12000\n" % i for i in range(400_000))  # ~12 MB: 2 blocks
+    path = _write(tmp_path, "big.log", filler + OOM.encode() + filler + b"Killed\n")
+    outs = []
+    for threads in ("1", "2", "3"):
+        assert main(["explain", "--format", "json", "--threads", threads, path]) == 1
+        d = json.loads(capsys.readouterr().out)
+        outs.append(([(e["kind"], e["line"]) for e in d["events"]], [h["category"] for h in d["hypotheses"]]))
+    assert outs[0] == outs[1] == outs[2]
+    assert outs[0][0][0] == ("torch_oom", 400_001)
