@@ -115,15 +115,16 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
 
 def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[bytes, int, int]]:
     """Reused buffers (no fresh 8 MiB allocation, and its page faults, per read), taken in turn; a
-    span is valid until `buffers - 1` more blocks have been read after it, which is how the scanner
-    (one buffer) and iter_prepared (a ring) use them."""
+    span is valid until `buffers - 1` more spans have been taken from the ring after it, which is how
+    the scanner (one buffer) and iter_prepared (a ring) use them. A buffer moves on only when a span
+    of it was handed out: reads inside one very long line (copied into `carry`) reuse the same
+    buffer, or they would overwrite spans still waiting in iter_prepared's queue."""
     carry = b""  # the unfinished last line of the previous chunk
     skipping = False  # inside the tail of an over-long line
     ring = [bytearray(block_size) for _ in range(buffers)]
     turn = 0
     while True:
         buf = ring[turn]
-        turn = (turn + 1) % buffers
         view = memoryview(buf)
         got = f.readinto(view) if hasattr(f, "readinto") else None
         if got is None:
@@ -153,6 +154,8 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
             pos = first + 1
         last = chunk.rfind(b"\n", pos)
         if last >= pos:
+            if chunk is buf:  # a span of the ring buffer: the next read takes the next buffer
+                turn = (turn + 1) % buffers
             yield chunk, pos, last + 1
             pos = last + 1
         carry = chunk[pos:]
