@@ -224,3 +224,30 @@ def test_threads_do_not_change_the_answer(tmp_path, capsys):
         outs.append(([(e["kind"], e["line"]) for e in d["events"]], [h["category"] for h in d["hypotheses"]]))
     assert outs[0] == outs[1] == outs[2]
     assert outs[0][0][0] == ("torch_oom", 400_001)
+
+
+def test_large_logs_report_progress_without_changing_the_answer(tmp_path, capsys, monkeypatch):
+    """Past PROGRESS_FROM bytes the CLI shows how far it is (cli.common.progress: stderr only, and
+    nothing for --format json or pipes, tested in test_cli_progress); the report is the same."""
+    import contextlib
+
+    import oomdoctor.cli.explain as cli_explain
+
+    filler = b"".join(b"step %d loss 0.5\n" % i for i in range(300_000))  # ~5.6 MB: 2 blocks in all
+    path = _write(tmp_path, "big.log", filler + OOM.encode() + filler)
+    assert main(["explain", "--format", "json", path]) == 1
+    plain = capsys.readouterr().out
+    seen: list[str] = []
+
+    @contextlib.contextmanager
+    def fake_progress(text, args):
+        seen.append(text)
+        yield seen.append
+
+    monkeypatch.setattr(cli_explain, "PROGRESS_FROM", 1)
+    monkeypatch.setattr(cli_explain, "progress", fake_progress)
+    assert main(["explain", "--format", "json", "--threads", "2", path]) == 1
+    assert capsys.readouterr().out == plain
+    assert seen[0].startswith("explain: reading ") and "MiB" in seen[0]
+    pcts = [int(s.rstrip("%")) for s in seen[1:]]
+    assert len(pcts) >= 2 and pcts == sorted(pcts) and pcts[-1] == 99

@@ -10,8 +10,8 @@ import argparse
 import importlib
 
 from oomdoctor.analysis.explain import Explanation, explain_scan
-from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color
-from oomdoctor.collectors.logs import check_readable, iter_prepared
+from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color
+from oomdoctor.collectors.logs import check_readable, iter_prepared, log_size
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from oomdoctor.parsers.oom_events import LogScanner, index_block
 from oomdoctor.render import explain as render
@@ -59,11 +59,33 @@ def _threads(text: str) -> int:
     return n
 
 
-def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None = None, threads: int | None = None) -> None:
+PROGRESS_FROM = 256 << 20  # logs this large take ~0.3 s and more: show how far the reading is
+
+
+def _scan(scanner: LogScanner, paths: list[str], labels: list[str] | None, args: argparse.Namespace) -> None:
+    total = sum(log_size(p) for p in paths)
+    if total < PROGRESS_FROM:
+        _scan_files(scanner, paths, labels, args.threads)
+        return
+    from oomdoctor.units import format_bytes
+
+    with progress(f"explain: reading {format_bytes(total)}", args) as update:
+        _scan_files(scanner, paths, labels, args.threads, total, update)
+
+
+def _scan_files(scanner: LogScanner, paths: list[str], labels: list[str] | None, threads: int | None,
+                total: int = 0, update=None) -> None:
+    done, shown = 0, -1
     for i, path in enumerate(paths):
         scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
         for buf, start, end, index in iter_prepared(path, index_block, workers=threads):  # indexed ahead
             scanner.feed(buf, start, end, index)
+            if update is not None:
+                done += end - start
+                pct = min(99, done * 100 // total)
+                if pct != shown:
+                    shown = pct
+                    update(f"{pct}%")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,13 +98,13 @@ def run(args: argparse.Namespace) -> int:
     facts = _load_bundle(args.bundle) if args.bundle else None
     scanner = LogScanner()
     if args.logs:
-        _scan(scanner, args.logs, threads=args.threads)
+        _scan(scanner, args.logs, None, args)
     else:  # the logs the user added to the bundle (CONTRACTS §5 logs/*)
         from oomdoctor.collectors.bundle_read import open_bundle
 
         with open_bundle(args.bundle) as root:
             files = sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
-            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args.threads)
+            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args)
     ex = explain_scan(scanner.finish(), facts)
     _redact(ex)
     if args.format == "json":

@@ -13,6 +13,7 @@ Memory stays constant: a fixed ring of read buffers, at most `depth` blocks in f
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -36,6 +37,17 @@ def check_readable(path: str) -> None:
         raise InputError(f"{path}: is a directory, not a log file")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
+
+
+def log_size(path: str) -> int:
+    """Bytes of a regular file, 0 for standard input, pipes or anything stat cannot size."""
+    if path == "-":
+        return 0
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[tuple[bytes, int, int]]:
