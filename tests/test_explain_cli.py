@@ -251,3 +251,16 @@ def test_large_logs_report_progress_without_changing_the_answer(tmp_path, capsys
     assert seen[0].startswith("explain: reading ") and "MiB" in seen[0]
     pcts = [int(s.rstrip("%")) for s in seen[1:]]
     assert len(pcts) >= 2 and pcts == sorted(pcts) and pcts[-1] == 99
+
+
+def test_torch_dsa_boilerplate_is_not_a_second_event(capsys):
+    """Every CUDA error from torch ends with 'Compile with `TORCH_USE_CUDA_DSA` to enable device-side
+    assertions.': that is advice, not a device-side assert (real text, shared/fixtures/real-oom)."""
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-oom" / "bad_ordinal.txt"
+    if not fixture.exists():
+        pytest.skip("../shared is not beside the repository")
+    assert main(["explain", "--format", "json", str(fixture)]) == 1
+    events = json.loads(capsys.readouterr().out)["events"]
+    assert [(e["kind"], e["line"]) for e in events] == [("cuda_program_error", 3)]

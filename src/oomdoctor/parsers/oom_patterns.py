@@ -65,7 +65,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
     ("xid", r"NVRM: Xid \((?:PCI:)?[0-9a-fA-F:.]+\): \d+"),
     # Program errors that mention memory or devices but are not capacity (CUDA runtime error strings).
-    ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument"),
+    ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert(?!ion)|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>="),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
