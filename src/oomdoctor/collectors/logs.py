@@ -50,19 +50,19 @@ def log_size(path: str) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def iter_blocks(path: str, block_size: int = BLOCK) -> Iterator[tuple[bytes, int, int]]:
+def iter_blocks(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterator[tuple[bytes, int, int]]:
     """(buffer, start, end) spans of whole lines from `path` ('-' = stdin), in order.
 
-    Spans point into the reader's own buffer, so a 1 GB log is not copied block by block; lines
-    longer than MAX_LINE keep their first MAX_LINE bytes.
+    Spans point into the reader's own buffers (a ring of `buffers`, see _spans), so a 1 GB log is
+    not copied block by block; lines longer than MAX_LINE keep their first MAX_LINE bytes.
     """
     check_readable(path)
     try:
         if path == "-":
-            yield from _spans(sys.stdin.buffer, block_size)
+            yield from _spans(sys.stdin.buffer, block_size, buffers)
             return
         with open(path, "rb") as f:
-            yield from _spans(f, block_size)
+            yield from _spans(f, block_size, buffers)
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
 
@@ -102,25 +102,22 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
     with ThreadPoolExecutor(workers, thread_name_prefix="oomdoctor-log") as pool:
         pending: deque = deque()
         offset = 0
+        # depth + 2 buffers: `depth` in flight, one with the consumer, one being read. Read errors
+        # become InputError in iter_blocks; an error of `prepare` (fut.result()) is raised as it
+        # is, as on the one-thread path, even an OSError.
+        blocks = iter_blocks(path, block_size, buffers=depth + 2)
         try:
-            f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
-            try:
-                # depth + 2 buffers: `depth` in flight, one with the consumer, one being read
-                for buf, start, end in _spans(f, block_size, buffers=depth + 2):
-                    pending.append((buf, start, end, pool.submit(prepare, buf, start, end, offset)))
-                    offset += end - start
-                    if len(pending) > depth:
-                        b, s, e, fut = pending.popleft()
-                        yield b, s, e, fut.result()
-                while pending:
+            for buf, start, end in blocks:
+                pending.append((buf, start, end, pool.submit(prepare, buf, start, end, offset)))
+                offset += end - start
+                if len(pending) > depth:
                     b, s, e, fut = pending.popleft()
                     yield b, s, e, fut.result()
-            finally:
-                if f is not sys.stdin.buffer:
-                    f.close()
-        except OSError as exc:
-            raise InputError(f"{path}: {exc.strerror or exc}") from exc
+            while pending:
+                b, s, e, fut = pending.popleft()
+                yield b, s, e, fut.result()
         finally:
+            blocks.close()  # closes the file (not stdin)
             for *_, fut in pending:  # the consumer stopped early: drop what is queued
                 fut.cancel()
 

@@ -1,0 +1,254 @@
+"""GIVEN the threaded reader (ring of buffers, index_block ahead in threads) WHEN logs have awkward
+shapes (block edges, carried heads, over-long lines, CRLF, no final newline, stdin short reads,
+errors in a worker, an early stop) THEN every thread count gives what one thread and a plain
+split of the file give."""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.collectors.logs import MAX_LINE, iter_prepared
+from oomdoctor.parsers import oom_prefilter as PF
+from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.parsers.oom_prefilter import index_block
+
+OOM = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _collect(path: str, workers: int, block: int):
+    """(absolute line number, candidate line text) per candidate; total lines; spans' offsets."""
+    cands, line, offs, offset = [], 0, [], 0
+    for buf, s, e, (idx, off) in iter_prepared(path, lambda b, s, e, o: (index_block(b, s, e, o), o),
+                                                   workers=workers, block_size=block):
+        offs.append((off, offset))
+        for ls, before in idx.lines:
+            le = buf.find(b"\n", ls, e)
+            cands.append((line + before + 1, bytes(buf[ls:min(e if le < 0 else le, ls + MAX_LINE)])))
+        line += idx.newlines + (0 if buf[e - 1:e] == b"\n" else 1)
+        offset += e - s
+    return cands, line, offs
+
+
+def _scan(path: str, workers: int, block: int):
+    sc = LogScanner()
+    sc.start_source("x")
+    for buf, start, end, index in iter_prepared(path, index_block, workers=workers, block_size=block):
+        sc.feed(buf, start, end, index)
+    scan = sc.finish()
+    return [(e.kind, e.line, e.text, e.count) for e in scan.events], scan.lines, scan.bytes, scan.env
+
+
+def _ref_lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+_LINE = st.one_of(
+    st.just(OOM), st.just(OOM.replace(b"\n", b"\r\n")), st.just(b"Killed\n"), st.just(b"\n"), st.just(b"\r\n"),
+    st.just(b"Driver Version: 535.104.05  NVIDIA A100-SXM4-80GB\n"), st.just(b"Exit Code:    137\n"),
+    st.binary(min_size=0, max_size=64).map(lambda b: b.replace(b"\n", b"") + b"\n"),
+    st.integers(1, 3 * MAX_LINE).map(lambda n: b"y" * n + b"\n"),
+    st.integers(1, 3 * MAX_LINE).map(lambda n: b"Killed " + b"z" * n + b"\n"),
+)
+
+
+@SETTINGS
+@given(lines=st.lists(_LINE, min_size=0, max_size=40), tail=st.binary(max_size=80).map(lambda b: b.replace(b"\n", b"")),
+       block=st.sampled_from([256, 512, 1000, 4096]), workers=st.integers(2, 5))
+def test_candidates_line_numbers_and_offsets_match_a_plain_split(tmp_path, lines, tail, block, workers):
+    data = b"".join(lines) + tail
+    p = tmp_path / "f.log"
+    p.write_bytes(data)
+    one = _collect(str(p), 1, block)
+    many = _collect(str(p), workers, block)
+    assert many == one
+    cands, nlines, offs = one
+    ref = _ref_lines(data)
+    assert nlines == len(ref)
+    assert all(a == b for a, b in offs)
+    for no, text in cands:
+        assert ref[no - 1][:MAX_LINE] == text[:MAX_LINE]
+
+
+@SETTINGS
+@given(lines=st.lists(_LINE, min_size=1, max_size=40), tail=st.sampled_from([b"", b"Killed", OOM[:-1]]),
+       block=st.sampled_from([256, 1000, 4096]), workers=st.integers(2, 5))
+def test_scan_is_the_same_for_every_thread_count(tmp_path, lines, tail, block, workers):
+    p = tmp_path / "f.log"
+    p.write_bytes(b"".join(lines) + tail)
+    assert _scan(str(p), workers, block) == _scan(str(p), 1, block)
+
+
+def test_numpy_counting_in_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr(PF, "_NUMPY_MIN", 1)
+    data = b"".join((b"step %d ok\n" % i) if i % 97 else OOM for i in range(20000))
+    p = tmp_path / "f.log"
+    p.write_bytes(data)
+    ref = _collect(str(p), 1, 4096)
+    for w in (2, 3, 5):
+        assert _collect(str(p), w, 4096) == ref
+        assert _collect(str(p), w, 1000) == _collect(str(p), 1, 1000)
+
+
+def test_engines_agree(tmp_path, monkeypatch):
+    """The engine of a small log's first blocks depends on whether another thread compiled Hyperscan."""
+    data = b"".join([OOM, b"Exit Code:\n137\n", b"status 137\n", b"code=137x\n", b"Driver Version: 535.1\n",
+                     b"Killed\n", b"x\r\n"] * 50)
+    p = tmp_path / "f.log"
+    p.write_bytes(data)
+    monkeypatch.setattr(PF, "_SMALL", 0)
+    hs = _collect(str(p), 1, 512)
+    monkeypatch.setattr(PF, "_SMALL", 1 << 40)
+    monkeypatch.setattr(PF, "_PREFILTERS", {})
+    fi = _collect(str(p), 1, 512)
+    if PF._Prefilter().engine == "hyperscan":
+        assert {c for c in hs[0]} >= {c for c in fi[0]}
+
+
+class _ShortReads(io.RawIOBase):
+    def __init__(self, data: bytes, sizes):
+        self._data, self._pos, self._sizes, self._i = data, 0, sizes, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = min(len(b), self._sizes[self._i % len(self._sizes)], len(self._data) - self._pos)
+        self._i += 1
+        b[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+@SETTINGS
+@given(lines=st.lists(_LINE, min_size=1, max_size=30), sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=8),
+       block=st.sampled_from([256, 1000, 4096]), workers=st.integers(2, 5))
+def test_stdin_short_reads(tmp_path, monkeypatch, lines, sizes, block, workers):
+    data = b"".join(lines)
+    p = tmp_path / "f.log"
+    p.write_bytes(data)
+    ref = _collect(str(p), 1, block)
+
+    class _In:
+        pass
+
+    def run(w):
+        stdin = _In()
+        stdin.buffer = _ShortReads(data, sizes)
+        monkeypatch.setattr(sys, "stdin", stdin)
+        return _collect("-", w, block)
+
+    got1, got = run(1), run(workers)
+    assert got == got1
+    assert got[:2] == ref[:2]  # offsets differ: a carried head is cut at MAX_LINE only when its carry is over it
+
+
+class Boom(ValueError):
+    pass
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("at", [0, 1, 5])
+def test_an_error_in_prepare_surfaces_unchanged(tmp_path, workers, at):
+    p = tmp_path / "f.log"
+    p.write_bytes(b"".join(b"line %d\n" % i for i in range(2000)))
+    calls = []
+
+    def prep(b, s, e, o):
+        calls.append(o)
+        if len(calls) == at + 1:
+            raise Boom("no")
+        return o
+
+    seen = []
+    done = threading.Event()
+
+    def go():
+        with pytest.raises(Boom):
+            for *_, o in iter_prepared(str(p), prep, workers=workers, block_size=512):
+                seen.append(o)
+        done.set()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(20)
+    assert done.is_set()
+    assert len(seen) == at
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_early_stop_closes_the_file_and_cancels(tmp_path, monkeypatch, workers):
+    p = tmp_path / "f.log"
+    p.write_bytes(b"".join(b"line %d\n" % i for i in range(20000)))
+    opened = []
+    real_open = open
+
+    def spy(*a, **k):
+        f = real_open(*a, **k)
+        opened.append(f)
+        return f
+
+    monkeypatch.setattr("builtins.open", spy)
+    started = []
+    baseline = threading.active_count()
+    gen = iter_prepared(str(p), lambda b, s, e, o: started.append(o) or o, workers=workers, block_size=512)
+    next(gen)
+    next(gen)
+    gen.close()
+    assert opened and all(f.closed for f in opened)
+    assert len(started) <= 2 + workers + 2
+    assert threading.active_count() == baseline
+
+
+_ENGINE_LINE = st.one_of(
+    _LINE, st.sampled_from([b"Exit Code:\n", b"137\n", b"status 137\n", b"STATUS:\t137 A100\n", b"code=1370\n",
+                            b"exit code 137", b"Status 137 MiB\n", b"x" * 20 + b"code" + b" " * 9 + b"137\n"]),
+    st.binary(min_size=0, max_size=30).map(lambda b: b + b"137\n"),
+)
+
+
+@SETTINGS
+@given(lines=st.lists(_ENGINE_LINE, min_size=1, max_size=40), block=st.sampled_from([256, 1000, 4096]))
+def test_hyperscan_and_find_give_the_same_scan(tmp_path, monkeypatch, lines, block):
+    """Which engine a small log's first blocks get depends on whether a reader thread compiled Hyperscan."""
+    if PF._Prefilter().engine != "hyperscan":
+        pytest.skip("no hyperscan")
+    p = tmp_path / "f.log"
+    p.write_bytes(b"".join(lines))
+    real = PF._prefilter
+    monkeypatch.setattr(PF, "_PREFILTERS", {})  # so that small=True gives the find engine
+    monkeypatch.setattr(PF, "_prefilter", lambda with_env=True, small=False: real(with_env, small=True))
+    found = _scan(str(p), 1, block)
+    monkeypatch.setattr(PF, "_prefilter", lambda with_env=True, small=False: real(with_env, small=False))
+    hs = _scan(str(p), 1, block)
+    assert hs == found
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_an_oserror_in_prepare_is_not_reported_as_a_read_error(tmp_path, workers):
+    p = tmp_path / "f.log"
+    p.write_bytes(b"".join(b"line %d\n" % i for i in range(2000)))
+
+    def prep(b, s, e, o):
+        raise PermissionError(13, "denied by prepare")
+
+    with pytest.raises(PermissionError):
+        for _ in iter_prepared(str(p), prep, workers=workers, block_size=512):
+            pass
+
+
+def test_empty_stdin_with_threads(monkeypatch):
+    class _In:
+        buffer = io.BytesIO(b"")
+
+    monkeypatch.setattr(sys, "stdin", _In())
+    assert list(iter_prepared("-", index_block, workers=3, block_size=256)) == []
