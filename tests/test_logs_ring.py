@@ -48,3 +48,28 @@ def test_threads_and_ring_never_change_the_scan(tmp_path, lines, block, workers)
     p = tmp_path / "fuzz.log"
     p.write_bytes(b"".join(lines))
     assert _scan(str(p), workers, block) == _scan(str(p), 1, block)
+
+
+def test_a_named_pipe_gets_reader_threads(tmp_path, monkeypatch):
+    """A FIFO (e.g. `explain <(zcat big.log.gz)`) has no size: it is not mistaken for a one-block file."""
+    import os
+    import threading
+
+    import oomdoctor.collectors.logs as logs
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = b"".join(b"line %d\n" % i for i in range(3000)) + OOM
+    writer = threading.Thread(target=lambda: fifo.write_bytes(data))
+    writer.start()
+    used: list[int] = []
+    real = logs.ThreadPoolExecutor
+
+    def spy(n, **kw):
+        used.append(n)
+        return real(n, **kw)
+
+    monkeypatch.setattr(logs, "ThreadPoolExecutor", spy)
+    events, lines = _scan(str(fifo), 3, 4096)
+    writer.join()
+    assert used == [3] and lines == 3001 and events[0][:2] == ("torch_oom", 3001)

@@ -85,12 +85,8 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
 
     A span (and its buffer) stays valid until the consumer asks for the next one."""
     workers = workers if workers is not None else max(1, min(MAX_WORKERS, _usable_cpus()))
-    if workers > 1 and path != "-":
-        try:
-            if os.stat(path).st_size <= block_size:  # one block: threads would only cost start-up
-                workers = 1
-        except OSError:
-            pass  # reported by the reader below
+    if workers > 1 and 0 < log_size(path) <= block_size:  # one block: threads would only cost start-up
+        workers = 1
     if workers <= 1:
         offset = 0
         for buf, start, end in iter_blocks(path, block_size):
