@@ -1,7 +1,8 @@
 """GIVEN the threaded reader (ring of buffers, index_block ahead in threads) WHEN logs have awkward
-shapes (block edges, carried heads, over-long lines, CRLF, no final newline, stdin short reads,
-errors in a worker, an early stop) THEN every thread count gives what one thread and a plain
-split of the file give."""
+shapes (block edges, carried heads, over-long lines, lines longer than the ring, CRLF, no final
+newline, stdin short reads, named pipes, errors in a worker, an early stop) THEN every thread count
+gives what one thread and a plain split of the file give, and no span is overwritten before the
+scanner has read it."""
 
 from __future__ import annotations
 
@@ -252,3 +253,56 @@ def test_empty_stdin_with_threads(monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", _In())
     assert list(iter_prepared("-", index_block, workers=3, block_size=256)) == []
+
+
+# -- lines longer than the buffer ring (a regression: queued spans were overwritten) ------------
+@pytest.mark.parametrize("workers", [2, 3, 5])
+def test_a_line_longer_than_the_ring_does_not_overwrite_pending_spans(tmp_path, workers):
+    head = b"".join(b"step %d ok\n" % i for i in range(300)) + OOM  # several blocks, OOM at the end
+    giant = b"x" * (200 * 1024) + b"\n"  # 50 reads of 4 KiB without a newline
+    p = tmp_path / "log"
+    p.write_bytes(head + giant + OOM + b"done\n")
+    assert _scan(str(p), workers, 4096) == _scan(str(p), 1, 4096)
+    events, *_ = _scan(str(p), workers, 4096)
+    assert [e[1] for e in events if e[0] == "torch_oom"] == [301, 303]
+
+
+_RING_LINE = st.one_of(
+    st.just(OOM), st.just(b"Killed\n"), st.just(b"\n"),
+    st.binary(min_size=0, max_size=64).map(lambda b: b.replace(b"\n", b"") + b"\n"),
+    st.integers(1, 40_000).map(lambda n: b"y" * n + b"\n"),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_RING_LINE, min_size=1, max_size=60), block=st.sampled_from([512, 1024, 4096]),
+       workers=st.integers(2, 5))
+def test_threads_and_ring_never_change_the_scan(tmp_path, lines, block, workers):
+    p = tmp_path / "fuzz.log"
+    p.write_bytes(b"".join(lines))
+    assert _scan(str(p), workers, block) == _scan(str(p), 1, block)
+
+
+def test_a_named_pipe_gets_reader_threads(tmp_path, monkeypatch):
+    """A FIFO (e.g. `explain <(zcat big.log.gz)`) has no size: it is not mistaken for a one-block file."""
+    import os
+    import threading
+
+    import oomdoctor.collectors.logs as logs
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = b"".join(b"line %d\n" % i for i in range(3000)) + OOM
+    writer = threading.Thread(target=lambda: fifo.write_bytes(data))
+    writer.start()
+    used: list[int] = []
+    real = logs.ThreadPoolExecutor
+
+    def spy(n, **kw):
+        used.append(n)
+        return real(n, **kw)
+
+    monkeypatch.setattr(logs, "ThreadPoolExecutor", spy)
+    events, lines, *_ = _scan(str(fifo), 3, 4096)
+    writer.join()
+    assert used == [3] and lines == 3001 and events[0][:2] == ("torch_oom", 3001)
