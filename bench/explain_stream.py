@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from oomdoctor.collectors.logs import _usable_cpus
+from oomdoctor.collectors.logs import usable_cpus
 from oomdoctor.parsers.oom_prefilter import prefilter_engine
 from oomdoctor.units import parse_size
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("log size", f"{big.stat().st_size / 1e9:.2f} GB"),
         ("prefilter engine", prefilter_engine()),
-        ("usable CPUs", str(_usable_cpus())),
+        ("usable CPUs", str(usable_cpus())),
         (f"grep -c 'out of memory' (best of {args.repeat})", f"{g:.2f} s"),
     ]
     for k, ts in times.items():

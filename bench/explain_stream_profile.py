@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from oomdoctor.collectors.logs import _usable_cpus, iter_blocks, iter_prepared
+from oomdoctor.collectors.logs import iter_blocks, iter_prepared, usable_cpus
 from oomdoctor.parsers import oom_prefilter as PF
 from oomdoctor.parsers.oom_events import LogScanner
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         sc.finish()
 
     tiny, npy = _startup(args.repeat)
-    rows = [("usable CPUs", str(_usable_cpus())),
+    rows = [("usable CPUs", str(usable_cpus())),
             ("explain on a 1-line log (start-up)", f"{tiny:.3f} s"),
             ("python -c 'import numpy'", f"{npy:.3f} s"),
             ("read only (iter_blocks)", f"{_best(lambda: [0 for _ in iter_blocks(path)], args.repeat):.3f} s")]

@@ -70,7 +70,7 @@ def iter_blocks(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterato
 Prepare = Callable[[bytes, int, int, int], Any]
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     """CPUs this process may run on (taskset, cgroup cpusets), not the machine's count."""
     try:
         return len(os.sched_getaffinity(0))
@@ -84,7 +84,7 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
     `workers` threads; `offset` is the sum of the lengths of the earlier spans of this log.
 
     A span (and its buffer) stays valid until the consumer asks for the next one."""
-    workers = workers if workers is not None else max(1, min(MAX_WORKERS, _usable_cpus()))
+    workers = workers if workers is not None else max(1, min(MAX_WORKERS, usable_cpus()))
     if workers > 1 and 0 < log_size(path) <= block_size:  # one block: threads would only cost start-up
         workers = 1
     if workers <= 1:

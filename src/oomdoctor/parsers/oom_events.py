@@ -102,15 +102,10 @@ class LogScanner:
             self._finish_event(ev)
         self.source, self._line, self._tail, self._src_bytes, self._next_sample = name, 0, b"", 0, 0
 
-    @property
-    def source_offset(self) -> int:
-        """Bytes of the current source fed so far: where the next block starts, for `index_block`."""
-        return self._src_bytes
-
     def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
         """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
 
-        `index` is `index_block(block, start, end, self.source_offset)`, computed ahead by a reader
+        `index` is `index_block(block, start, end, <bytes of this source fed so far>)`, computed ahead by a reader
         thread; without it (or if it was made for another offset) it is computed here."""
         end = len(block) if end is None else end
         if end <= start:

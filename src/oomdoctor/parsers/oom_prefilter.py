@@ -5,7 +5,7 @@ runs Python per line: Hyperscan finds every literal in one pass, else one `bytes
 literal; numpy counts newlines in large blocks, else `bytes.count`. Both are dependencies where
 wheels exist; the fallbacks keep other platforms working. Hyperscan and numpy release the GIL, so
 `index_block` is thread-safe (per-thread scratch and buffers) and the reader runs it on several
-blocks at once (collectors.logs.iter_blocks(prepare=...)). Pure.
+blocks at once (collectors.logs.iter_prepared). Pure.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def index_block(block: bytes, start: int, end: int, src_offset: int) -> BlockInd
             n += _count_newlines(block, pos, ls)
             lines.append((ls, n))
             last = pos = ls
-    return BlockIndex(lines, _count_newlines(block, start, end), with_env)
+    return BlockIndex(lines, n + _count_newlines(block, pos, end), with_env)  # each byte counted once
 
 
 _NUMPY: list = []  # [numpy module or None], filled on the first large block
