@@ -145,7 +145,7 @@ def test_fuzz_spans_preserve_short_lines(data, block):
 
 
 def test_prefilter_engines_agree_on_lines():
-    from oomdoctor.parsers.oom_events import _Prefilter
+    from oomdoctor.parsers.oom_prefilter import ENGINES, _Prefilter
 
     data = (OOM + "step 1 ok\nexit code 137\nExit Code:    137\nbatch 137 done\n" * 3 + "NVRM: Xid (PCI:0): 31\n"
             "[HAMI-core ERROR (pid:1)]: Device 0 OOM 1 / 2\nOOMKilled\n").encode() * 5
@@ -153,10 +153,10 @@ def test_prefilter_engines_agree_on_lines():
     def lines(pf):
         return {data.rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in pf.ends(data)}
 
-    slow = _Prefilter(use_hyperscan=False)
-    fast = _Prefilter()
+    slow = _Prefilter("find")
     assert slow.engine == "find"
-    assert lines(slow) == lines(fast)
+    for engine in ENGINES:
+        assert lines(_Prefilter(engine)) == lines(slow), engine
     assert not any(data[ls:].startswith(b"batch 137") for ls in lines(slow))
 
 

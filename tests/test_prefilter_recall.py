@@ -2,8 +2,8 @@
 
 The pre-filter decides which lines the patterns ever see, so a literal missing from it silently
 loses a whole kind of event. Hypothesis generates strings from each pattern of
-oom_patterns.LINE_PATTERNS (and from the exit-137 rule); both the Hyperscan and the `find` engines
-must flag the line.
+oom_patterns.LINE_PATTERNS (and from the exit-137 rule); every installed engine (ahocorasick-rs and the
+`find` fallback) must flag the line.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oomdoctor.parsers import oom_patterns as P
+from oomdoctor.parsers.oom_prefilter import ENGINES as ALL_ENGINES
 from oomdoctor.parsers.oom_prefilter import _Prefilter
 
-ENGINES = {"find": _Prefilter(use_hyperscan=False, literals=P.EVENT_LITERALS)}
-_hs = _Prefilter(use_hyperscan=True, literals=P.EVENT_LITERALS)
-if _hs.engine == "hyperscan":
-    ENGINES["hyperscan"] = _hs
+INSTALLED = [e for e in ALL_ENGINES if _Prefilter(e, literals=(b"xxxx",)).engine == e]
+ENGINES = {e: _Prefilter(e, literals=P.EVENT_LITERALS) for e in INSTALLED}
 
 _ALPHABET = st.characters(min_codepoint=32, max_codepoint=126)
 
@@ -83,9 +82,7 @@ def test_memory_reading_lines_are_cheap_to_reject() -> None:
     assert scan.readings  # the same lines still give the leak detector its series
 
 
-_ENV_ENGINES = {"find": _Prefilter(use_hyperscan=False, literals=P.PREFILTER_LITERALS)}
-if _hs.engine == "hyperscan":
-    _ENV_ENGINES["hyperscan"] = _Prefilter(use_hyperscan=True, literals=P.PREFILTER_LITERALS)
+_ENV_ENGINES = {e: _Prefilter(e, literals=P.PREFILTER_LITERALS) for e in INSTALLED}
 
 
 @pytest.mark.parametrize("engine", sorted(_ENV_ENGINES))

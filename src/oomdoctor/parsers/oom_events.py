@@ -22,8 +22,10 @@ from oomdoctor.parsers.oom_prefilter import (  # noqa: F401 - re-exported for be
     _count_newlines,
     _Prefilter,
     _prefilter,
+    event_line_starts,
     index_block,
     prefilter_engine,
+    reading_line_starts,
 )
 
 MAX_LINE = 64 * 1024
@@ -237,28 +239,22 @@ class LogScanner:
             self._next_sample = self._src_bytes + step
 
     def _scan_readings(self, window: bytes) -> None:
-        """Memory figures printed per step. Three stages: C `find` passes for literals that every
+        """Memory figures printed per step. Three stages: one C pass for literals that every
         READING_ANCHOR match contains, the anchor on those lines, then the full pattern. Running the
-        anchor regex over the whole window cost ~0.1 s per log (its `\\d/` branch tries every digit)."""
-        text = window.decode("utf-8", errors="replace")
-        find, rfind = text.find, text.rfind
-        starts: set[int] = set()
-        for lit in P.READING_LITERALS:
-            i = find(lit)
-            while i >= 0:
-                starts.add(rfind("\n", 0, i) + 1)
-                le = find("\n", i)
-                i = find(lit, le + 1) if le >= 0 else -1
+        anchor regex over the whole window cost ~0.1 s per log (its `\\d/` branch tries every digit).
+        Lines are decoded one by one: a newline byte is never part of a UTF-8 sequence."""
+        find = window.find
+        events = event_line_starts(window)  # the only lines that can be OOM messages, not readings
         base, pos = self._line, 0
-        for ls in sorted(starts):
-            le = find("\n", ls)
-            line = text[ls:le if le >= 0 else len(text)]
-            if not P.READING_ANCHOR.search(line):
+        for ls in reading_line_starts(window):
+            le = find(b"\n", ls)
+            line = window[ls:le if le >= 0 else len(window)].decode("utf-8", errors="replace")
+            if not P.has_reading_anchor(line):
                 continue
             r = P.parse_reading(line)
-            if r is None or P.classify_line(line) is not None:
+            if r is None or (ls in events and P.classify_line(line) is not None):
                 continue  # an OOM message is not a reading
-            base += text.count("\n", pos, ls)
+            base += window.count(b"\n", pos, ls)
             pos = ls
             label, value, step = r
             if self.source:

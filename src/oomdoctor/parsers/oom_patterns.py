@@ -59,7 +59,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
-    ("exit_137", r"(?i:\bexit\w*(?:\s+\w+){0,3}?\s+(?:code|status)|exitcode|exit_code|return ?code|returncode)[\"':= ]{0,8}137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
+    # "exit"/"return" in the casings programs print (not "eXiT"): the pre-filter looks for these words,
+    # which are rare in training logs, rather than for "137" (on ~1% of the lines of any numeric log).
+    ("exit_137", r"(?:\b(?:exit|Exit|EXIT)\w*(?:\s+\w+){0,3}?\s+(?i:code|status)|(?:exit|Exit|EXIT)_?(?i:code)|(?:return|Return|RETURN) ?(?i:code))[\"':= ]{0,8}137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"),
     ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory"),
     # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
@@ -99,7 +101,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "dataloader_killed": ("killed by signal: Killed",),
     "kernel_oom": ("of memory: Kill", "oom-kill"),
     "k8s_oomkilled": ("OOMKilled",),
-    "exit_137": ("137", "exit status -9", "Signals.SIGKILL", "Killed"),
+    "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed"),
     "ray_oom": ("OutOfMemoryError", "low on memory"),
     "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory"),
     "xid": ("NVRM: Xid",),
@@ -116,25 +118,40 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
 _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 
 # The pre-filter (bytes): any line that could hold one of the above. Every match of every pattern
-# contains one of these literals (tests/test_prefilter_recall.py generates lines from each pattern
-# and checks it); short shared pieces ("rror", "illed", "river") cover many patterns at once.
-# Exact case only: caseless matching costs Hyperscan ~30% more; patterns name their real casings.
+# contains one of these literals, or "OOM" (tests/test_prefilter_recall.py generates lines from each
+# pattern and checks it); short shared pieces ("rror", "illed", "river") cover many patterns at once.
+# Exact case only. Each literal is a piece of the fixed text its patterns require, cut so that the
+# pre-filter stays fast (parsers/oom_prefilter.py runs them through aho-corasick's SIMD "Teddy"):
+# - every literal has at least 4 bytes: Teddy fingerprints the first min(4, shortest) bytes of each,
+#   so one 3-byte literal makes all of them less selective; "OOM" (`\bOOM\b` has no 4-byte form) is
+#   looked for in a separate pass instead.
+# - where the fixed text is longer, the piece starts where its first 4 bytes are rare in training
+#   logs: "te memory", not "allocate memory" ("allo" starts the "allocated" of every memory line),
+#   "No executable batch size", not "batch size found" ("batc": every "processed batch" line).
+#   Literals fill Teddy's 16 buckets in list order, and a bucket accepts any mix of its members'
+#   nibbles, so the order matters too. Pieces and order come from simulating Teddy's candidate rate
+#   on training logs, checked on others (docs/explain-prefilter.md, bench/prefilter_literals.py).
+# - not "memory" alone (training logs print "GPU memory allocated: ..." every step), and no "137"
+#   (on ~1% of the lines of any numeric log): exit 137 is found through "exit"/"return" instead.
 # Environment hints (GPU names, kernel, sharing layers) are looked for in the first ENV_BYTES of
-# each log and around events only, which halves the pre-filter's cost on long logs.
+# each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
-    # not "memory" alone: training logs print "GPU memory allocated: ..." every step
-    b"f memory", b"f Memory", b"OF MEMORY", b"OF_MEMORY", b"shared memory", b"MemoryError", b"allocate memory",
-    b"enough memory", b"memory access", b"MemoryAlloc", b"available memory", b"Free memory", b"Requested amount",
-    b"rror", b"RROR", b"OOM", b"oom-kill", b"illed", b"SIGKILL", b"river", b"Xid",
-    b"_STATUS_", b"NVML_SUCCESS", b"Tried to allocate", b"KV cache", b"batch size found", b"</torch_",
-    b"No space left", b"status -9", b"bad_alloc", b"device-side", b"misaligned", b"launch failure",
-    b"illegal instruction", b"invalid", b"compatibility was attempted", b"unsatisfied condition",
-    b"CUDA-capable", b"vcuda", b"hijack", b"cuda-control",
+    b'f memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory', b'te memory',
+    b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
+    b'uMemoryAllocate failed r', b'rror', b'_STATUS_', b'exit status -9', b'ijack_call.c', b'VRM: Xid (',
+    b'river', b'EXIT', b'ecified launch failure', b'NVML_SUCCESS == r INTERN', b'ried to allocate ',
+    b'KV cache', b'No executable batch size', b'aligned address', b'ft on device', b'td::bad_alloc', b'Exit',
+    b'exit', b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR',
+    b'ibility was attempted', b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control',
+    b'-side assert', b'oom-kill', b'ETURN', b'eturn', b'</torch_',
 )
+SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
 
 ENV_PATTERNS: dict[str, re.Pattern[str]] = {
-    "gpu_name": re.compile(r"\b((?:NVIDIA |Tesla |GeForce |Quadro )?(?:RTX ?)?(?:A100|H100|H200|H800|A800|V100|A10G?|A30|A40|L40S?|L4|T4|P100|RTX 6000 Ada|RTX A6000|[234]0[5-9]0(?: Ti)?)(?:[- ](?:SXM[0-9]?|PCIE|PCIe|NVL))?(?:[- ]\d+ ?GB)?)\b"),
+    # Consumer cards only with "RTX" before the number, as nvidia-smi and torch name them ("NVIDIA GeForce
+    # RTX 4090"): a bare 4090 in a training log is a count, and would fake a GPU (and a "slice") for it.
+    "gpu_name": re.compile(r"\b((?:NVIDIA |Tesla |GeForce |Quadro )?(?:(?:RTX ?)?(?:A100|H100|H200|H800|A800|V100|A10G?|A30|A40|L40S?|L4|T4|P100|RTX 6000 Ada|RTX A6000)|RTX ?[234]0[5-9]0(?: Ti)?)(?:[- ](?:SXM[0-9]?|PCIE|PCIe|NVL))?(?:[- ]\d+ ?GB)?)\b"),
     "mig": re.compile(r"\bMIG \d+g\.\d+gb\b|\bnvidia\.com/mig-\d+g"),
     "kernel_release": re.compile(r"\b([3-6]\.\d{1,2}\.\d{1,3}-[0-9][\w.\-]*?(?:el\d|generic|amzn|azure|aws|gcp|default|x86_64)[\w.\-]*)"),
     "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
@@ -153,8 +170,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
 
 # As LINE_GATES, for ENV_PATTERNS; "growth" is case-insensitive, so its gate is tested on the lowered line.
 ENV_GATES: dict[str, tuple[str, ...]] = {
-    "gpu_name": ("A10", "A30", "A40", "A800", "H100", "H200", "H800", "V100", "L4", "T4", "P100", "RTX",
-                 "050", "060", "070", "080", "090"),
+    "gpu_name": ("A10", "A30", "A40", "A800", "H100", "H200", "H800", "V100", "L4", "T4", "P100", "RTX"),
     "mig": ("MIG ", "nvidia.com/mig-"),
     "kernel_release": tuple(f"el{d}" for d in range(10)) + ("generic", "amzn", "azure", "aws", "gcp", "default", "x86_64"),
     "driver_version": ("Driver Version",),
@@ -173,7 +189,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
     b"ccumulat", b"from ", b"From ",
 }))
-PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS
+PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
 _SIZE = re.compile(_N + r"\s?" + _U)
 
@@ -319,6 +335,14 @@ def classify_line(line: str) -> str | None:
 # Labels people print: torch.cuda.memory_allocated()/max_memory_allocated()/memory_reserved(),
 # "mem", "GPU mem", YOLO's "GPU_mem 3.52G", Lightning/transformers "memory". Value with a unit.
 READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv|\d/\d+ +[0-9.]+G ")
+_ANCHOR_WORDS = ("mem", "Mem", "MEM", "alloc", "Alloc", "reserv", "Reserv")
+_ANCHOR_ROW = re.compile(r"\d/\d+ +[0-9.]+G ")
+
+
+def has_reading_anchor(line: str) -> bool:
+    """READING_ANCHOR.search(line) is not None, without its digit branch being tried at every digit
+    of a line (~8 us a line on JSON logs, where most lines are digits)."""
+    return any(w in line for w in _ANCHOR_WORDS) or ("G " in line and _ANCHOR_ROW.search(line) is not None)
 # Every READING_ANCHOR match contains one of these (the scanner finds candidate lines with str.find).
 READING_LITERALS = ("em", "EM", "lloc", "eserv", "G ")
 READING = re.compile(
@@ -329,6 +353,7 @@ READING = re.compile(
 STEP = re.compile(r"(?i)\b(?:global_step|step|iter(?:ation)?|it|batch|epoch)\s*[:=#]?\s*\[?(\d+)")
 
 
+_NUMBER_UNIT = re.compile(r"(?i)[0-9,]\s?(?:GiB|MiB|GB|MB|G|M)\b")  # READING's `_N \s?(unit)\b`, alone
 # mmcv TextLoggerHook: "Epoch [1][3100/23454] ... memory: 6814, ..." (MiB of max_memory_allocated).
 MMCV = re.compile(r"\]\[(\d+)/\d+\].*?\bmemory: (\d+),")
 # YOLOv5 / Ultralytics progress rows: "  12/300  3.52G  0.0415 ..." (memory_reserved() / 1E9, "G").
@@ -337,12 +362,14 @@ YOLO = re.compile(r"^\s*(\d+)/\d+\s+([0-9.]+)G\s")
 
 def parse_reading(line: str) -> tuple[str, int, int | None] | None:
     """(label, bytes, step or None) from a line that prints a memory figure."""
-    m = MMCV.search(line)
+    m = MMCV.search(line) if "memory: " in line else None
     if m:
         return "mmcv_memory", int(m.group(2)) * 1024**2, int(m.group(1))
-    m = YOLO.search(line)
+    m = YOLO.search(line) if "G" in line and "/" in line else None
     if m:
         return "yolo_gpu_mem", int(float(m.group(2)) * 1e9), int(m.group(1))
+    if not _NUMBER_UNIT.search(line):  # what every READING match ends with: ~10x cheaper to rule out
+        return None
     m = READING.search(line)
     if not m:
         return None

@@ -1,0 +1,152 @@
+"""GIVEN explain's C pre-filter (ahocorasick-rs, or the bytes.find fallback) WHEN it reads any block
+THEN the lines it flags are exactly the lines that hold one of its literals, its literal sets keep
+the shape its speed depends on, and the cheap checks in front of the reading regexes are exact."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.parsers import oom_patterns as P
+from oomdoctor.parsers.oom_prefilter import ENGINES, _Prefilter, event_line_starts, reading_line_starts
+
+INSTALLED = [e for e in ENGINES if _Prefilter(e, literals=(b"xxxx",)).engine == e]
+
+# Pieces that make literals, their near misses (shared prefixes, other casings), newlines, CRLF and
+# bytes that are not UTF-8.
+_PIECES = st.sampled_from([
+    *P.EVENT_LITERALS, *P.SIDE_LITERALS, b"OO", b"OOMK", b"oom", b"rro", b"error", b"ERR", b"illegall",
+    b"memory", b"f memor", b"Exi", b"exited", b"return", b"\n", b"\r\n", b" ", b"137", b"\xff\xfe", b"\xe2\x94\x81",
+])
+_BLOCK = st.lists(st.one_of(_PIECES, st.binary(max_size=12)), max_size=60).map(b"".join)
+
+
+def _lines_with_literals(block: bytes, literals: tuple[bytes, ...]) -> set[int]:
+    out, pos = set(), 0
+    for line in block.split(b"\n"):
+        if any(lit in line for lit in literals):
+            out.add(pos)
+        pos += len(line) + 1
+    return out
+
+
+@pytest.mark.parametrize("engine", INSTALLED)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=_BLOCK, cut=st.integers(0, 40))
+def test_flagged_lines_are_exactly_the_lines_with_a_literal(engine, block, cut):
+    """Leftmost-longest non-overlapping matches still flag every such line (no literal holds a
+    newline), and nothing else: also inside a span that does not start at 0."""
+    pf = _Prefilter(engine, literals=P.EVENT_LITERALS)
+    lits = P.EVENT_LITERALS + P.SIDE_LITERALS
+    start = min(cut, len(block))
+    start = block.rfind(b"\n", 0, start) + 1  # spans start at a line start
+    ends = pf.ends(block, start, len(block))
+    assert ends == sorted(ends)
+    got = {block.rfind(b"\n", start, e - 1) + 1 if block.rfind(b"\n", start, e - 1) >= 0 else start for e in ends}
+    want = {start + ls for ls in _lines_with_literals(block[start:], lits)}
+    assert got == want
+
+
+def test_event_literals_keep_the_shape_teddy_needs():
+    """aho-corasick's SIMD Teddy searcher fingerprints the first min(4, shortest) bytes of each
+    literal and refuses more than 64 literals: one 3-byte literal would blunt all of them."""
+    assert all(len(x) >= 4 for x in P.EVENT_LITERALS), [x for x in P.EVENT_LITERALS if len(x) < 4]
+    assert len(P.EVENT_LITERALS) <= 64
+    assert all(len(x) < 4 for x in P.SIDE_LITERALS)
+    assert len(set(P.EVENT_LITERALS)) == len(P.EVENT_LITERALS)
+    assert not any(b"\n" in x or b"\r" in x for x in P.EVENT_LITERALS + P.SIDE_LITERALS + P.ENV_LITERALS)
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ValueError, match="unknown prefilter engine"):
+        _Prefilter("hyperscan")
+
+
+@settings(max_examples=200, deadline=None)
+@given(block=_BLOCK)
+def test_event_line_starts_are_the_classifiable_lines(block):
+    starts = event_line_starts(block)
+    pos = 0
+    for line in block.split(b"\n"):
+        text = line.decode("utf-8", errors="replace").rstrip("\r")
+        if P.classify_line(text) is not None:
+            assert pos in starts, text
+        pos += len(line) + 1
+
+
+_READING_TEXT = st.lists(st.sampled_from([
+    "mem", "Mem", "MEM", "mEm", "alloc", "Alloc", "ALLOC", "reserv", "Reserved", "memory_allocated", "G ", "g ",
+    "12/300 ", "3.52G ", " 1", "2", "0", ".", "/", " ", "GiB", "MB", "M", "step", "=", ":", ",", "\t", "é",
+]), max_size=25).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(line=_READING_TEXT)
+def test_reading_anchor_shortcut_is_the_regex(line):
+    assert P.has_reading_anchor(line) == (P.READING_ANCHOR.search(line) is not None)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_every_reading_has_a_number_and_unit(data):
+    """parse_reading rules a line out when _NUMBER_UNIT finds nothing: READING must need it."""
+    line = data.draw(st.from_regex(P.READING, alphabet=st.characters(min_codepoint=32, max_codepoint=126)))
+    if P.READING.search(line):
+        assert P._NUMBER_UNIT.search(line)
+
+
+@settings(max_examples=100, deadline=None)
+@given(block=_BLOCK)
+def test_reading_line_starts_cover_the_anchor(block):
+    starts = set(reading_line_starts(block))
+    pos = 0
+    for line in block.split(b"\n"):
+        if P.READING_ANCHOR.search(line.decode("utf-8", errors="replace")):
+            assert pos in starts
+        pos += len(line) + 1
+
+
+@pytest.mark.parametrize("line", [
+    "Exit Code:    137", "command terminated with exit code 137", "exitCode: 137", "EXIT_CODE=137",
+    "returncode=137", "Return code 137", "exited with status 137", "Process finished with exit code 137",
+])
+def test_exit_137_in_the_casings_programs_print(line):
+    assert P.classify_line(line) == "exit_137"
+    assert _Prefilter("find").ends(line.encode())
+
+
+@pytest.mark.parametrize("line", ["status 137", "batch 137 done", "tokens/s 11370", "code 137"])
+def test_a_137_without_exit_or_return_is_not_an_event(line):
+    assert P.classify_line(line) is None
+
+
+def test_a_bare_card_number_is_not_a_gpu():
+    """'tokens/s 4090' next to an OOM must not name an RTX 4090 (and fake a 24 GB 'slice')."""
+    from oomdoctor.analysis.explain import explain_text
+
+    log = ["step 10 tokens/s 4090 loss 0.3",
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.19 GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
+           "1.00 GiB is reserved by PyTorch but unallocated."]
+    assert P.ENV_PATTERNS["gpu_name"].search(log[0]) is None
+    assert P.ENV_PATTERNS["gpu_name"].search("GPU 0: NVIDIA GeForce RTX 4090").group(1) == "GeForce RTX 4090"
+    ex = explain_text(log)
+    assert not any("4090" in e for h in ex.hypotheses for e in h.evidence)
+
+
+def test_aligned_buffers():
+    import ctypes
+
+    from oomdoctor.collectors.logs import ALIGN, aligned_buffer
+
+    for size in (1, 4096, 1 << 20):
+        buf, base = aligned_buffer(size)
+        assert len(buf) - base >= size
+        assert (ctypes.addressof(ctypes.c_char.from_buffer(buf)) + base) % ALIGN == 0
+
+
+def test_engines_name_what_they_are():
+    assert re.fullmatch(r"ahocorasick|find", _Prefilter().engine)
