@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oomdoctor.analysis.explain_kinds import bundle_events, event_rules, fact_rules, leak_rules
 from oomdoctor.analysis.explain_rules import Board
-from oomdoctor.facts import FactSet
 from oomdoctor.parsers.oom_events import LogScan, LogScanner, OomEvent
 from oomdoctor.parsers.oom_kinds import GPU_KINDS, MARKERS
+
+if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
+    from oomdoctor.facts import FactSet
 
 # Markers of the environment are not failures; the failure of a GPU job is the GPU error when there
 # is one (process exits follow from it). Both sets come from the kind table in parsers/oom_kinds.

@@ -7,7 +7,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from oomdoctor.errors import InputError
@@ -71,6 +70,8 @@ def emit(content: str, args: argparse.Namespace) -> None:
     """Write a rendered report to -o PATH or stdout."""
     out = getattr(args, "output", None)
     if out and out != "-":
+        from pathlib import Path  # lazily: ~5 ms of every command's start-up
+
         path = Path(out)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
