@@ -92,7 +92,8 @@ def aligned_buffer(size: int) -> tuple[bytearray, int]:
     Why: copying from the page cache into a destination that is not cache-line aligned is 4-6x
     slower on the machines measured (0.43-0.59 s/GB against 0.09-0.12 s/GB on the CI box, every
     read of a 1 GB log), and a bytearray's data starts 16 bytes after a page boundary (malloc's
-    header). grep aligns its buffer too."""
+    header). grep aligns its buffer too. Anonymous memory maps (page-aligned, no zero fill) were
+    measured as well: 0.65 s against 0.54 s for explain on a 1 GB log, in the same run."""
     buf = bytearray(size + ALIGN)
     try:
         import ctypes
@@ -119,9 +120,13 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
         return
     if workers <= 1:
         offset = 0
-        for buf, start, end in iter_blocks(path, block_size):
-            yield buf, start, end, prepare(buf, start, end, offset)
-            offset += end - start
+        blocks = iter_blocks(path, block_size)
+        try:
+            for buf, start, end in blocks:
+                yield buf, start, end, prepare(buf, start, end, offset)
+                offset += end - start
+        finally:
+            blocks.close()  # the file closes now when the consumer stops early, not when collected
         return
     depth = workers + 1  # blocks being prepared while the consumer works on one
     check_readable(path)
