@@ -150,3 +150,34 @@ def test_aligned_buffers():
 
 def test_engines_name_what_they_are():
     assert re.fullmatch(r"ahocorasick|find", _Prefilter().engine)
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "prefilter_literals.py"
+    spec = importlib.util.spec_from_file_location("prefilter_literals", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_literal_stands_for_a_requirement_of_the_bench():
+    """bench/prefilter_literals.py documents where each literal comes from: keep the two in step."""
+    pytest.importorskip("numpy")
+    reqs = list(_bench().REQUIREMENTS.values())
+    assert len(reqs) == len(P.EVENT_LITERALS)
+    assert all(any(lit in r for lit in P.EVENT_LITERALS) for r in reqs), [r for r in reqs if not any(lit in r for lit in P.EVENT_LITERALS)]
+    assert all(any(lit in r for r in reqs) for lit in P.EVENT_LITERALS)
+
+
+def test_literals_leave_teddy_little_to_verify():
+    """The simulated Teddy model (no timing): on training logs of three shapes the event literals
+    leave almost no positions to verify; the set before this tuning left thousands a MiB."""
+    pytest.importorskip("numpy")
+    bench = _bench()
+    for style in ("train", "hf", "json"):
+        text = bench.sample(1 << 20, style, seed=3)
+        assert bench.simulate(list(P.EVENT_LITERALS), text)["positions"] < 100, style
+        assert bench.simulate(list(bench.BEFORE), text)["positions"] > 1000, style
