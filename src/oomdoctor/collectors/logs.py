@@ -5,8 +5,9 @@ than `MAX_LINE` keeps its first 64 KiB; the rest of it is skipped without being 
 Missing, unreadable or directory inputs raise InputError naming the path (exit 2, one line).
 
 With `prepare`, the C-heavy per-block work (a pure function, e.g. parsers.oom_prefilter.index_block)
-runs in a small thread pool on the next blocks while the consumer handles this one: reading,
-Hyperscan and numpy release the GIL, so two cores explain a 1 GB log in about half the time.
+runs in a small thread pool on the next blocks while the consumer handles this one: reading and
+the literal pass release the GIL (bench/explain_stream_profile.py: 1 thread 0.60 s, 4 threads
+0.27 s for a 1 GB log on the 16-CPU host).
 A regular file is cut into fixed windows that the threads read themselves (`pread`), each trimmed
 to the whole lines that start in it (`line_span`), so reading runs in parallel too and the consumer
 thread only scans; pipes and stdin go through one reader and a ring of buffers. Memory stays
@@ -29,7 +30,7 @@ from oomdoctor.errors import InputError
 
 MAX_LINE = 64 * 1024
 BLOCK = 8 << 20
-MAX_WORKERS = 8  # Hyperscan scales to ~8 threads on a 1 GB log; more only adds buffers (8 MiB each)
+MAX_WORKERS = 8  # the scan stops scaling at 4-8 threads (16-CPU host); more only adds buffers (8 MiB each)
 
 
 def check_readable(path: str) -> None:
