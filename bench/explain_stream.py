@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     size = parse_size(args.size)
     default = "/tmp/oomdoctor-bench-explain.log" if args.style == "train" else f"/tmp/oomdoctor-bench-explain-{args.style}.log"
     big = Path(args.path or default)
+    if args.path and not big.is_file():
+        raise SystemExit(f"{big}: no such file (--path names a log to time; without it one is generated)")
     small = Path(str(big) + ".small")
     if not args.path and (not big.exists() or abs(big.stat().st_size - size) > size // 50):
         generate(big, size, args.style)

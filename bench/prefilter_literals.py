@@ -37,8 +37,9 @@ from loggen import STYLES, sample  # noqa: E402
 from oomdoctor.parsers import oom_patterns as P  # noqa: E402
 
 # The fixed text each event literal stands for: the longest text that every match of the patterns it
-# serves contains (oom_patterns.LINE_PATTERNS). tests/test_prefilter_engine.py checks that every
-# literal of EVENT_LITERALS is a piece of exactly one of these.
+# serves contains (oom_patterns.LINE_PATTERNS). tests/test_prefilter_engine.py checks that there are
+# as many literals in EVENT_LITERALS as requirements here, and that each requirement has a literal
+# that is a piece of it.
 REQUIREMENTS: dict[str, bytes] = {
     "out of memory": b"f memory", "Out of Memory": b"f Memory", "OUT OF MEMORY": b"OUT OF MEMORY",
     "shared memory": b"shared memory", "allocate memory": b"allocate memory",

@@ -153,10 +153,13 @@ def test_prefilter_engines_agree_on_lines():
     def lines(pf):
         return {data.rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in pf.ends(data)}
 
+    from oomdoctor.parsers.oom_prefilter import engine_installed
+
     slow = _Prefilter("find")
     assert slow.engine == "find"
     for engine in ENGINES:
-        assert lines(_Prefilter(engine)) == lines(slow), engine
+        if engine_installed(engine):
+            assert lines(_Prefilter(engine)) == lines(slow), engine
     assert not any(data[ls:].startswith(b"batch 137") for ls in lines(slow))
 
 

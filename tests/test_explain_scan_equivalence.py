@@ -24,9 +24,9 @@ SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared"
 
 
 class _ReferenceScanner(LogScanner):
-    def _scan_readings(self, window: bytes) -> None:
+    def _scan_readings(self, window: bytes, line0: int) -> None:
         text = window.decode("utf-8", errors="replace")
-        base, pos, last = self._line, 0, -1
+        base, pos, last = line0, 0, -1
         for m in P.READING_ANCHOR.finditer(text):
             ls = text.rfind("\n", 0, m.start()) + 1
             if ls == last:

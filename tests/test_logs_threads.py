@@ -20,6 +20,8 @@ from oomdoctor.parsers import oom_prefilter as PF
 from oomdoctor.parsers.oom_events import LogScanner
 from oomdoctor.parsers.oom_prefilter import index_block
 
+INSTALLED = [e for e in PF.ENGINES if PF.engine_installed(e)]
+
 OOM = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -50,7 +52,7 @@ def _scan(path: str, workers: int, block: int):
             long_line = any(len(line) > MAX_LINE for line in f)
     # `bytes` counts what was scanned: with a line over MAX_LINE it depends on where blocks fall
     return ([(e.kind, e.line, e.text, e.count) for e in scan.events], scan.lines,
-            None if long_line else scan.bytes, scan.env)
+            None if long_line else scan.bytes, scan.env, scan.readings)
 
 
 def _ref_lines(data: bytes) -> list[bytes]:
@@ -131,7 +133,7 @@ def test_engines_agree(tmp_path, monkeypatch):
     p = tmp_path / "f.log"
     p.write_bytes(data)
     found = {}
-    for engine in PF.ENGINES:
+    for engine in INSTALLED:
         _with_engine(monkeypatch, engine)
         found[engine] = _collect(str(p), 1, 512)
     assert all(v == found["find"] for v in found.values())
@@ -227,7 +229,8 @@ def test_early_stop_closes_the_file_and_cancels(tmp_path, monkeypatch, workers):
 
     def os_spy(*a, **k):
         fd = real_os_open(*a, **k)
-        fds.append(fd)
+        if str(a[0]) == str(p):  # another thread may open files meanwhile, and reuse a closed fd
+            fds.append(fd)
         return fd
 
     monkeypatch.setattr("builtins.open", spy)
@@ -262,7 +265,7 @@ def test_every_engine_gives_the_same_scan(tmp_path, monkeypatch, lines, block):
     p = tmp_path / "f.log"
     p.write_bytes(b"".join(lines))
     scans = []
-    for engine in PF.ENGINES:
+    for engine in INSTALLED:
         with monkeypatch.context() as m:
             _with_engine(m, engine)
             scans.append(_scan(str(p), 1, block))
@@ -291,8 +294,11 @@ def test_empty_stdin_with_threads(monkeypatch):
 
 
 # -- lines longer than the buffer ring (a regression: queued spans were overwritten) ------------
+@pytest.mark.parametrize("ring", [True, False], ids=["ring", "windows"])
 @pytest.mark.parametrize("workers", [2, 3, 5])
-def test_a_line_longer_than_the_ring_does_not_overwrite_pending_spans(tmp_path, workers):
+def test_a_line_longer_than_the_ring_does_not_overwrite_pending_spans(tmp_path, monkeypatch, workers, ring):
+    if ring:  # without preadv (Windows) regular files go through the ring too
+        monkeypatch.delattr(os, "preadv")
     head = b"".join(b"step %d ok\n" % i for i in range(300)) + OOM  # several blocks, OOM at the end
     giant = b"x" * (200 * 1024) + b"\n"  # 50 reads of 4 KiB without a newline
     p = tmp_path / "log"
@@ -311,11 +317,14 @@ _RING_LINE = st.one_of(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(_RING_LINE, min_size=1, max_size=60), block=st.sampled_from([512, 1024, 4096]),
-       workers=st.integers(2, 5))
-def test_threads_and_ring_never_change_the_scan(tmp_path, lines, block, workers):
+       workers=st.integers(2, 5), ring=st.booleans())
+def test_threads_and_ring_never_change_the_scan(tmp_path, lines, block, workers, ring):
     p = tmp_path / "fuzz.log"
     p.write_bytes(b"".join(lines))
-    assert _scan(str(p), workers, block) == _scan(str(p), 1, block)
+    with pytest.MonkeyPatch.context() as m:
+        if ring:
+            m.delattr(os, "preadv")
+        assert _scan(str(p), workers, block) == _scan(str(p), 1, block)
 
 
 def test_a_named_pipe_gets_reader_threads(tmp_path, monkeypatch):
@@ -341,3 +350,55 @@ def test_a_named_pipe_gets_reader_threads(tmp_path, monkeypatch):
     events, lines, *_ = _scan(str(fifo), 3, 4096)
     writer.join()
     assert used == [3] and lines == 3001 and events[0][:2] == ("torch_oom", 3001)
+
+
+def test_readings_do_not_depend_on_the_reader(tmp_path, monkeypatch):
+    """Readings past the first 2 MiB are sampled at offsets of the log, not of the reader's spans:
+    one thread, several threads (pread windows) and a pipe's short reads sample the same lines, so
+    they give the same series (and the same verdict; a leak was once seen with 2 threads only)."""
+    rows = []
+    for i in range(330_000):  # ~24 MiB: three 8 MiB windows, a reading every 7 lines
+        rows.append(b"step %d gpu memory allocated: %d.%02d GiB\n" % (i, 10 + i // 20_000, i % 100) if i % 7 == 0
+                    else b"2026-11-22 03:04:05 INFO rank0 processed batch %d tokens/s 11370 loss=0.123\n" % i)
+    data = b"".join(rows) + OOM
+    p = tmp_path / "big.log"
+    p.write_bytes(data)
+    one = _scan(str(p), 1, 8 << 20)
+    assert len(data) > 3 * (8 << 20) - (1 << 20)
+    steps = [x for v in one[4].values() for x, _ in v]
+    head_lines = data[:2 << 20].count(b"\n")
+    assert any(x > head_lines + 50_000 for x in steps)  # sampled past the fully read head ...
+    assert max(steps) > data[:16 << 20].count(b"\n")  # ... into the third window
+    for workers in (2, 4):
+        assert _scan(str(p), workers, 8 << 20) == one
+    for sizes in ([65536], [1, 4093, 70_000, 3 << 20]):
+        class _In:
+            buffer = io.BufferedReader(_ShortReads(data, sizes), buffer_size=1 << 16)
+
+        monkeypatch.setattr(sys, "stdin", _In())
+        got = _scan("-", 3, 8 << 20)
+        assert got[:2] == one[:2] and got[3:] == one[3:]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edges=st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 3 * MAX_LINE)), min_size=1, max_size=6),
+       workers=st.integers(2, 4))
+def test_windows_wider_than_a_long_line(tmp_path, edges, workers):
+    """The production shape: blocks much larger than EXT (a window reaches MAX_LINE + 1 bytes into
+    the next block), with long lines starting just before, at and after block edges."""
+    block = 3 * (MAX_LINE + 1)
+    data = bytearray()
+    for k, (shift, length) in enumerate(edges):
+        target = (k + 1) * block + shift
+        while len(data) < target - 80:
+            data += b"step %d ok\n" % len(data)
+        data += b"z" * max(0, target - len(data)) + b"\n"
+        data += b"q" * length + b"\n" + OOM
+    p = tmp_path / "edges.log"
+    p.write_bytes(bytes(data))
+    one, many = _collect(str(p), 1, block), _collect(str(p), workers, block)
+    assert many[:2] == one[:2]
+    ref = _ref_lines(bytes(data))
+    assert one[1] == len(ref)
+    for no, text in many[0]:
+        assert ref[no - 1][:MAX_LINE] == text[:MAX_LINE]

@@ -11,9 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oomdoctor.parsers import oom_patterns as P
-from oomdoctor.parsers.oom_prefilter import ENGINES, _Prefilter, event_line_starts, reading_line_starts
+from oomdoctor.parsers.oom_prefilter import (
+    ENGINES,
+    _Prefilter,
+    engine_installed,
+    event_line_starts,
+    prefilter_engine,
+    reading_line_starts,
+)
 
-INSTALLED = [e for e in ENGINES if _Prefilter(e, literals=(b"xxxx",)).engine == e]
+INSTALLED = [e for e in ENGINES if engine_installed(e)]
 
 # Pieces that make literals, their near misses (shared prefixes, other casings), newlines, CRLF and
 # bytes that are not UTF-8.
@@ -148,8 +155,31 @@ def test_aligned_buffers():
         assert (ctypes.addressof(ctypes.c_char.from_buffer(buf)) + base) % ALIGN == 0
 
 
-def test_engines_name_what_they_are():
+def test_the_fast_engine_is_the_default_where_its_wheel_is_installed():
+    """A renamed constant or a broken wheel must not silently leave explain on `find` (~50x slower)."""
+    import importlib.util
+
     assert re.fullmatch(r"ahocorasick|find", _Prefilter().engine)
+    if importlib.util.find_spec("ahocorasick_rs") is not None:
+        assert engine_installed("ahocorasick")
+        assert prefilter_engine() == "ahocorasick"
+
+
+def test_asking_for_a_missing_engine_fails_loudly(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ahocorasick(name, *a, **k):
+        if name == "ahocorasick_rs":
+            raise ImportError("no wheel here")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ahocorasick)
+    assert _Prefilter().engine == "find"  # auto: the fallback
+    assert not engine_installed("ahocorasick")
+    with pytest.raises(ImportError):
+        _Prefilter("ahocorasick")
 
 
 def _bench():

@@ -34,8 +34,8 @@ MAX_EVENTS = 500
 MAX_READINGS = 4096
 MAX_SERIES = 16
 FULL_READING_BYTES = 2 << 20  # readings are parsed everywhere in the first 2 MiB ...
-SAMPLE_READING_BYTES = 16 << 10  # ... then in the first 16 KiB of later blocks:
-SAMPLE_EVERY_BYTES = 8 << 20  # one sample per 8 MiB up to DENSE_SAMPLING_BYTES, then one per 64 MiB
+SAMPLE_READING_BYTES = 16 << 10  # ... then in 16 KiB from the first line start at or after each
+SAMPLE_EVERY_BYTES = 8 << 20  # sample point: one per 8 MiB up to DENSE_SAMPLING_BYTES, then one per 64 MiB
 DENSE_SAMPLING_BYTES = 64 << 20
 LOOKBACK = 6 * 1024
 
@@ -92,7 +92,8 @@ class LogScanner:
         self._skip_to = 0
         self._start = self._end = 0
         self._src_bytes = 0
-        self._next_sample = 0
+        self._next_sample = FULL_READING_BYTES  # offsets in the log, not in spans: see _sample_readings
+        self._sample_end = 0
         self.source = ""
 
     # -- input ----------------------------------------------------------------------------------
@@ -102,7 +103,8 @@ class LogScanner:
             ev, _ = self._pending
             self._pending = None
             self._finish_event(ev)
-        self.source, self._line, self._tail, self._src_bytes, self._next_sample = name, 0, b"", 0, 0
+        self.source, self._line, self._tail, self._src_bytes = name, 0, b"", 0
+        self._next_sample, self._sample_end = FULL_READING_BYTES, 0
 
     def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
         """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
@@ -231,21 +233,42 @@ class LogScanner:
 
     # -- readings -------------------------------------------------------------------------------
     def _sample_readings(self, block: bytes, start: int, end: int) -> None:
-        if self._src_bytes < FULL_READING_BYTES:
-            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - self._src_bytes)])
-        elif self._src_bytes >= self._next_sample:
-            self._scan_readings(block[start:min(end, start + SAMPLE_READING_BYTES)])
-            step = SAMPLE_EVERY_BYTES if self._src_bytes < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
-            self._next_sample = self._src_bytes + step
+        """Readings everywhere in the log's first FULL_READING_BYTES, then in SAMPLE_READING_BYTES from
+        the first line start at or after each sample point. Points and windows are offsets in the
+        log, so the same lines are sampled whatever spans the reader hands over (its threads, a pipe's
+        short reads): the answer must not depend on --threads."""
+        src = self._src_bytes
+        if src < FULL_READING_BYTES:
+            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - src)], self._line)
+        stop, cur = src + (end - start), src  # this span's end, and how far sampling has looked, in the log
+        while True:
+            if self._sample_end > cur:  # a window that began earlier goes on from here (a line start)
+                lo = start + (cur - src)
+            elif self._next_sample < stop:  # a sample point in this span: from its next line start
+                lo = start + max(0, self._next_sample - src, cur - src)
+                if lo > start and block[lo - 1:lo] != b"\n":
+                    nl = block.find(b"\n", lo, end)
+                    lo = end if nl < 0 else nl + 1
+                self._sample_end = src + (lo - start) + SAMPLE_READING_BYTES
+                step = SAMPLE_EVERY_BYTES if self._next_sample < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
+                self._next_sample = max(self._next_sample + step, self._sample_end)
+            else:
+                return
+            hi = min(end, start + (self._sample_end - src))
+            if hi > lo:
+                self._scan_readings(block[lo:hi], self._line + _count_newlines(block, start, lo))
+            if hi >= end:
+                return
+            cur = src + (hi - start)
 
-    def _scan_readings(self, window: bytes) -> None:
+    def _scan_readings(self, window: bytes, line0: int) -> None:
         """Memory figures printed per step. Three stages: one C pass for literals that every
         READING_ANCHOR match contains, the anchor on those lines, then the full pattern. Running the
         anchor regex over the whole window cost ~0.1 s per log (its `\\d/` branch tries every digit).
         Lines are decoded one by one: a newline byte is never part of a UTF-8 sequence."""
         find = window.find
         events = event_line_starts(window)  # the only lines that can be OOM messages, not readings
-        base, pos = self._line, 0
+        base, pos = line0, 0  # lines of the log before `window`
         for ls in reading_line_starts(window):
             le = find(b"\n", ls)
             line = window[ls:le if le >= 0 else len(window)].decode("utf-8", errors="replace")
