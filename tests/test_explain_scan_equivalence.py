@@ -2,7 +2,8 @@
 THEN events, line numbers, numbers, readings, environment hints and line counts are identical.
 
 The reference below is the pre-optimisation `_scan_readings` (the anchor regex run over the whole
-decoded window); the fast one gates lines with `str.find` on READING_LITERALS first.
+decoded window, classify_line asked of every line); the fast one finds lines with READING_LITERALS in
+one C pass first and asks classify_line only of the pre-filter's lines.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared"
 
 
 class _ReferenceScanner(LogScanner):
-    def _scan_readings(self, window: bytes, line0: int) -> None:
-        text = window.decode("utf-8", errors="replace")
+    def _scan_readings(self, block: bytes, lo: int, hi: int, line0: int, index: object) -> None:
+        text = block[lo:hi].decode("utf-8", errors="replace")
         base, pos, last = line0, 0, -1
         for m in P.READING_ANCHOR.finditer(text):
             ls = text.rfind("\n", 0, m.start()) + 1

@@ -15,7 +15,7 @@ from oomdoctor.parsers.oom_prefilter import (
     ENGINES,
     _Prefilter,
     engine_installed,
-    event_line_starts,
+    index_block,
     prefilter_engine,
     reading_line_starts,
 )
@@ -73,9 +73,11 @@ def test_an_unknown_engine_is_refused():
 
 
 @settings(max_examples=200, deadline=None)
-@given(block=_BLOCK)
-def test_event_line_starts_are_the_classifiable_lines(block):
-    starts = event_line_starts(block)
+@given(block=_BLOCK, head=st.booleans())
+def test_index_lines_hold_every_classifiable_line(block, head):
+    """The reading sampler asks classify_line only of these lines, so that no OOM message counts as
+    a memory reading: in the head of a log (with environment literals) and after it."""
+    starts = {ls for ls, _ in index_block(block, 0, len(block), 0 if head else P.ENV_BYTES).lines}
     pos = 0
     for line in block.split(b"\n"):
         text = line.decode("utf-8", errors="replace").rstrip("\r")

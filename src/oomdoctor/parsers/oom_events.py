@@ -22,7 +22,6 @@ from oomdoctor.parsers.oom_prefilter import (  # noqa: F401 - re-exported for be
     _count_newlines,
     _Prefilter,
     _prefilter,
-    event_line_starts,
     index_block,
     prefilter_engine,
     reading_line_starts,
@@ -121,7 +120,7 @@ class LogScanner:
         if self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
-            self._sample_readings(block, start, end)
+            self._sample_readings(block, start, end, index)
         for ls, before in index.lines:
             if ls < self._skip_to:
                 continue
@@ -232,14 +231,18 @@ class LogScanner:
             self._dropped += 1
 
     # -- readings -------------------------------------------------------------------------------
-    def _sample_readings(self, block: bytes, start: int, end: int) -> None:
+    def _sample_readings(self, block: bytes, start: int, end: int, index: BlockIndex) -> None:
         """Readings everywhere in the log's first FULL_READING_BYTES, then in SAMPLE_READING_BYTES from
         the first line start at or after each sample point. Points and windows are offsets in the
         log, so the same lines are sampled whatever spans the reader hands over (its threads, a pipe's
-        short reads): the answer must not depend on --threads."""
+        short reads): the answer must not depend on --threads.
+
+        `index` already holds every line that can be an OOM message (the pre-filter's lines); only
+        those are asked whether they are one, so that no OOM message counts as a reading."""
         src = self._src_bytes
         if src < FULL_READING_BYTES:
-            self._scan_readings(block[start:min(end, start + FULL_READING_BYTES - src)], self._line)
+            hi = min(end, start + FULL_READING_BYTES - src)
+            self._scan_readings(block, start, hi, self._line, index)
         stop, cur = src + (end - start), src  # this span's end, and how far sampling has looked, in the log
         while True:
             if self._sample_end > cur:  # a window that began earlier goes on from here (a line start)
@@ -256,18 +259,20 @@ class LogScanner:
                 return
             hi = min(end, start + (self._sample_end - src))
             if hi > lo:
-                self._scan_readings(block[lo:hi], self._line + _count_newlines(block, start, lo))
+                self._scan_readings(block, lo, hi, self._line + _count_newlines(block, start, lo), index)
             if hi >= end:
                 return
             cur = src + (hi - start)
 
-    def _scan_readings(self, window: bytes, line0: int) -> None:
-        """Memory figures printed per step. Three stages: one C pass for literals that every
-        READING_ANCHOR match contains, the anchor on those lines, then the full pattern. Running the
-        anchor regex over the whole window cost ~0.1 s per log (its `\\d/` branch tries every digit).
-        Lines are decoded one by one: a newline byte is never part of a UTF-8 sequence."""
+    def _scan_readings(self, block: bytes, lo: int, hi: int, line0: int, index: BlockIndex) -> None:
+        """Memory figures printed per step in block[lo:hi], whose first line is line `line0 + 1` of
+        the log. Three stages: one C pass for literals that every READING_ANCHOR match contains, the
+        anchor on those lines, then the full pattern. Running the anchor regex over the whole window
+        cost ~0.1 s per log (its `\\d/` branch tries every digit). Lines are decoded one by one: a
+        newline byte is never part of a UTF-8 sequence."""
+        window = block[lo:hi]
         find = window.find
-        events = event_line_starts(window)  # the only lines that can be OOM messages, not readings
+        candidates = {ls - lo for ls, _ in index.lines if lo <= ls < hi}  # lines that may be OOM messages
         base, pos = line0, 0  # lines of the log before `window`
         for ls in reading_line_starts(window):
             le = find(b"\n", ls)
@@ -275,7 +280,7 @@ class LogScanner:
             if not P.has_reading_anchor(line):
                 continue
             r = P.parse_reading(line)
-            if r is None or (ls in events and P.classify_line(line) is not None):
+            if r is None or (ls in candidates and P.classify_line(line) is not None):
                 continue  # an OOM message is not a reading
             base += window.count(b"\n", pos, ls)
             pos = ls

@@ -343,7 +343,7 @@ def has_reading_anchor(line: str) -> bool:
     """READING_ANCHOR.search(line) is not None, without its digit branch being tried at every digit
     of a line (~8 us a line on JSON logs, where most lines are digits)."""
     return any(w in line for w in _ANCHOR_WORDS) or ("G " in line and _ANCHOR_ROW.search(line) is not None)
-# Every READING_ANCHOR match contains one of these (the scanner finds candidate lines with str.find).
+# Every READING_ANCHOR match contains one of these (oom_prefilter.reading_line_starts finds them in one pass).
 READING_LITERALS = ("em", "EM", "lloc", "eserv", "G ")
 READING = re.compile(
     r"(?i)\b(max_memory_allocated|memory_allocated|max_memory_reserved|memory_reserved|gpu[_ ]?mem(?:ory)?|"

@@ -77,20 +77,6 @@ class _Prefilter:
         return out
 
 
-def _line_starts(block: Any, ends: list[int]) -> set[int]:
-    rfind = block.rfind
-    return {rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in ends}
-
-
-def event_line_starts(window: bytes) -> set[int]:
-    """Starts of the lines of `window` that hold an event literal: every line that
-    oom_patterns.classify_line names is one of them (tests/test_prefilter_recall.py).
-
-    The reading sampler parses memory figures from every line of a log's first MiB and must not take
-    an OOM message for one; asking classify_line (~20 us) only of these lines saves ~0.05 s a log."""
-    return _line_starts(window, _prefilter(False).ends(window))
-
-
 _READINGS: list[_Prefilter] = []
 
 
@@ -101,7 +87,8 @@ def reading_line_starts(window: bytes) -> list[int]:
         with _PF_LOCK:
             if not _READINGS:
                 _READINGS.append(_Prefilter(literals=tuple(x.encode() for x in P.READING_LITERALS), side=()))
-    return sorted(_line_starts(window, _READINGS[0].ends(window)))
+    rfind = window.rfind
+    return sorted({rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in _READINGS[0].ends(window)})
 
 
 def engine_installed(engine: str) -> bool:
