@@ -73,6 +73,40 @@ def test_bad_input_exit_2_one_line(tmp_path, capsys, kind):
     assert path in err and "\n" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("where", ["access", "open-1-thread", "open-threads"])
+def test_unreadable_even_as_root_is_exit_2_one_line(tmp_path, capsys, monkeypatch, where):
+    """The case above cannot run as root (CI is root), and root can still be refused: an NFS export
+    with root_squash says EACCES at open() while access() said yes. Each path that opens the log is
+    made to refuse it."""
+    import builtins
+
+    from oomdoctor.collectors import logs
+
+    path = _write(tmp_path, "secret.log", b"step 1 loss 0.5\n" * 700_000)  # ~11 MB: two blocks
+    denied = PermissionError(13, "Permission denied")
+    if where == "access":
+        monkeypatch.setattr(logs.os, "access", lambda p, mode: p != path and os.access(p, mode))
+    elif where == "open-1-thread":
+        real_open = builtins.open
+        monkeypatch.setattr(logs, "open", lambda p, *a, **k: (_ for _ in ()).throw(denied) if p == path
+                            else real_open(p, *a, **k), raising=False)
+    else:
+        real_os_open = os.open
+
+        def os_open(p, *a, **k):
+            if p == path:
+                raise denied
+            return real_os_open(p, *a, **k)
+
+        monkeypatch.setattr(logs.os, "open", os_open)
+    threads = "2" if where == "open-threads" else "1"
+    assert main(["explain", "--threads", threads, path]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert path in err and "ermission denied" in err and "\n" not in err and "Traceback" not in err
+    assert captured.out == ""
+
+
 def test_missing_file_fails_before_any_output(tmp_path, capsys):
     good = _write(tmp_path, "a.log", OOM.encode())
     assert main(["explain", good, str(tmp_path / "missing.log")]) == 2
