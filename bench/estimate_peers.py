@@ -25,7 +25,7 @@ K = {"adam": 16, "adamw": 16, "sgd-momentum": 12, "sgd": 8}
 def _param_bytes(stem: str):
     import torch
 
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.workload.load import load_workload
 
     with torch.device("meta"):
         spec = load_workload(ROOT / "validation" / "workloads" / f"{stem}.py").spec(1)

@@ -21,8 +21,8 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
-    from oomdoctor.runtime.estimator import estimate
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.estimate.estimator import estimate
+    from oomdoctor.workload.load import load_workload
 
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"{'workload':28s} {'batch':>5s} {'estimate s':>11s} {'accelerate s':>13s} {'ratio':>7s}")

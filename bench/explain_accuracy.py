@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from oomdoctor.analysis.explain import explain_text
+from oomdoctor.explain.rank import explain_text
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
 

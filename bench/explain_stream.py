@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loggen import STYLES, generate  # noqa: E402
 
-from oomdoctor.collectors.logs import usable_cpus  # noqa: E402
-from oomdoctor.parsers.oom_prefilter import COUNTER, prefilter_engine  # noqa: E402
+from oomdoctor.explain.prefilter import COUNTER, prefilter_engine  # noqa: E402
+from oomdoctor.explain.read import usable_cpus  # noqa: E402
 from oomdoctor.units import parse_size  # noqa: E402
 
 
@@ -49,9 +49,11 @@ def peak_rss(cmd: list[str]) -> int:
 
 def scan_seconds(path: Path, engine: str, workers: int | None = None) -> float:
     """Collector + parser + classifier in this process, with the chosen pre-filter engine and reader threads."""
-    from oomdoctor.analysis.explain import explain_scan
-    from oomdoctor.collectors.logs import iter_prepared
-    from oomdoctor.parsers import oom_events, oom_patterns, oom_prefilter
+    from oomdoctor.explain import events as oom_events
+    from oomdoctor.explain import patterns as oom_patterns
+    from oomdoctor.explain import prefilter as oom_prefilter
+    from oomdoctor.explain.rank import explain_scan
+    from oomdoctor.explain.read import iter_prepared
 
     saved = dict(oom_prefilter._PREFILTERS)
     oom_prefilter._PREFILTERS.clear()

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
-from oomdoctor.collectors.logs import iter_blocks, iter_prepared, usable_cpus
-from oomdoctor.parsers import oom_patterns as P
-from oomdoctor.parsers import oom_prefilter as PF
-from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.explain import patterns as P
+from oomdoctor.explain import prefilter as PF
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.read import iter_blocks, iter_prepared, usable_cpus
 
 
 def _best(fn, repeat: int) -> float:

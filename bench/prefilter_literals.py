@@ -1,6 +1,6 @@
 """Why explain's pre-filter literals look the way they do: simulate, time and re-derive them.
 
-explain's pre-filter (parsers/oom_prefilter.py) runs oom_patterns.EVENT_LITERALS through
+explain's pre-filter (explain/prefilter.py) runs oom_patterns.EVENT_LITERALS through
 ahocorasick-rs, whose packed SIMD "Teddy" searcher is fast only when few positions of the log look
 like the start of a literal. Teddy (aho-corasick 1.x, src/packed/teddy) fingerprints the first
 mask = min(4, shortest literal) bytes of each literal; literals go into 8 buckets (<= 32 literals) or
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loggen import STYLES, sample  # noqa: E402
 
-from oomdoctor.parsers import oom_patterns as P  # noqa: E402
+from oomdoctor.explain import patterns as P  # noqa: E402
 
 # The fixed text each event literal stands for: the longest text that every match of the patterns it
 # serves contains (oom_patterns.LINE_PATTERNS). tests/test_prefilter_engine.py checks that there are

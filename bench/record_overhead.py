@@ -20,8 +20,8 @@ import time
 import torch
 
 import oomdoctor
-from oomdoctor.runtime import record
-from oomdoctor.runtime.record.recorder import SUGGESTED_HISTORY
+from oomdoctor.injob import record
+from oomdoctor.injob.record.recorder import SUGGESTED_HISTORY
 
 
 def resnet50():

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.explain.facts import records_from_lines
 from oomdoctor.facts import Fact, FactSet, Unavailable
-from oomdoctor.parsers.oom_facts import records_from_lines
 
 MiB, GiB = 1024**2, 1024**3
 UNAVAILABLE = object()

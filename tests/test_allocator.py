@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.analysis.alloc_conf import AllocConf, parse_alloc_conf
-from oomdoctor.analysis.allocator import (
+from oomdoctor.errors import UsageError
+from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
+from oomdoctor.estimate.allocator import (
     AllocatorOOM,
     CachingAllocatorModel,
     allocation_size,
     replay,
     round_size,
 )
-from oomdoctor.errors import UsageError
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.analysis.batch_search import LinearFit, ProbeResult, search, summarize
+from oomdoctor.trials.search import LinearFit, ProbeResult, search, summarize
 
 GiB, MiB = 1024**3, 1024**2
 LIMIT = 12 * GiB
@@ -174,7 +174,7 @@ def test_secant_answers_keep_one_segment_of_room_h100_trials():
     """GIVEN the H100 trials of the max-batch re-run (docs/validation/max-batch.md) WHEN the answer lies
     between a batch under the budget and one over it THEN it keeps a 20 MiB segment of room: ResNet-50
     gets 178 (the measured truth), not 179 (over the budget on the GPU)."""
-    from oomdoctor.analysis.batch_search import RESOLUTION_BYTES, LinearFit
+    from oomdoctor.trials.search import RESOLUTION_BYTES, LinearFit
 
     budget = 10200547328
     cases = [((107, 6241124352), (180, 10250878976), 178), ((40, 6088032256), (78, 10259267584), 77)]

@@ -1,4 +1,4 @@
-"""Renderers: JSON exactly per CONTRACTS section 4, text readable without a TTY, HTML self-contained."""
+"""Renderers: JSON exactly per docs/contracts.md §4, text readable without a TTY, HTML self-contained."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from oomdoctor.analysis.alloc_conf import AllocConf  # noqa: E402
-from oomdoctor.analysis.allocator import replay, round_size  # noqa: E402
-from oomdoctor.runtime.estimator import estimate  # noqa: E402
-from oomdoctor.runtime.trace import trace_spec  # noqa: E402
-from oomdoctor.runtime.workload import WorkloadSpec  # noqa: E402
+from oomdoctor.estimate.alloc_conf import AllocConf  # noqa: E402
+from oomdoctor.estimate.allocator import replay, round_size  # noqa: E402
+from oomdoctor.estimate.estimator import estimate  # noqa: E402
+from oomdoctor.estimate.trace import trace_spec  # noqa: E402
+from oomdoctor.workload.load import WorkloadSpec  # noqa: E402
 
 R = AllocConf()
 

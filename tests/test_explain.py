@@ -8,17 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.analysis.explain import explain_text
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.patterns import extract
+from oomdoctor.explain.rank import explain_text
 from oomdoctor.facts import Fact, FactSet
-from oomdoctor.parsers.oom_events import LogScanner
-from oomdoctor.parsers.oom_patterns import extract
 from oomdoctor.units import torch_size_to_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-# CI checks the repository out with ../shared beside it; worktrees sit one level deeper.
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()), ROOT / "shared")
-FIXTURES = SHARED / "fixtures" / "real-oom"
-SEED = FIXTURES.parent.parent / "seeds" / "000_12513d42392d08f5.txt"
+FIXTURES = ROOT / "tests" / "fixtures" / "real-oom"  # captured on an H200 (INDEX.json says how)
+SEED = ROOT / "tests" / "fixtures" / "seeds" / "000_12513d42392d08f5.txt"  # the A100 Kubernetes case study
 GiB = 1024**3
 
 
@@ -27,13 +25,10 @@ def _explain(text: str, facts: FactSet | None = None):
 
 
 def _fixture(name: str) -> str:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"shared fixture {name} not present")
-    return path.read_text()
+    return (FIXTURES / name).read_text()
 
 
-# --- the fixtures captured on an H200 (shared/fixtures/real-oom/INDEX.json) -------------------------
+# --- the fixtures captured on an H200 (tests/fixtures/real-oom/INDEX.json) -------------------------
 
 @pytest.mark.parametrize("name,expected", [
     ("huge_single.txt", "true_capacity"),       # 3725 GiB asked of a 139.8 GiB GPU
@@ -98,8 +93,6 @@ def test_issue_example_fragmentation():
 
 
 def _seed_traceback() -> str:
-    if not SEED.exists():
-        pytest.skip("seed case not present")
     lines = SEED.read_text().splitlines()
     end = next(i for i, line in enumerate(lines) if line.startswith("RuntimeError: CUDA error: out of memory"))
     return "\n".join(lines[3:end + 1])
@@ -125,8 +118,6 @@ def test_seed_with_bundle_sharing_layer_and_probe_failures():
 
 
 def test_whole_seed_file_reads_environment_hints():
-    if not SEED.exists():
-        pytest.skip("seed case not present")
     ex = _explain(SEED.read_text())
     assert ex.hypotheses[0].category == "context_or_driver"
     assert ex.scan.env["kernel_release"] == ["3.10.0-1062.9.1.el7.x86_64"]

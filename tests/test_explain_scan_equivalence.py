@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from oomdoctor.collectors.logs import iter_blocks
-from oomdoctor.parsers import oom_patterns as P
-from oomdoctor.parsers.oom_events import LogScanner
+from oomdoctor.explain import patterns as P
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.read import iter_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()), ROOT / "shared")
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 class _ReferenceScanner(LogScanner):
@@ -69,9 +69,8 @@ def _same(data: bytes) -> None:
 def _corpus_texts() -> list[bytes]:
     yaml = YAML(typ="safe")
     out = [yaml.load(p.read_text())["text"].encode() for p in sorted((ROOT / "tests" / "corpus").glob("*.yaml"))]
-    fx = SHARED / "fixtures" / "real-oom"
-    out += [p.read_bytes() for p in sorted(fx.glob("*.txt"))] if fx.is_dir() else []
-    out += [p.read_bytes() for p in sorted((SHARED / "seeds").glob("*.txt"))] if (SHARED / "seeds").is_dir() else []
+    out += [p.read_bytes() for p in sorted((FIXTURES / "real-oom").glob("*.txt"))]
+    out += [p.read_bytes() for p in sorted((FIXTURES / "seeds").glob("*.txt"))]
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from oomdoctor import fit  # noqa: E402
-from oomdoctor.runtime.oom import is_oom  # noqa: E402
+from oomdoctor.workload.oom_exceptions import is_oom  # noqa: E402
 
 N_STEPS, BATCH = 8, 32
 
@@ -118,15 +118,15 @@ def test_floor_reached_raises_with_the_oom_and_no_loop():
 def test_floor_diagnosis_comes_from_explain_when_installed(monkeypatch):
     import types
 
-    from oomdoctor.runtime import fit as fit_mod
+    from oomdoctor.injob import fit as fit_mod
 
-    mod = types.ModuleType("oomdoctor.analysis.explain")
+    mod = types.ModuleType("oomdoctor.explain.rank")
 
     class H:
         category, confidence, evidence, fixes = "true_capacity", 0.9, ["asked 2.00 GiB"], ["smaller batch"]
 
     mod.explain_text = lambda lines, facts: types.SimpleNamespace(hypotheses=[H()], lines=list(lines))
-    monkeypatch.setitem(sys.modules, "oomdoctor.analysis.explain", mod)
+    monkeypatch.setitem(sys.modules, "oomdoctor.explain.rank", mod)
     model, opt, data = make()
     with pytest.raises(fit_mod.FitOutOfMemoryError) as exc:
         fit_mod.AutoMicroBatch(opt, min_micro_batch=32).step(FakeOOM(model, 2), data[0])
@@ -212,7 +212,7 @@ def test_bad_batches_and_options():
 
 
 def test_floor_diagnosis_from_the_real_explain():
-    pytest.importorskip("oomdoctor.analysis.explain")
+    pytest.importorskip("oomdoctor.explain.rank")
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -1,4 +1,4 @@
-"""GIVEN the shared vocabulary WHEN used THEN it matches CONTRACTS.md exactly."""
+"""GIVEN the shared vocabulary WHEN used THEN it matches docs/contracts.md exactly."""
 
 from __future__ import annotations
 

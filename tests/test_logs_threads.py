@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.collectors.logs import MAX_LINE, iter_prepared
-from oomdoctor.parsers import oom_prefilter as PF
-from oomdoctor.parsers.oom_events import LogScanner
-from oomdoctor.parsers.oom_prefilter import index_block
+from oomdoctor.explain import prefilter as PF
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.prefilter import index_block
+from oomdoctor.explain.read import MAX_LINE, iter_prepared
 
 INSTALLED = [e for e in PF.ENGINES if PF.engine_installed(e)]
 
@@ -120,7 +120,7 @@ def test_newline_counters_agree_in_threads(tmp_path, monkeypatch):
 
 def _with_engine(monkeypatch, engine: str) -> None:
     """Every later scan uses `engine` for the pre-filter (head and tail literal sets alike)."""
-    from oomdoctor.parsers import oom_patterns as P
+    from oomdoctor.explain import patterns as P
 
     monkeypatch.setattr(PF, "_PREFILTERS", {True: PF._Prefilter(engine, P.PREFILTER_LITERALS),
                                             False: PF._Prefilter(engine, P.EVENT_LITERALS)})
@@ -332,7 +332,7 @@ def test_a_named_pipe_gets_reader_threads(tmp_path, monkeypatch):
     import os
     import threading
 
-    import oomdoctor.collectors.logs as logs
+    import oomdoctor.explain.read as logs
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

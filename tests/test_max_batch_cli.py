@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.analysis.batch_search import ProbeResult, search, summarize
 from oomdoctor.cli import main
 from oomdoctor.render import max_batch as render
+from oomdoctor.trials.search import ProbeResult, search, summarize
 
 MLP = """
 import torch
@@ -121,7 +121,7 @@ def test_png_when_matplotlib_is_installed(tmp_path):
 
 @pytest.mark.gpu
 def test_real_search_on_the_gpu(tmp_path):
-    from oomdoctor.runtime.max_batch import find_max_batch
+    from oomdoctor.trials.max_batch import find_max_batch
 
     w = Path(tmp_path / "w.py")
     w.write_text(MLP)
@@ -132,7 +132,7 @@ def test_real_search_on_the_gpu(tmp_path):
 def test_orchestrator_with_fake_trial_children(tmp_path, monkeypatch):
     """find_max_batch end to end without a GPU: the child processes' JSON is simulated (a flat start set
     by the optimizer step, as BERT-base on the H100), everything else is the real code path."""
-    from oomdoctor.runtime import max_batch as mb
+    from oomdoctor.trials import max_batch as mb
 
     GiB, MiB = 1024**3, 1024**2
     w = tmp_path / "w.py"
@@ -172,7 +172,7 @@ def test_phase_peaks_split_forward_backward_from_the_optimizer_step():
     the forward+backward peak, and the overall peaks must survive the resets."""
     from types import SimpleNamespace
 
-    from oomdoctor.runtime.trial import _PhasePeaks
+    from oomdoctor.trials.child import _PhasePeaks
 
     class FakeCuda:
         alloc_peak = reserved_peak = 0
@@ -205,8 +205,8 @@ def test_phase_peaks_split_forward_backward_from_the_optimizer_step():
 def test_orchestrator_starts_from_the_real_estimator(monkeypatch):
     """With the estimator installed, the first trial is the estimator's batch; the simulated GPU's slope
     is 50 % steeper than the estimator's line (as the token-MLP's was on the H100)."""
-    pytest.importorskip("oomdoctor.runtime.estimator")
-    from oomdoctor.runtime import max_batch as mb
+    pytest.importorskip("oomdoctor.estimate.estimator")
+    from oomdoctor.trials import max_batch as mb
 
     GiB = 1024**3
     path = str(Path(__file__).resolve().parents[1] / "validation" / "workloads" / "token_mlp.py")

@@ -1,6 +1,6 @@
 """doctor and explain recognise log lines with one mechanism: same events, same kinds, same numbers.
 
-Also: the kind table (parsers/oom_kinds.py) agrees with explain's rules, and doctor's log reading is
+Also: the kind table (explain/kinds.py) agrees with explain's rules, and doctor's log reading is
 streamed and bounded like explain's.
 """
 
@@ -10,25 +10,23 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import a100, make_facts
-from oomdoctor.analysis.explain_kinds import event_rules
-from oomdoctor.analysis.explain_rules import Board
 from oomdoctor.checks.registry import CHECKS
 from oomdoctor.cli import main
 from oomdoctor.collectors import workload as workload_collector
 from oomdoctor.collectors.machine import collect_bundle
-from oomdoctor.parsers import oom_patterns
-from oomdoctor.parsers.oom_events import LogScanner
-from oomdoctor.parsers.oom_facts import as_record, records_from_lines
-from oomdoctor.parsers.oom_kinds import KINDS, MARKERS, category_hint
+from oomdoctor.explain import patterns as oom_patterns
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.facts import as_record, records_from_lines
+from oomdoctor.explain.kinds import KINDS, MARKERS, category_hint
+from oomdoctor.explain.rules import Board
+from oomdoctor.explain.rules_by_kind import event_rules
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()), ROOT / "shared")
-REAL = SHARED / "fixtures" / "real-oom"
+REAL = ROOT / "tests" / "fixtures" / "real-oom"
 SEED = ROOT / "examples" / "seed-a100-k8s"
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -47,9 +45,8 @@ def _json(capsys, argv: list[str]) -> dict:
 
 
 def test_every_event_explain_reads_in_a_bundle_doctor_reports(tmp_path, capsys):
-    files = sorted(p for p in REAL.iterdir() if p.is_file()) if REAL.is_dir() else []
-    if not files:
-        pytest.skip("shared/fixtures/real-oom not present")
+    files = sorted(p for p in REAL.glob("*.txt"))
+    assert files
     bundle = _bundle_with_logs(tmp_path, files)
     explained = _json(capsys, ["explain", "--bundle", str(bundle), "--format", "json"])
     doctor = _json(capsys, ["doctor", "--bundle", str(bundle), "--format", "json"])

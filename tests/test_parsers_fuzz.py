@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oomdoctor.explain.facts import records_from_lines
 from oomdoctor.parsers import cgroup as cg
 from oomdoctor.parsers.k8s_manifest import ManifestError, containers_from, load_documents, terminations_from
 from oomdoctor.parsers.kernlog import parse_nvrm_errors, parse_oom_kills, parse_xid_events, relevant_lines
 from oomdoctor.parsers.nvidia_version import driver_branch, parse_driver_version_file
-from oomdoctor.parsers.oom_facts import records_from_lines
 from oomdoctor.parsers.procfs import (
     cgroup_version,
     parse_cpu_list,

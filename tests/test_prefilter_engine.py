@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.parsers import oom_patterns as P
-from oomdoctor.parsers.oom_prefilter import (
+from oomdoctor.explain import patterns as P
+from oomdoctor.explain.prefilter import (
     ENGINES,
     _Prefilter,
     engine_installed,
@@ -134,7 +134,7 @@ def test_a_137_without_exit_or_return_is_not_an_event(line):
 
 def test_a_bare_card_number_is_not_a_gpu():
     """'tokens/s 4090' next to an OOM must not name an RTX 4090 (and fake a 24 GB 'slice')."""
-    from oomdoctor.analysis.explain import explain_text
+    from oomdoctor.explain.rank import explain_text
 
     log = ["step 10 tokens/s 4090 loss 0.3",
            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
@@ -149,7 +149,7 @@ def test_a_bare_card_number_is_not_a_gpu():
 def test_aligned_buffers():
     import ctypes
 
-    from oomdoctor.collectors.logs import ALIGN, aligned_buffer
+    from oomdoctor.explain.read import ALIGN, aligned_buffer
 
     for size in (1, 4096, 1 << 20):
         buf, base = aligned_buffer(size)

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.parsers import oom_patterns as P
-from oomdoctor.parsers.oom_prefilter import ENGINES as ALL_ENGINES
-from oomdoctor.parsers.oom_prefilter import _Prefilter, engine_installed
+from oomdoctor.explain import patterns as P
+from oomdoctor.explain.prefilter import ENGINES as ALL_ENGINES
+from oomdoctor.explain.prefilter import _Prefilter, engine_installed
 
 INSTALLED = [e for e in ALL_ENGINES if engine_installed(e)]
 ENGINES = {e: _Prefilter(e, literals=P.EVENT_LITERALS) for e in INSTALLED}
@@ -71,7 +71,7 @@ def test_gates_name_every_pattern() -> None:
 
 def test_memory_reading_lines_are_cheap_to_reject() -> None:
     """A log that prints GPU memory every step is all pre-filter candidates: none is an event."""
-    from oomdoctor.parsers.oom_events import LogScanner
+    from oomdoctor.explain.events import LogScanner
 
     lines = [f"step {i} loss 0.{i % 97:02d} gpu memory allocated: {10 + i % 7 * 0.1:.2f} GiB\n" for i in range(2000)]
     scanner = LogScanner()

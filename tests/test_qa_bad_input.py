@@ -1,4 +1,4 @@
-"""QA pass: bad input gets one line on stderr naming the input and exit 2 (CONTRACTS §3), never exit 3."""
+"""QA pass: bad input gets one line on stderr naming the input and exit 2 (docs/contracts.md §3), never exit 3."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_bundle_fifo_and_dangling_link_are_named_correctly(tmp_path, capsys):
 
 
 def test_workload_calling_sys_exit_on_import_is_an_input_error(tmp_path):
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.workload.load import load_workload
 
     script = tmp_path / "train.py"
     script.write_text("import sys\nsys.exit(5)\n")
@@ -110,7 +110,7 @@ def test_workload_calling_sys_exit_on_import_is_an_input_error(tmp_path):
 
 
 def test_workload_build_calling_sys_exit_is_an_input_error(tmp_path):
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.workload.load import load_workload
 
     wl = tmp_path / "wl.py"
     wl.write_text("import sys\ndef build(batch_size):\n    sys.exit('no GPU')\n")

@@ -1,4 +1,4 @@
-"""QA pass: every command's JSON carries the CONTRACTS §4 keys; every HTML page is self-contained."""
+"""QA pass: every command's JSON carries the docs/contracts.md §4 keys; every HTML page is self-contained."""
 
 from __future__ import annotations
 
@@ -102,3 +102,16 @@ def test_html_is_one_self_contained_page(tmp_path, capsys, cmd):
     assert page.lstrip().lower().startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     assert not _EXTERNAL.search(page)
     assert not re.search(r"@import|@font-face|url\(\s*[\"']?(?:https?:)?//", page, re.I)
+    strict_html5_parse(page)
+
+
+def strict_html5_parse(page: str) -> None:
+    """What a browser would repair silently is an error here: html5lib's strict parser (the WHATWG
+    algorithm) raises on the first parse error, and every inline <svg> must be well-formed XML."""
+    import xml.etree.ElementTree as ET
+
+    import html5lib
+
+    html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(page)
+    for svg in re.findall(r"<svg\b.*?</svg>", page, re.S):
+        ET.fromstring(svg.replace("&nbsp;", "&#160;"))

@@ -91,7 +91,7 @@ def test_every_subprocess_call_in_src_has_a_timeout():
                 continue
             where = f"{path.relative_to(ROOT)}:{node.lineno}"
             found.append(where)
-            if where.startswith("src/oomdoctor/runtime/record/launch.py"):
+            if where.startswith("src/oomdoctor/injob/record/launch.py"):
                 continue
             limited = any(k.arg == "timeout" for k in node.keywords) or (
                 node.func.attr == "Popen" and "communicate(timeout=" in source)
@@ -103,7 +103,7 @@ def test_every_subprocess_call_in_src_has_a_timeout():
 def test_watch_survives_recorder_internals_that_raise(tmp_path, monkeypatch):
     """Every probe and the writer raising: the user's block runs to the end and its own error is unchanged."""
     import oomdoctor
-    from oomdoctor.runtime.record import probes, recorder
+    from oomdoctor.injob.record import probes, recorder
 
     def boom(*a, **k):
         raise RuntimeError("recorder bug")
@@ -136,7 +136,7 @@ def test_watch_with_an_unwritable_run_dir_still_runs_the_block(tmp_path):
 
 
 def test_max_batch_trial_that_survives_kill_is_a_timeout_not_a_hang(monkeypatch):
-    from oomdoctor.runtime import max_batch
+    from oomdoctor.trials import max_batch
 
     monkeypatch.setattr(max_batch.subprocess, "Popen", _Unkillable)
     out = max_batch.run_child(["w.py", "--batch", "1"], timeout=0.1)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from oomdoctor.errors import InputError
-from oomdoctor.runtime.workload import load_workload
+from oomdoctor.workload.load import load_workload
 
 MLP = """
 import torch
@@ -28,7 +28,7 @@ def write(tmp_path, text, name="w.py"):
 
 def test_three_steps_change_the_weights_and_create_adam_state(tmp_path):
     torch = pytest.importorskip("torch")
-    from oomdoctor.runtime.step import StepRunner
+    from oomdoctor.workload.step import StepRunner
 
     spec = load_workload(write(tmp_path, MLP)).spec(4)
     before = [p.detach().clone() for p in spec.model.parameters()]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.knowledge.cudnn_splitk_h100 import SPLITK_H100
+from oomdoctor.estimate.cudnn_splitk_h100 import SPLITK_H100
+from oomdoctor.estimate.reduce_staging import ReduceDevice, reduce_staging_bytes
+from oomdoctor.estimate.workspaces import ConvCall, cudnn_conv_workspace, splitk_copies
 from oomdoctor.knowledge.gpus import get_gpu
-from oomdoctor.knowledge.reduce_staging import ReduceDevice, reduce_staging_bytes
-from oomdoctor.knowledge.workspaces import ConvCall, cudnn_conv_workspace, splitk_copies
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,8 +148,8 @@ torch = pytest.importorskip("torch")
 
 
 def _workspace_blocks(build, b):
-    from oomdoctor.runtime.trace import trace_spec
-    from oomdoctor.runtime.workload import WorkloadSpec
+    from oomdoctor.estimate.trace import trace_spec
+    from oomdoctor.workload.load import WorkloadSpec
 
     trace, _ = trace_spec(lambda: WorkloadSpec.from_dict(build(b)))
     ev = trace.events

@@ -22,7 +22,7 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--only", default="")
     a = ap.parse_args()
-    from oomdoctor.runtime.estimator import estimate
+    from oomdoctor.estimate.estimator import estimate
 
     rows = []
     for path in a.results:

@@ -20,7 +20,7 @@ def main() -> int:
     ap.add_argument("results", nargs="+")
     ap.add_argument("--out")
     a = ap.parse_args()
-    from oomdoctor.runtime.estimator import max_batch
+    from oomdoctor.estimate.estimator import max_batch
 
     rows = []
     for path in a.results:

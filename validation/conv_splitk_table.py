@@ -1,4 +1,4 @@
-"""Generate knowledge/cudnn_splitk_h100.py from the H100 sweep (validation/results/conv_workspace_sweep_h100.json).
+"""Generate estimate/cudnn_splitk_h100.py from the H100 sweep (validation/results/conv_workspace_sweep_h100.json).
 
 For every dense 3x3 stride-1 NCHW weight-gradient call of the sweep it records the split-K partials the
 engine took beyond the x + y + w transform, as a multiple of the fp32 weight gradient (S), keyed by
@@ -39,7 +39,7 @@ def main() -> int:
             lines.append("        " + " ".join(f"{k!r}: {v!r}," for k, v in items[i:i + 6]))
         lines.append("    },")
     lines.append("}")
-    out = ROOT / "src/oomdoctor/knowledge/cudnn_splitk_h100.py"
+    out = ROOT / "src/oomdoctor/estimate/cudnn_splitk_h100.py"
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out} ({sum(len(t) for t in table.values())} entries)")
     return 0

@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from oomdoctor.knowledge.workspaces import ConvCall, cudnn_conv_workspace
+from oomdoctor.estimate.workspaces import ConvCall, cudnn_conv_workspace
 
 R = Path(__file__).resolve().parent / "results"
 

@@ -79,7 +79,7 @@ def _to_cuda(obj):
 def _load_spec(stem: str, batch: int):
     import dataclasses
 
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.workload.load import load_workload
 
     spec = load_workload(WL / f"{stem}.py").spec(batch)
     spec.model.to("cuda")
@@ -89,7 +89,7 @@ def _load_spec(stem: str, batch: int):
 def child_measure(stem: str, batch: int, record: bool) -> dict:
     import torch
 
-    from oomdoctor.runtime.step import StepRunner
+    from oomdoctor.workload.step import StepRunner
 
     torch.cuda.init()
     if record:
@@ -185,7 +185,7 @@ def child_context() -> dict:
 def _trial(stem: str, batch: int) -> bool:
     import torch
 
-    from oomdoctor.runtime.step import StepRunner
+    from oomdoctor.workload.step import StepRunner
 
     ok = True
     try:

@@ -32,9 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from oomdoctor.runtime.oom import is_oom  # noqa: E402
-from oomdoctor.runtime.step import StepRunner, _call_model, _loss, make_optimizer  # noqa: E402
-from oomdoctor.runtime.workload import load_workload  # noqa: E402
+from oomdoctor.workload.oom_exceptions import is_oom  # noqa: E402
+from oomdoctor.workload.step import StepRunner, _call_model, _loss, make_optimizer  # noqa: E402
+from oomdoctor.workload.load import load_workload  # noqa: E402
 from oomdoctor.units import parse_size  # noqa: E402
 
 MAX_VAL = 8192
@@ -271,7 +271,7 @@ def run_lightning(path: str, dev: Device, mode: str, tmp: str) -> dict:
 def run_long(path: str, cap: int, batch: int, steps: int, dry_max: int | None) -> dict:
     if dry_max:
         return {"outcome": "ok", "steps": steps, "dry": True}
-    from oomdoctor.runtime.max_batch import run_child
+    from oomdoctor.trials.max_batch import run_child
 
     t0 = time.perf_counter()
     out = run_child([path, "--batch", str(batch), "--steps", str(steps), "--memory-limit", str(cap)], 300)

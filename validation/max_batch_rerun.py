@@ -63,7 +63,7 @@ def main() -> int:
             del procs[name]
             found = (payload or {}).get("max_batch_size")
             if found and name in args.long.split(","):
-                cmd = [sys.executable, "-m", "oomdoctor.runtime.trial", str(HERE / "workloads" / f"{name}.py"),
+                cmd = [sys.executable, "-m", "oomdoctor.trials.child", str(HERE / "workloads" / f"{name}.py"),
                        "--batch", str(found), "--steps", str(args.long_steps), "--memory-limit", str(cap)]
                 longs[name] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                                 env=env), time.perf_counter(), found)

@@ -11,15 +11,15 @@ __all__ = ["__version__", "watch", "step", "estimate", "estimate_module", "fit"]
 
 def __getattr__(name: str):  # PEP 562: `oomdoctor.watch` without importing the recorder (or torch) eagerly
     if name in ("watch", "step"):
-        from oomdoctor.runtime import record
+        from oomdoctor.injob import record
 
         return getattr(record, name)
-    if name in ("estimate", "estimate_module"):  # predict peak GPU memory (oomdoctor.runtime.estimator)
-        from oomdoctor.runtime import estimator
+    if name in ("estimate", "estimate_module"):  # predict peak GPU memory (oomdoctor.estimate.estimator)
+        from oomdoctor.estimate import estimator
 
         return getattr(estimator, name)
     if name == "fit":  # `from oomdoctor import fit`: the OOM-surviving micro-batcher (docs/fit.md)
-        from oomdoctor.runtime import fit
+        from oomdoctor.injob import fit
 
         return fit
     raise AttributeError(f"module 'oomdoctor' has no attribute {name!r}")

@@ -43,6 +43,18 @@ def _facts_page() -> str:
     return "\n".join(lines)
 
 
+_REFERENCES = {  # the docstrings cite these by name; the pages link the copies in docs/reference/
+    "environment-facts.md": "[environment-facts.md](../reference/environment-facts.md)",
+    "memory-tools-and-papers.md": "[memory-tools-and-papers.md](../reference/memory-tools-and-papers.md)",
+}
+
+
+def _linked(doc: str) -> str:
+    for name, link in _REFERENCES.items():
+        doc = doc.replace(name, link)
+    return doc
+
+
 def _check_pages() -> dict[str, str]:
     for module in ("oomdoctor.checks.all", "oomdoctor.checks.audit"):  # audit rules: AUDIT_CHECKS
         try:
@@ -58,7 +70,7 @@ def _check_pages() -> dict[str, str]:
     index = ["# Checks", "", "| id | layer | title |", "|---|---|---|"]
     for spec in sorted(specs, key=lambda s: s.id):
         pages[f"checks/{spec.id}.md"] = (
-            f"# {spec.id}: {spec.title}\n\nLayer: `{spec.layer.value}`\n\n{spec.doc}\n"
+            f"# {spec.id}: {spec.title}\n\nLayer: `{spec.layer.value}`\n\n{_linked(spec.doc)}\n"
         )
         index.append(f"| [{spec.id}]({spec.id}.md) | {spec.layer.value} | {spec.title} |")
     pages["checks/index.md"] = "\n".join(index) + "\n"

@@ -1,6 +1,6 @@
 """One error type carries the exit code, so the CLI never shows a traceback for expected failures.
 
-Exit codes are a contract (CONTRACTS.md section 3): 0 clean, 1 findings, 2 bad input, 3 internal error.
+Exit codes are a contract (docs/contracts.md §3): 0 clean, 1 findings, 2 bad input, 3 internal error.
 """
 
 from __future__ import annotations

@@ -150,10 +150,10 @@ def test_explain_decides_without_allocator_state_and_is_quoted_otherwise(tmp_pat
         fixes: list = field(default_factory=lambda: ["raise CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
 
     seen = []
-    fake = types.ModuleType("oomdoctor.analysis.explain")
+    fake = types.ModuleType("oomdoctor.explain.rank")
     fake.explain_text = lambda lines, facts: (seen.append(list(lines)) or
                                               types.SimpleNamespace(hypotheses=[Hyp("gpu_sharing_limit")]))
-    monkeypatch.setitem(sys.modules, "oomdoctor.analysis.explain", fake)
+    monkeypatch.setitem(sys.modules, "oomdoctor.explain.rank", fake)
     exc = {"kind": "exception", "t": 1_700_000_100.0, "type": "OutOfMemoryError",
            "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}
     for name, oom in (("stateless", {"source": "exception"}), ("stats", _oom())):

@@ -12,7 +12,7 @@ from .synth import MiB, write_run
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from oomdoctor.runtime.record import exporter  # noqa: E402
+from oomdoctor.injob.record import exporter  # noqa: E402
 
 
 def _free_port() -> int:

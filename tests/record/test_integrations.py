@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.runtime import record
+from oomdoctor.injob import record
 
 
 def _steps(run: Path) -> list[int]:

@@ -78,7 +78,7 @@ def test_existing_sitecustomize_still_runs(tmp_path):
     (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
     script = tmp_path / "job.py"
     script.write_text("import os, sys\nprint(os.environ.get('USER_SITECUSTOMIZE_RAN'))\n"
-                      "print('oomdoctor.runtime.record' in sys.modules)\n")
+                      "print('oomdoctor.injob.record' in sys.modules)\n")
     env = _env()
     env["PYTHONPATH"] = f"{ROOT / 'src'}{os.pathsep}{site}"
     rec = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),

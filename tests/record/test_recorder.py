@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import oomdoctor
-from oomdoctor.runtime import record
-from oomdoctor.runtime.record import probes
-from oomdoctor.runtime.record.recorder import Recorder
+from oomdoctor.injob import record
+from oomdoctor.injob.record import probes
+from oomdoctor.injob.record.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomdoctor.runtime.record import snapshot
+from oomdoctor.injob.record import snapshot
 
 MiB = 1 << 20
 

@@ -1,6 +1,6 @@
 """One-line explanations of why a difference between two machines matters for GPU OOMs.
 
-Sources are the keys of shared/reference/environment-facts.md (in brackets).
+Sources are the keys of docs/reference/environment-facts.md (in brackets).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The verdict of a recorded run, in CONTRACTS section 2's categories, with the fix.
+"""The verdict of a recorded run, in docs/contracts.md §2's categories, with the fix.
 
 With an OOM the recorded numbers decide: another process on the device, free bytes stranded in the
 cache (fragmentation: the cache's free bytes could have held the request), steady growth across steps
@@ -49,7 +49,7 @@ FIXES = {
 def _explain(message: str) -> dict[str, Any] | None:
     """Ask analysis.explain (another branch) about the OOM text, if it is installed."""
     try:
-        mod = importlib.import_module("oomdoctor.analysis.explain")
+        mod = importlib.import_module("oomdoctor.explain.rank")
         result = mod.explain_text(message.splitlines(), None)
         hyps = list(getattr(result, "hypotheses", None) or [])
     except Exception:

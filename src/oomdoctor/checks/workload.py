@@ -23,9 +23,9 @@ from oomdoctor.checks._util import (
     short,
 )
 from oomdoctor.checks.registry import check
+from oomdoctor.explain.facts import as_record, is_marker
+from oomdoctor.explain.kinds import KINDS
 from oomdoctor.knowledge import shm
-from oomdoctor.parsers.oom_facts import as_record, is_marker
-from oomdoctor.parsers.oom_kinds import KINDS
 
 L = Layer.WORKLOAD
 
@@ -86,7 +86,7 @@ def log_events(facts: FactSet) -> Iterator[Finding]:
     another process left ~30 MiB free); "[HAMI-core ERROR …] Device N OOM" is HAMi's limit; "killed by
     signal: Killed" is the host OOM killer. Shared-memory failures are STO003. The lines are recognised by
     the scanner `oomdoctor explain` uses (the same kinds and numbers; each kind's default category is the
-    table in parsers/oom_kinds.py), so doctor and explain never disagree on what a line is. Sources:
+    table in explain/kinds.py), so doctor and explain never disagree on what a line is. Sources:
     environment-facts.md 3c, 4, 6, 7 [OOMTXT][HAMIOOM][PTDL]; memory-tools-and-papers.md 4.5.
     """
     cards = gpus(facts)

@@ -1,6 +1,6 @@
 """Predict the peak GPU memory of a training (or inference) step without a GPU.
 
-Traces three steps of WORKLOAD.py (CONTRACTS.md section 6) under PyTorch fake tensors, replays every
+Traces three steps of WORKLOAD.py (docs/contracts.md §6) under PyTorch fake tensors, replays every
 allocation through a model of the CUDA caching allocator and adds the CUDA context. Needs torch.
 Exit 1 when the step does not fit --gpu / --memory-limit.
 """
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oomdoctor.analysis.alloc_conf import parse_alloc_conf
+    from oomdoctor.estimate.alloc_conf import parse_alloc_conf
     from oomdoctor.knowledge.gpus import get_gpu
     from oomdoctor.render import estimate as render
 
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
     except ImportError as exc:
         raise UsageError("estimate needs PyTorch: pip install 'oomdoctor[torch]'") from exc
-    from oomdoctor.runtime import estimator
-    from oomdoctor.runtime.workload import load_workload
+    from oomdoctor.estimate import estimator
+    from oomdoctor.workload.load import load_workload
 
     workload = load_workload(args.workload)
     if args.max_batch:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from oomdoctor.analysis.explain import Explanation, explain_scan
 from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color
-from oomdoctor.collectors.logs import check_readable, iter_prepared, log_size
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-from oomdoctor.parsers.oom_events import LogScanner, index_block
+from oomdoctor.explain.events import LogScanner, index_block
+from oomdoctor.explain.rank import Explanation, explain_scan
+from oomdoctor.explain.read import check_readable, iter_prepared, log_size
 from oomdoctor.render import explain as render
 
 NAME = "explain"
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     scanner = LogScanner()
     if args.logs:
         _scan(scanner, args.logs, None, args)
-    else:  # the logs the user added to the bundle (CONTRACTS §5 logs/*)
+    else:  # the logs the user added to the bundle (docs/contracts.md §5 logs/*)
         from oomdoctor.collectors.bundle_read import open_bundle
 
         with open_bundle(args.bundle) as root:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = aggregate(summaries())
     result.skipped = skipped
-    # A failing run says one line (CONTRACTS §3), so the errors come before the per-input warnings.
+    # A failing run says one line (docs/contracts.md §3), so the errors come before the per-input warnings.
     if result.nodes == 0:
         where = ", ".join(args.paths)
         raise InputError(f"{where}: no doctor reports found" + (f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""))

@@ -50,7 +50,7 @@ def _validate(args: argparse.Namespace) -> int | None:
 
 
 def payload_of(run: Any) -> dict[str, Any]:
-    from oomdoctor.analysis.batch_search import summarize
+    from oomdoctor.trials.search import summarize
 
     return {"workload": run.workload, "device": run.device, "gpu": run.gpu, "torch_version": run.torch_version,
             "gpu_total_bytes": run.total_bytes, **summarize(run.result),
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     limit = _validate(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot {args.plot}: give a .png path")
-    from oomdoctor.runtime.max_batch import find_max_batch
+    from oomdoctor.trials.max_batch import find_max_batch
 
     err = stderr_console()
 

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oomdoctor.runtime.record import launch
+    from oomdoctor.injob.record import launch
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prometheus is not None:
         if not 0 < args.prometheus < 65536:
             raise UsageError(f"--prometheus {args.prometheus}: not a TCP port")
-        from oomdoctor.runtime.record import exporter as exp
+        from oomdoctor.injob.record import exporter as exp
 
         port, bind = args.prometheus, args.bind
 
@@ -67,6 +67,6 @@ def _collect_env(run_dir: str) -> None:
         from oomdoctor.collectors import machine  # type: ignore[attr-defined]
     except ImportError:
         return
-    from oomdoctor.runtime.record import oom
+    from oomdoctor.injob.record import oom
 
     oom.write_environment(run_dir, machine.collect_live(probe=False, import_torch=False))

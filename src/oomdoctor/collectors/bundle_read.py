@@ -88,7 +88,7 @@ def _bundle_root(directory: Path) -> Path:
     return directory
 
 
-# What `oomdoctor bundle` writes at the top (CONTRACTS §5). Every file is optional, but a directory
+# What `oomdoctor bundle` writes at the top (docs/contracts.md §5). Every file is optional, but a directory
 # with none of them is not a bundle: a mistyped path must not be diagnosed as a healthy machine.
 _BUNDLE_ENTRIES = ("meta.json", "proc", "sys", "etc", "dev", "commands", "logs", "k8s", ".dockerenv", "run", "usr")
 

@@ -1,4 +1,4 @@
-"""Write a bundle of this machine (CONTRACTS §5): the files the collectors read, redacted, as .tar.gz.
+"""Write a bundle of this machine (docs/contracts.md §5): the files the collectors read, redacted, as .tar.gz.
 
 The bundle mirrors the filesystem so that `collect_bundle` runs the very collectors that read a
 live machine. What leaves the machine is limited to what the collectors need: the environment is

@@ -3,7 +3,7 @@
 CUDA must never be initialised in the oomdoctor process (it may be the user's job). The child
 imports torch, asks the build (version, CUDA, cuDNN, arch list) and, unless told `build`, the
 driver (is_available, device properties: no context is created for these), prints one JSON line
-(the torch.json shape of CONTRACTS §5) and exits. A missing torch, an import error or a hang
+(the torch.json shape of docs/contracts.md §5) and exits. A missing torch, an import error or a hang
 become facts.
 
 The build is read without touching CUDA: `torch._C._cuda_getArchFlags()` is the compile-time string

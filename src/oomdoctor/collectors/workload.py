@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor.collectors.context import CollectContext
-from oomdoctor.collectors.logs import iter_blocks
 from oomdoctor.errors import InputError
+from oomdoctor.explain.events import LogScanner
+from oomdoctor.explain.facts import scan_records
+from oomdoctor.explain.read import iter_blocks
 from oomdoctor.facts import Fact, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.parsers.k8s_manifest import (
@@ -21,8 +23,6 @@ from oomdoctor.parsers.k8s_manifest import (
     sharing_resources_from,
     terminations_from,
 )
-from oomdoctor.parsers.oom_events import LogScanner
-from oomdoctor.parsers.oom_facts import scan_records
 from oomdoctor.redact import redact_text
 
 MAX_LOG_BYTES = 2 << 30  # scanned per log (~2 s at the scanner's speed); explain reads on past it

@@ -1,6 +1,6 @@
 """The vocabulary every report shares: layers, root-cause categories, findings.
 
-Names and order come from CONTRACTS.md sections 1, 2 and 4; scripts match them, so keep them exact.
+Names and order come from docs/contracts.md §§1, 2 and 4; scripts match them, so keep them exact.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The doctor report as plain data, and its JSON shape (CONTRACTS.md section 4).
+"""The doctor report as plain data, and its JSON shape (docs/contracts.md §4).
 
 Layer JSON: `{"name", "status", "facts": {key: value|null}, "sources": {key: where},
 "unavailable": {key: reason}}`; `facts` holds plain values so scripts can read

@@ -1,2 +1,2 @@
-"""Training-framework callbacks that mark steps for the recorder. Each module imports its framework, so
-import `oomdoctor.integrations.lightning` or `.hf` only where Lightning or transformers is installed."""
+"""Stable import path for the training-framework callbacks; the code is in `oomdoctor.injob.integrations`.
+Import `oomdoctor.integrations.lightning` or `.hf` only where Lightning or transformers is installed."""

@@ -1,4 +1,4 @@
-"""`commands/torch.json` (CONTRACTS §5) and the torch child's output: validated, typed, never raises."""
+"""`commands/torch.json` (docs/contracts.md §5) and the torch child's output: validated, typed, never raises."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`audit` reports: text, JSON (CONTRACTS §4 `{"files": [{"path", "findings"}]}`), HTML."""
+"""`audit` reports: text, JSON (docs/contracts.md §4 `{"files": [{"path", "findings"}]}`), HTML."""
 
 from __future__ import annotations
 

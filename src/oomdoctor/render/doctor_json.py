@@ -1,4 +1,4 @@
-"""The doctor report as JSON (CONTRACTS.md section 4): envelope + layers (all eight) + findings + verdict."""
+"""The doctor report as JSON (docs/contracts.md §4): envelope + layers (all eight) + findings + verdict."""
 
 from __future__ import annotations
 

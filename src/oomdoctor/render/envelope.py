@@ -1,4 +1,4 @@
-"""The JSON envelope every document carries (CONTRACTS.md section 4)."""
+"""The JSON envelope every document carries (docs/contracts.md §4)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ ORDER = ("parameters", "gradients", "optimizer_state", "activations", "workspace
 
 
 def estimate_payload(est: Any) -> dict[str, Any]:
-    """CONTRACTS.md section 4 keys first; the rest are additional keys."""
+    """docs/contracts.md §4 keys first; the rest are additional keys."""
     return {
         "batch_size": est.batch_size,
         "peak_allocated_bytes": est.peak_allocated_bytes,

@@ -1,10 +1,10 @@
-"""Render an Explanation as text (rich), JSON (CONTRACTS §4) or self-contained HTML. Formatting only."""
+"""Render an Explanation as text (rich), JSON (docs/contracts.md §4) or self-contained HTML. Formatting only."""
 
 from __future__ import annotations
 
 import io
 
-from oomdoctor.analysis.explain import Explanation
+from oomdoctor.explain.rank import Explanation
 from oomdoctor.render.envelope import dumps
 from oomdoctor.units import format_bytes
 

@@ -1,4 +1,4 @@
-"""`fleet` reports: groups, outliers and finding counts (text, JSON per CONTRACTS §4, HTML)."""
+"""`fleet` reports: groups, outliers and finding counts (text, JSON per docs/contracts.md §4, HTML)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,11 @@
+"""`oomdoctor estimate`: peak GPU memory of a step, predicted on the CPU.
+
+    estimator     entry points (estimate, estimate_module, max_batch) and the breakdown
+    trace         run the workload under fake tensors and record every allocation (torch)
+    cuda_semantics, workspace_ops
+                  what a CUDA kernel would allocate that a CPU trace cannot see (torch)
+    memtrace, allocator, alloc_conf
+                  replay the trace through a model of PyTorch's caching allocator (pure)
+    workspaces, reduce_staging, cudnn_splitk_h100
+                  measured knowledge of library workspaces (pure tables)
+"""

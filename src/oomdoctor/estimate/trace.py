@@ -1,0 +1,263 @@
+"""Trace every device allocation of three training steps without a GPU, under fake tensors.
+
+The workload is built and run under FakeTensorMode (shapes, dtypes and aliasing, no data) on the CPU
+device, with CUDA's behaviour put back where it differs from the CPU's and changes memory:
+- autocast's fp32 op list, fused dropout and fused attention kernels (estimate/cuda_semantics.py);
+- optimizers: foreach implementation, PyTorch's default on CUDA;
+- cuBLAS/cuBLASLt workspaces taken from the caching allocator at the first GEMM of each thread
+  (knowledge.workspaces, measured), and the transient blocks of single ops: cuDNN's NCHW transform
+  workspace per conv call and the CUDA reduction's staging buffer (runtime.workspace_ops).
+A TorchDispatchMode on top records each new storage (with its size) when an op creates it and its death
+through a weakref finalizer on the storage, so autograd's saved tensors, the autocast cast cache and
+checkpointing free exactly when PyTorch frees them. Factory ops without an explicit device and the
+tensors derived only from them stay off the device (e.g. Adam's CPU `step` counters).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from oomdoctor.errors import InputError
+from oomdoctor.estimate.cuda_semantics import cuda_semantics
+from oomdoctor.estimate.memtrace import MemTrace
+from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
+from oomdoctor.estimate.workspaces import Workspaces
+from oomdoctor.workload.load import WorkloadSpec
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """Errors from torch can span pages; the CLI contract is one line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class OpNotTraceable(Exception):
+    def __init__(self, op: str, exc: BaseException):
+        super().__init__(f"{op}: {type(exc).__name__}: {_one_line(exc)}")
+        self.op, self.exc = op, exc
+
+
+def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
+    """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    aten = torch.ops.aten
+    gemm = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+            aten._addmm_activation.default, aten.addmv.default, aten.mv.default}
+    conv = {aten.convolution.default, aten.convolution_backward.default}
+    reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live: dict[int, tuple[int, int]] = {}  # id(storage) -> (sid, nbytes)
+            self.next_sid = 0
+            self.phase = "setup"
+            self.workspace_threads: set[str] = set()
+            self.lt_threads: set[str] = set()
+            self.uses_conv = False
+
+        def _alloc(self, nbytes: int, category: str | None = None) -> int:
+            sid = self.next_sid
+            self.next_sid += 1
+            trace.events.append(("a", sid, nbytes, 0))
+            if category:
+                trace.categories[sid] = category
+            return sid
+
+        def track(self, st: Any, category: str | None = None) -> int | None:
+            key = id(st)
+            if key in self.live:
+                return self.live[key][0]
+            nbytes = int(st.nbytes())
+            if nbytes == 0:
+                return None
+            sid = self._alloc(nbytes, category)
+            self.live[key] = (sid, nbytes)
+            weakref.finalize(st, self._dead, key)
+            return sid
+
+        def _dead(self, key: int) -> None:
+            entry = self.live.pop(key, None)
+            if entry is not None:
+                trace.events.append(("f", entry[0], 0, 0))
+
+        def _on_device(self, t: Any) -> bool:
+            try:
+                return id(t.untyped_storage()) in self.live
+            except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
+                return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            flat, _ = tree_flatten((args, kwargs))
+            tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+            on_dev = any(self._on_device(t) for t in tensors) or kwargs.get("device") is not None
+            if on_dev and func in gemm:
+                self._gemm_workspace(func, args)
+            if on_dev and func in conv:
+                self.uses_conv = True
+            try:
+                out = func(*args, **kwargs)
+            except OpNotTraceable:
+                raise
+            except Exception as exc:
+                raise OpNotTraceable(str(func), exc) from exc
+            if on_dev:
+                # a conv call's cuDNN workspace comes after the output it writes and is freed right
+                # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
+                scratch = conv_workspace_sizes(func, args, out, workspaces) if func in conv else {}
+                for i, t in enumerate(tree_flatten(out)[0]):
+                    if isinstance(t, torch.Tensor):
+                        try:
+                            self.track(t.untyped_storage())
+                        except Exception:  # noqa: BLE001
+                            pass
+                    if i in scratch:
+                        trace.events.append(("f", self._alloc(scratch[i], "workspace"), 0, 0))
+                if func in reductions and args and isinstance(args[0], torch.Tensor):
+                    # Reduce.cuh's global-reduction staging buffer and semaphores, after the output
+                    buf, sem = reduce_staging_sizes(args[0], args[1] if len(args) > 1 else None, workspaces)
+                    if buf:
+                        b, m = self._alloc(buf, "workspace"), self._alloc(sem, "workspace")
+                        trace.events.extend((("f", m, 0, 0), ("f", b, 0, 0)))
+                if func._schema.is_mutable:
+                    self._check_resized(tensors)
+            return out
+
+        def _gemm_workspace(self, func, args) -> None:
+            # cuBLAS keeps one workspace per (handle, stream); autograd's backward runs on its own thread
+            thread = "backward" if self.phase == "backward" else "main"
+            if thread not in self.workspace_threads:
+                self.workspace_threads.add(thread)
+                self._alloc(workspaces.cublas, "workspace")
+            lt = func in (torch.ops.aten.addmm.default, torch.ops.aten._addmm_activation.default)
+            if lt and args[0].dim() == 1 and thread not in self.lt_threads:
+                self.lt_threads.add(thread)
+                self._alloc(workspaces.cublaslt, "workspace")
+
+        def _check_resized(self, tensors) -> None:
+            for t in tensors:
+                st = t.untyped_storage()
+                entry = self.live.get(id(st))
+                if entry is not None and int(st.nbytes()) != entry[1]:
+                    sid = self._alloc(int(st.nbytes()), trace.categories.get(entry[0]))
+                    trace.events.append(("f", entry[0], 0, 0))
+                    self.live[id(st)] = (sid, int(st.nbytes()))
+
+    return Recorder(), cuda_semantics(amp)
+
+
+def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
+               workspaces: Workspaces | None = None) -> tuple[MemTrace, dict]:
+    """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from oomdoctor.workload.step import StepRunner
+
+    workspaces = workspaces or Workspaces()
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    trace = MemTrace()
+    spec = _build(make_spec, fake, source)
+    rec, semantics = _modes(trace, workspaces, spec.amp is not None)
+    info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
+    try:
+        with fake, rec, semantics:
+            _load_to_device(spec, rec, info)
+            runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
+                                on_phase=None)
+            for i in range(1, steps + 1):
+                def mark(name: str, i: int = i) -> None:
+                    rec.phase = name
+                    trace.marks.append((len(trace.events), f"step{i}/{name}"))
+                    if name == "optimizer":
+                        _label_grads(spec, rec, trace)
+                    if name == "zero_grad":
+                        _label_state(runner, rec, trace)
+                runner.on_phase = mark
+                runner.step()
+    except OpNotTraceable as exc:
+        raise InputError(f"{source}: the model uses {exc.op}, which fake tensors cannot run "
+                         f"({type(exc.exc).__name__})") from exc
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
+                         f"{_one_line(exc)}") from exc
+    info["cublas_threads"] = sorted(rec.workspace_threads)
+    info["uses_gemm"] = bool(rec.workspace_threads)
+    info["uses_conv"] = rec.uses_conv
+    info["amp"] = spec.amp
+    info["train"] = spec.train
+    info["torch_version"] = torch.__version__
+    return trace, info
+
+
+def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> WorkloadSpec:
+    """build() under fake tensors; if its initialisation needs real values (e.g. .item() in an init
+    function), build it for real on the CPU and convert model and batch to fake tensors."""
+    import copy
+    import dataclasses
+
+    import torch
+    from torch._subclasses.fake_tensor import DataDependentOutputException, FakeCopyMode
+
+    try:
+        with fake:
+            return make_spec()
+    except InputError as exc:
+        if not isinstance(exc.__cause__, DataDependentOutputException):
+            raise
+    spec = make_spec()
+    with FakeCopyMode(fake):
+        model = copy.deepcopy(spec.model)
+    conv = torch.utils._pytree.tree_map_only(torch.Tensor, fake.from_tensor, (spec.inputs, spec.target))
+    return dataclasses.replace(spec, model=model, inputs=conv[0], target=conv[1])
+
+
+def _load_to_device(spec: WorkloadSpec, rec: Any, info: dict) -> None:
+    """Model.to('cuda') order (children first, then own parameters and buffers), then the batch."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    def visit(module):
+        for child in module.children():
+            visit(child)
+        for p in module._parameters.values():
+            if p is not None:
+                if rec.track(p.untyped_storage(), "parameters") is not None:
+                    info["parameter_count"] += p.numel()
+                    info["parameter_bytes"] += p.untyped_storage().nbytes()
+        for b in module._buffers.values():
+            if b is not None:
+                rec.track(b.untyped_storage(), "parameters")
+
+    visit(spec.model)
+    for t in tree_flatten((spec.inputs, spec.target))[0]:
+        if isinstance(t, torch.Tensor):
+            rec.track(t.untyped_storage(), "activations")
+
+
+def _label_grads(spec: WorkloadSpec, rec: Any, trace: MemTrace) -> None:
+    for p in spec.model.parameters():
+        if p.grad is not None:
+            entry = rec.live.get(id(p.grad.untyped_storage()))
+            if entry is not None:
+                trace.categories[entry[0]] = "gradients"
+
+
+def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
+    import torch
+
+    for state in runner.optimizer.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                entry = rec.live.get(id(v.untyped_storage()))
+                if entry is not None:
+                    trace.categories[entry[0]] = "optimizer_state"

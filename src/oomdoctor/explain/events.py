@@ -1,0 +1,351 @@
+"""Stream a log (blocks of bytes) into OOM-like events, memory readings and environment hints.
+
+Bounded memory whatever the input: lines are capped (by the reader) and here at `MAX_LINE`, an event
+keeps at most `MAX_EVENT_TEXT` characters, repeated events are counted not stored, readings are
+decimated past `MAX_READINGS` per series, and look-back context is the tail of the last block.
+
+Speed: the per-byte work (candidate lines, line counts) is in oom_prefilter, in C; only candidate
+lines reach the detailed patterns here. Pure: bytes in, data out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor.explain import patterns as P
+from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
+    _PREFILTERS,
+    BlockIndex,
+    _count_newlines,
+    _Prefilter,
+    _prefilter,
+    index_block,
+    prefilter_engine,
+    reading_line_starts,
+)
+
+MAX_LINE = 64 * 1024
+MAX_EVENT_TEXT = 8 * 1024
+MAX_EVENTS = 500
+MAX_READINGS = 4096
+MAX_SERIES = 16
+FULL_READING_BYTES = 2 << 20  # readings are parsed everywhere in the first 2 MiB ...
+SAMPLE_READING_BYTES = 16 << 10  # ... then in 16 KiB from the first line start at or after each
+SAMPLE_EVERY_BYTES = 8 << 20  # sample point: one per 8 MiB up to DENSE_SAMPLING_BYTES, then one per 64 MiB
+DENSE_SAMPLING_BYTES = 64 << 20
+LOOKBACK = 6 * 1024
+
+# Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
+_CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
+_MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
+            "ALLOC_CONF", "Tried to allocate")
+_NOT_CONTINUATION = ("Traceback", "File \"", "During handling", "The above exception", "[rank")
+
+
+
+@dataclass
+class OomEvent:
+    kind: str
+    line: int
+    text: str
+    numbers: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    count: int = 1
+
+
+@dataclass
+class LogScan:
+    """Everything the classifier needs from one or more logs."""
+
+    events: list[OomEvent]
+    readings: dict[str, list[tuple[float, int]]]  # label -> [(step or line, bytes)]
+    env: dict[str, list[str]]
+    lines: int = 0
+    bytes: int = 0
+    dropped_events: int = 0
+
+
+def _decode(b: bytes) -> str:
+    return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+
+
+class LogScanner:
+    """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
+
+    def __init__(self, readings: bool = True) -> None:
+        self._want_readings = readings  # doctor needs the events only: per-step readings cost most on dense logs
+        self._events: dict[tuple[str, str, str], OomEvent] = {}
+        self._readings: dict[str, list[tuple[float, int]]] = {}
+        self._stride: dict[str, int] = {}
+        self._skip: dict[str, int] = {}
+        self._env: dict[str, list[str]] = {}
+        self._line = 0  # lines consumed before the current block
+        self._bytes = 0
+        self._tail = b""  # end of the previous block, for look-back context
+        self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
+        self._dropped = 0
+        self._skip_to = 0
+        self._start = self._end = 0
+        self._src_bytes = 0
+        self._next_sample = FULL_READING_BYTES  # offsets in the log, not in spans: see _sample_readings
+        self._sample_end = 0
+        self.source = ""
+
+    # -- input ----------------------------------------------------------------------------------
+    def start_source(self, name: str) -> None:
+        """The following blocks come from another file: line numbers restart, context is cut."""
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        self.source, self._line, self._tail, self._src_bytes = name, 0, b"", 0
+        self._next_sample, self._sample_end = FULL_READING_BYTES, 0
+
+    def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
+        """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
+
+        `index` is `index_block(block, start, end, <bytes of this source fed so far>)`, computed ahead by a reader
+        thread; without it (or if it was made for another offset) it is computed here."""
+        end = len(block) if end is None else end
+        if end <= start:
+            return
+        if index is None or index.with_env != (self._src_bytes < P.ENV_BYTES):
+            index = index_block(block, start, end, self._src_bytes)
+        self._start, self._end = start, end
+        self._skip_to = start
+        if self._pending is not None:
+            self._skip_to = self._continue(block, start)
+        if self._want_readings:
+            self._sample_readings(block, start, end, index)
+        for ls, before in index.lines:
+            if ls < self._skip_to:
+                continue
+            le = block.find(b"\n", ls, end)
+            le = end if le < 0 else le
+            self._line_hit(block, ls, le, self._line + before + 1)
+        self._line += index.newlines
+        if block[end - 1:end] != b"\n":
+            self._line += 1
+        self._bytes += end - start
+        self._src_bytes += end - start
+        self._tail = block[max(start, end - LOOKBACK):end]
+
+    def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
+        buf: list[str] = []
+        size = 0
+        for line in lines:
+            line = line if line.endswith("\n") else line + "\n"
+            buf.append(line)
+            size += len(line)
+            if size >= chunk:
+                self.feed("".join(buf).encode("utf-8", errors="replace"))
+                buf, size = [], 0
+        if buf:
+            self.feed("".join(buf).encode("utf-8", errors="replace"))
+
+    # -- per line -------------------------------------------------------------------------------
+    def _line_hit(self, block: bytes, ls: int, le: int, lineno: int) -> None:
+        text = _decode(block[ls:le])
+        self._env_scan(text)
+        kind = P.classify_line(text)
+        if kind is None:
+            return
+        ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
+        before = self._lookback(block, ls)
+        ev.details.update(_context(before, text))
+        if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
+            for line in before.splitlines()[-40:]:
+                self._env_scan(line)
+        if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
+            self._pending = (ev, 8)
+            self._skip_to = self._continue(block, le + 1)
+        else:
+            self._finish_event(ev)
+
+    def _env_scan(self, text: str) -> None:
+        lower = None
+        for name, pat in P.ENV_PATTERNS.items():
+            hay = text
+            if name in P.ENV_CASELESS:
+                hay = lower = text.lower() if lower is None else lower
+            if not any(needle in hay for needle in P.ENV_GATES[name]):
+                continue
+            m = pat.search(text)
+            if m:
+                vals = self._env.setdefault(name, [])
+                groups = [g for g in m.groups() if g] if m.groups() else []
+                if name.startswith("smi_"):
+                    v = " ".join(groups)  # "pid MiB" / "used free"
+                else:
+                    v = (groups[0] if groups else m.group(0))[:120]
+                if v not in vals and len(vals) < 8:
+                    vals.append(v)
+
+    def _continue(self, block: bytes, pos: int) -> int:
+        """Append continuation lines of the pending event from `pos`; returns where it stopped."""
+        assert self._pending is not None
+        ev, left = self._pending
+        while left > 0 and pos < self._end:
+            le = block.find(b"\n", pos, self._end)
+            le = self._end if le < 0 else le
+            line = _decode(block[pos:le]).strip()
+            kind = P.classify_line(line)
+            body = line.startswith("Tried to allocate") and "Tried to allocate" not in ev.text  # 1.x wraps here
+            if not line or line.startswith(_NOT_CONTINUATION) or (kind not in (None, "generic_oom") and not body):
+                left = 0
+                break
+            self._env_scan(line)
+            ev.text = (ev.text + " " + line)[:MAX_EVENT_TEXT]
+            left -= 1
+            pos = le + 1
+            if any(m in line for m in _MSG_END[:4]):
+                left = 0
+        if left > 0 and pos >= self._end:
+            self._pending = (ev, left)  # the message goes on in the next block
+            return pos
+        self._pending = None
+        self._finish_event(ev)
+        return pos
+
+    def _lookback(self, block: bytes, ls: int) -> str:
+        lo = max(self._start, ls - LOOKBACK)
+        chunk = block[lo:ls]
+        if lo == self._start and len(chunk) < LOOKBACK:
+            chunk = self._tail[-(LOOKBACK - len(chunk)):] + chunk if self._tail else chunk
+        return chunk.decode("utf-8", errors="replace")
+
+    def _finish_event(self, ev: OomEvent) -> None:
+        ev.numbers, det = P.extract(ev.kind, ev.text)
+        ev.details.update(det)
+        key = (ev.kind, _norm(ev.text), ev.source)
+        old = self._events.get(key)
+        if old is not None:
+            old.count += 1
+        elif len(self._events) < MAX_EVENTS:
+            self._events[key] = ev
+        else:
+            self._dropped += 1
+
+    # -- readings -------------------------------------------------------------------------------
+    def _sample_readings(self, block: bytes, start: int, end: int, index: BlockIndex) -> None:
+        """Readings everywhere in the log's first FULL_READING_BYTES, then in SAMPLE_READING_BYTES from
+        the first line start at or after each sample point. Points and windows are offsets in the
+        log, so the same lines are sampled whatever spans the reader hands over (its threads, a pipe's
+        short reads): the answer must not depend on --threads.
+
+        `index` already holds every line that can be an OOM message (the pre-filter's lines); only
+        those are asked whether they are one, so that no OOM message counts as a reading."""
+        src = self._src_bytes
+        if src < FULL_READING_BYTES:
+            hi = min(end, start + FULL_READING_BYTES - src)
+            self._scan_readings(block, start, hi, self._line, index)
+        stop, cur = src + (end - start), src  # this span's end, and how far sampling has looked, in the log
+        while True:
+            if self._sample_end > cur:  # a window that began earlier goes on from here (a line start)
+                lo = start + (cur - src)
+            elif self._next_sample < stop:  # a sample point in this span: from its next line start
+                lo = start + max(0, self._next_sample - src, cur - src)
+                if lo > start and block[lo - 1:lo] != b"\n":
+                    nl = block.find(b"\n", lo, end)
+                    lo = end if nl < 0 else nl + 1
+                self._sample_end = src + (lo - start) + SAMPLE_READING_BYTES
+                step = SAMPLE_EVERY_BYTES if self._next_sample < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
+                self._next_sample = max(self._next_sample + step, self._sample_end)
+            else:
+                return
+            hi = min(end, start + (self._sample_end - src))
+            if hi > lo:
+                self._scan_readings(block, lo, hi, self._line + _count_newlines(block, start, lo), index)
+            if hi >= end:
+                return
+            cur = src + (hi - start)
+
+    def _scan_readings(self, block: bytes, lo: int, hi: int, line0: int, index: BlockIndex) -> None:
+        """Memory figures printed per step in block[lo:hi], whose first line is line `line0 + 1` of
+        the log. Three stages: one C pass for literals that every READING_ANCHOR match contains, the
+        anchor on those lines, then the full pattern. Running the anchor regex over the whole window
+        cost ~0.1 s per log (its `\\d/` branch tries every digit). Lines are decoded one by one: a
+        newline byte is never part of a UTF-8 sequence."""
+        window = block[lo:hi]
+        find = window.find
+        candidates = {ls - lo for ls, _ in index.lines if lo <= ls < hi}  # lines that may be OOM messages
+        base, pos = line0, 0  # lines of the log before `window`
+        for ls in reading_line_starts(window):
+            le = find(b"\n", ls)
+            line = window[ls:le if le >= 0 else len(window)].decode("utf-8", errors="replace")
+            if not P.has_reading_anchor(line):
+                continue
+            r = P.parse_reading(line)
+            if r is None or (ls in candidates and P.classify_line(line) is not None):
+                continue  # an OOM message is not a reading
+            base += window.count(b"\n", pos, ls)
+            pos = ls
+            label, value, step = r
+            if self.source:
+                label = f"{self.source}:{label}"
+            self._add_reading(label, float(step) if step is not None else float(base + 1), value)
+
+    def _add_reading(self, label: str, x: float, value: int) -> None:
+        series = self._readings.get(label)
+        if series is None:
+            if len(self._readings) >= MAX_SERIES:
+                return
+            series = self._readings[label] = []
+            self._stride[label], self._skip[label] = 1, 0
+        self._skip[label] += 1
+        if self._skip[label] < self._stride[label]:
+            return
+        self._skip[label] = 0
+        series.append((x, value))
+        if len(series) > MAX_READINGS:  # keep every other reading: the trend survives, memory does not grow
+            del series[1::2]
+            self._stride[label] *= 2
+
+    def finish(self) -> LogScan:
+        if self._pending is not None:
+            ev, _ = self._pending
+            self._pending = None
+            self._finish_event(ev)
+        events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
+        return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
+                       bytes=self._bytes, dropped_events=self._dropped)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _norm(text: str) -> str:
+    """Repeats of one error (per rank, per retry) differ only in pids/timestamps/prefixes."""
+    i = text.find("Error")
+    core = text[i:] if i >= 0 else text
+    return _DIGITS.sub("#", core[:400])
+
+
+_CALL_SITES = (
+    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "cuCtxCreate")),
+    ("pinned host memory (pin_memory)", ("pin_memory",)),
+    ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
+    ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),
+    ("moving the model or a tensor to the GPU (.to() / .cuda())", ("in convert", "in _apply", "in to\n", ".to(", ".cuda(", "in cuda\n")),
+)
+
+
+def _context(before: str, text: str) -> dict[str, Any]:
+    """Where the error was raised (from the traceback just above it)."""
+    out: dict[str, Any] = {}
+    recent = before[-3000:]
+    if "DataLoader worker process" in recent or "_worker_loop" in recent or "DataLoader worker" in text:
+        out["in_dataloader_worker"] = True
+    frames = ""
+    if "Traceback" in recent:
+        frames = recent[recent.rfind("Traceback"):] + "\n"
+    frames += text  # the message itself may name the call (cuDevicePrimaryCtxRetain, cublasCreate)
+    for site, needles in _CALL_SITES:
+        if any(n in frames for n in needles):
+            out["call_site"] = site
+            break
+    return out

@@ -1,0 +1,387 @@
+"""What OOM-like lines look like, across frameworks and layers, and the numbers they carry.
+
+Each pattern is the exact wording of a documented message; the comment names the source (PyTorch
+c10/cuda/CUDACachingAllocator.cpp OOM text [OOMTXT] and its history in
+docs/reference/memory-tools-and-papers.md §4.5, environment-facts.md §1e, §4, §6, §7, §9).
+Pure: text in, (kind, numbers, details) out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from oomdoctor.units import torch_size_to_bytes
+
+_U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
+_N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+# (kind, regex). Order matters: the first match names the line. Kinds are the `kind` of JSON events.
+LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
+    # HAMi-core allocator.c: oom_check() refuses past the pod's limit and logs "Device %d OOM %lu / %lu"
+    # [HAMIOOM]; "cuMemoryAllocate failed res=%d" is logged after oom_check passed, when the real
+    # driver allocation failed (res=2 = CUDA_ERROR_OUT_OF_MEMORY: the physical GPU had no room).
+    ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*Device \d+ OOM"),
+    ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
+    # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
+    # e.g. inside a MIG instance (pytorch/pytorch#112377): an OOM whose message was lost.
+    ("torch_oom_nvml", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at .{0,120}CUDACachingAllocator\.cpp"),
+    # TensorRT's default allocator (IGpuAllocator): "Error Code 1: Cuda Runtime (out of memory)".
+    ("tensorrt_oom", r"Cuda Runtime \(out of memory\)|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"),
+    # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h).
+    ("nccl_oom", r"NCCL WARN .*Cuda failure '?out of memory|ncclUnhandledCudaError.*out of memory"),
+    # Caching allocator, 1.0 .. 2.x and ROCm ("HIP out of memory") [OOMTXT]; Apple MPS backend.
+    ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;"),
+    ("mps_oom", r"MPS backend out of memory"),
+    # THC era (<= 0.4): "cuda runtime error (2) : out of memory at .../THCStorage.cu" (§4.5).
+    ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory"),
+    # TensorFlow: ResourceExhaustedError / "OOM when allocating tensor" (tf BFC allocator),
+    # and the StreamExecutor line "failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY".
+    ("tf_oom", r"ResourceExhaustedError|OOM when allocating tensor|failed to allocate .* from device: CUDA_ERROR_OUT_OF_MEMORY"),
+    # XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ..." (xla BFC allocator).
+    ("jax_oom", r"RESOURCE_EXHAUSTED: Out of memory|Out of memory while trying to allocate"),
+    # CuPy MemoryPool: "Out of memory allocating N bytes (allocated so far: M bytes)".
+    ("cupy_oom", r"cupy\.cuda\.memory\.OutOfMemoryError|Out of memory allocating [0-9,]+ bytes"),
+    # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
+    ("vllm_capacity", r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
+    ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
+    # Accelerate find_executable_batch_size / Lightning: every batch size down to 1 ran out of memory.
+    ("batch_finder", r"No executable batch size found, reached zero"),
+    # The CUDA driver/runtime's own error, not the caching allocator's (cudaErrorMemoryAllocation = 2,
+    # CUDA_ERROR_OUT_OF_MEMORY) [CUDAERR]: context creation, cuBLAS/cuDNN handles, pinned host memory.
+    ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)"),
+    # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
+    # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
+    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"),
+    # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
+    ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device"),
+    ("dataloader_killed", r"DataLoader worker .{0,60}killed by signal: Killed"),
+    # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
+    ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint"),
+    ("k8s_oomkilled", r"\bOOMKilled\b"),
+    # "exit"/"return" in the casings programs print (not "eXiT"): the pre-filter looks for these words,
+    # which are rare in training logs, rather than for "137" (on ~1% of the lines of any numeric log).
+    ("exit_137", r"(?:\b(?:exit|Exit|EXIT)\w*(?:\s+\w+){0,3}?\s+(?i:code|status)|(?:exit|Exit|EXIT)_?(?i:code)|(?:return|Return|RETURN) ?(?i:code))[\"':= ]{0,8}137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
+    ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"),
+    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory"),
+    # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
+    ("xid", r"NVRM: Xid \((?:PCI:)?[0-9a-fA-F:.]+\): \d+"),
+    # Program errors that mention memory or devices but are not capacity (CUDA runtime error strings).
+    ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert(?!ion)|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument"),
+    # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
+    ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>="),
+    # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
+    ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
+    # Any other "out of memory" in the casings programs print, or a bare OOM.
+    ("generic_oom", r"[Oo]ut [Oo]f [Mm]emory|OUT OF MEMORY|\bOOM\b"),
+))
+
+# Gates: substrings of which every match of a pattern contains one (tests/test_prefilter_recall.py
+# checks this on lines generated from each pattern). A candidate line meets ~30 patterns; plain `in`
+# tests reject almost all of them in a few microseconds, where running the regexes cost ~100 us a
+# line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
+LINE_GATES: dict[str, tuple[str, ...]] = {
+    "hami_oom": ("HAMI-core ERROR",),
+    "hami_device_full": ("cuMemoryAllocate failed",),
+    "torch_oom_nvml": ("NVML_SUCCESS",),
+    "tensorrt_oom": ("Cuda Runtime (out of memory)", "Requested amount of GPU memory"),
+    "nccl_oom": ("out of memory",),
+    "torch_oom": (" out of memory", "Tried to allocate "),
+    "mps_oom": ("MPS backend out of memory",),
+    "torch_oom_legacy": ("cuda runtime error (2)",),
+    "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY"),
+    "jax_oom": ("Out of memory",),
+    "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
+    "vllm_capacity": ("No available memory", "KV cache"),
+    "vllm_free_memory": ("Free memory on device",),
+    "batch_finder": ("No executable batch size found",),
+    "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"),
+    "cublas_cudnn": ("_STATUS_",),
+    "shm_error": ("shared memory", "</torch_", "killed by signal: Bus", "No space left on device"),
+    "dataloader_killed": ("killed by signal: Killed",),
+    "kernel_oom": ("of memory: Kill", "oom-kill"),
+    "k8s_oomkilled": ("OOMKilled",),
+    "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed"),
+    "ray_oom": ("OutOfMemoryError", "low on memory"),
+    "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory"),
+    "xid": ("NVRM: Xid",),
+    "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",
+                           "invalid device ordinal", "misaligned address", "illegal instruction",
+                           "unspecified launch failure", "invalid configuration argument"),
+    "driver_error": ("driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
+                     "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
+                     "forward compatibility was attempted", "cuda driver combination", "initialization error",
+                     "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>="),
+    "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
+    "generic_oom": ("f memory", "f Memory", "OUT OF MEMORY", "OOM"),
+}
+_GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
+
+# The pre-filter (bytes): any line that could hold one of the above. Every match of every pattern
+# contains one of these literals, or "OOM" (tests/test_prefilter_recall.py generates lines from each
+# pattern and checks it); short shared pieces ("rror", "illed", "river") cover many patterns at once.
+# Exact case only. Each literal is a piece of the fixed text its patterns require, cut so that the
+# pre-filter stays fast (explain/prefilter.py runs them through aho-corasick's SIMD "Teddy"):
+# - every literal has at least 4 bytes: Teddy fingerprints the first min(4, shortest) bytes of each,
+#   so one 3-byte literal makes all of them less selective; "OOM" (`\bOOM\b` has no 4-byte form) is
+#   looked for in a separate pass instead.
+# - where the fixed text is longer, the piece starts where its first 4 bytes are rare in training
+#   logs: "te memory", not "allocate memory" ("allo" starts the "allocated" of every memory line),
+#   "No executable batch size", not "batch size found" ("batc": every "processed batch" line).
+#   Literals fill Teddy's 16 buckets in list order, and a bucket accepts any mix of its members'
+#   nibbles, so the order matters too. Pieces and order come from simulating Teddy's candidate rate
+#   on training logs, checked on others (docs/explain-prefilter.md, bench/prefilter_literals.py).
+# - not "memory" alone (training logs print "GPU memory allocated: ..." every step), and no "137"
+#   (on ~1% of the lines of any numeric log): exit 137 is found through "exit"/"return" instead.
+# Environment hints (GPU names, kernel, sharing layers) are looked for in the first ENV_BYTES of
+# each log and around events only.
+EVENT_LITERALS: tuple[bytes, ...] = (
+    b'f memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory', b'te memory',
+    b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
+    b'uMemoryAllocate failed r', b'rror', b'_STATUS_', b'exit status -9', b'ijack_call.c', b'VRM: Xid (',
+    b'river', b'EXIT', b'ecified launch failure', b'NVML_SUCCESS == r INTERN', b'ried to allocate ',
+    b'KV cache', b'No executable batch size', b'aligned address', b'ft on device', b'td::bad_alloc', b'Exit',
+    b'exit', b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR',
+    b'ibility was attempted', b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control',
+    b'-side assert', b'oom-kill', b'ETURN', b'eturn', b'</torch_',
+)
+SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
+ENV_BYTES = 8 << 20
+
+ENV_PATTERNS: dict[str, re.Pattern[str]] = {
+    # Consumer cards only with "RTX" before the number, as nvidia-smi and torch name them ("NVIDIA GeForce
+    # RTX 4090"): a bare 4090 in a training log is a count, and would fake a GPU (and a "slice") for it.
+    "gpu_name": re.compile(r"\b((?:NVIDIA |Tesla |GeForce |Quadro )?(?:(?:RTX ?)?(?:A100|H100|H200|H800|A800|V100|A10G?|A30|A40|L40S?|L4|T4|P100|RTX 6000 Ada|RTX A6000)|RTX ?[234]0[5-9]0(?: Ti)?)(?:[- ](?:SXM[0-9]?|PCIE|PCIe|NVL))?(?:[- ]\d+ ?GB)?)\b"),
+    "mig": re.compile(r"\bMIG \d+g\.\d+gb\b|\bnvidia\.com/mig-\d+g"),
+    "kernel_release": re.compile(r"\b([3-6]\.\d{1,2}\.\d{1,3}-[0-9][\w.\-]*?(?:el\d|generic|amzn|azure|aws|gcp|default|x86_64)[\w.\-]*)"),
+    "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
+    "hami": re.compile(r"HAMI-core|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
+    "vcuda": re.compile(r"\bvcuda\b|tencent\.com/vcuda|gpu-manager"),
+    # nvidia-smi pasted into the log: --query-compute-apps=pid,used_memory CSV rows, the process table,
+    # and --query-gpu=memory.used,memory.free rows.
+    "smi_process": re.compile(r"^\s*(\d+),\s*(\d+)\s*MiB\s*$|\|\s+\d+\s+(?:N/A|\d+)\s+(?:N/A|\d+)\s+(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)\s?MiB\s*\|"),
+    "smi_used_free": re.compile(r"^\s*(\d+)\s*MiB,\s*(\d+)\s*MiB\s*$"),
+    # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
+    # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
+    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
+                         r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
+                         r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"),
+}
+
+# As LINE_GATES, for ENV_PATTERNS; "growth" is case-insensitive, so its gate is tested on the lowered line.
+ENV_GATES: dict[str, tuple[str, ...]] = {
+    "gpu_name": ("A10", "A30", "A40", "A800", "H100", "H200", "H800", "V100", "L4", "T4", "P100", "RTX"),
+    "mig": ("MIG ", "nvidia.com/mig-"),
+    "kernel_release": tuple(f"el{d}" for d in range(10)) + ("generic", "amzn", "azure", "aws", "gcp", "default", "x86_64"),
+    "driver_version": ("Driver Version",),
+    "hami": ("HAMI-core", "CUDA_DEVICE_MEMORY_LIMIT", "nvidia.com/gpumem", "libvgpu.so"),
+    "vcuda": ("vcuda", "gpu-manager"),
+    "smi_process": ("MiB",),
+    "smi_used_free": ("MiB",),
+    "growth": ("memory",),
+}
+ENV_CASELESS = frozenset({"growth"})
+# The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
+# them (lowered, "growth" needs "memory" and one of these).
+ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
+    g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
+} | {
+    b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
+    b"ccumulat", b"from ", b"From ",
+}))
+PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
+
+_SIZE = re.compile(_N + r"\s?" + _U)
+
+
+def to_bytes(number: str, unit: str) -> int:
+    """Binary units as PyTorch prints them (format_size is binary even when it says 'GB' on MPS)."""
+    u = unit if unit != "B" else "bytes"
+    return torch_size_to_bytes(number.replace(",", ""), u)
+
+
+def _find(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return to_bytes(m.group(1), m.group(2)) if m else None
+
+
+_TORCH_FIELDS = (
+    ("requested_bytes", r"Tried to allocate " + _N + r"\s?" + _U),
+    ("total_bytes", r"total capac(?:i)?ty of " + _N + r"\s?" + _U),
+    ("total_bytes", _N + r"\s?" + _U + r" total capacity"),
+    ("free_bytes", r"of which " + _N + r"\s?" + _U + r" is free"),
+    ("free_bytes", _N + r"\s?" + _U + r" free\b"),
+    ("process_bytes", r"this process has " + _N + r"\s?" + _U + r" memory in use"),
+    ("allowed_bytes", _N + r"\s?" + _U + r" allowed"),
+    ("allocated_bytes", r"Of the allocated memory " + _N + r"\s?" + _U + r" is allocated by PyTorch"),
+    ("allocated_bytes", _N + r"\s?" + _U + r" already allocated"),
+    ("private_pool_bytes", r"with " + _N + r"\s?" + _U + r" allocated in private pools"),
+    ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" is reserved by PyTorch but unallocated"),
+    ("reserved_bytes", _N + r"\s?" + _U + r" reserved in total by PyTorch"),
+    # 1.0-1.3 print cached-but-unallocated as "N cached" (PR #13751: format_size(cached - allocated)).
+    ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" cached\)"),
+)
+_PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
+
+
+def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
+    """Numbers the text gives (never guessed) and other details, for an event of `kind`."""
+    nums: dict[str, int] = {}
+    det: dict[str, Any] = {}
+    if kind in ("torch_oom", "mps_oom"):
+        for key, pat in _TORCH_FIELDS:
+            if key not in nums:
+                v = _find(pat, text)
+                if v is not None:
+                    nums[key] = v
+        procs = [(int(p), to_bytes(n, u)) for p, n, u in _PROCESS.findall(text)[:32]]
+        if procs:
+            det["other_processes"] = [{"pid": p, "bytes": b} for p, b in procs]
+        m = re.search(r"GPU (\d+)", text)
+        if m:
+            det["gpu"] = int(m.group(1))
+        if kind == "mps_oom":
+            for key, pat in (("allocated_bytes", r"MPS allocated: " + _N + r"\s?" + _U),
+                             ("allowed_bytes", r"max allowed: " + _N + r"\s?" + _U)):
+                v = _find(pat, text)
+                if v is not None:
+                    nums[key] = v
+        det["format"] = _torch_format(text)
+        det["backend"] = "hip" if "HIP out of memory" in text else "cuda"
+    elif kind == "hami_oom":
+        m = re.search(r"Device (\d+) OOM (\d+) / (\d+)", text)
+        if m:
+            det["gpu"] = int(m.group(1))
+            nums["total_bytes"] = int(m.group(3))
+            det["would_use_bytes"] = int(m.group(2))
+            det["limit_bytes"] = int(m.group(3))
+    elif kind == "tensorrt_oom":
+        m = re.search(r"Requested amount of GPU memory \((\d+) bytes\)", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1))
+    elif kind == "jax_oom":
+        v = _find(r"trying to allocate " + _N + r"\s?" + _U, text)
+        if v is not None:
+            nums["requested_bytes"] = v
+    elif kind == "cupy_oom":
+        m = re.search(r"allocating ([0-9,]+) bytes \(allocated so far: ([0-9,]+) bytes", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1).replace(",", ""))
+            nums["allocated_bytes"] = int(m.group(2).replace(",", ""))
+    elif kind == "tf_oom":
+        m = re.search(r"\(([0-9]+) bytes\) from device", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1))
+    elif kind == "cublas_cudnn":
+        m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_([A-Z_]+)", text)
+        if m:
+            det["status"] = f"{m.group(1)}_STATUS_{m.group(2)}"
+            code = re.search(r"_STATUS_SUCCESS \((\d+) vs\. 0\)", text)  # glog CHECK_EQ(err, SUCCESS)
+            if code and m.group(1) in _STATUS_CODES:
+                name = _STATUS_CODES[m.group(1)].get(int(code.group(1)))
+                if name:
+                    det["status"] = f"{m.group(1)}_STATUS_{name}"
+    elif kind == "xid":
+        m = re.search(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)", text)
+        if m:
+            det["xid"] = int(m.group(2))
+            det["pci"] = m.group(1)
+    elif kind == "kernel_oom":
+        m = re.search(r"Killed process (\d+) \((.*?)\)", text)
+        if m:
+            det["pid"], det["comm"] = int(m.group(1)), m.group(2)
+        m = re.search(r"shmem-rss:(\d+)kB", text)
+        if m:
+            det["shmem_rss_bytes"] = int(m.group(1)) * 1024
+        det["cgroup"] = "Memory cgroup out of memory" in text or "CONSTRAINT_MEMCG" in text
+    return nums, det
+
+
+# cublasStatus_t / cudnnStatus_t values (cublas_api.h, cudnn.h).
+_STATUS_CODES = {
+    "CUBLAS": {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
+               11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"},
+    "CUDNN": {1: "NOT_INITIALIZED", 2: "ALLOC_FAILED", 3: "BAD_PARAM", 4: "INTERNAL_ERROR",
+              5: "INVALID_VALUE", 6: "ARCH_MISMATCH", 7: "MAPPING_ERROR", 8: "EXECUTION_FAILED",
+              9: "NOT_SUPPORTED"},
+}
+
+
+def _torch_format(text: str) -> str:
+    """Which generation of the caching allocator message (memory-tools §4.5)."""
+    if "reserved by PyTorch but unallocated" in text or "total capacty" in text or "total capacity of" in text:
+        return "2.1+"
+    if "reserved in total by PyTorch" in text:
+        return "1.4-2.0"
+    if " cached)" in text:
+        return "1.0-1.3"
+    return "unknown"
+
+
+def classify_line(line: str) -> str | None:
+    """The kind of an OOM-like line, or None."""
+    if line.lstrip().startswith("Search for `"):
+        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
+    for kind, gate, pat in _GATED_PATTERNS:
+        for needle in gate:
+            if needle in line:
+                if pat.search(line):
+                    return kind
+                break
+    return None
+
+
+# --- memory readings in training logs (for leak detection) --------------------------------------
+# Labels people print: torch.cuda.memory_allocated()/max_memory_allocated()/memory_reserved(),
+# "mem", "GPU mem", YOLO's "GPU_mem 3.52G", Lightning/transformers "memory". Value with a unit.
+READING_ANCHOR = re.compile(r"[Mm]em|MEM|[Aa]lloc|[Rr]eserv|\d/\d+ +[0-9.]+G ")
+_ANCHOR_WORDS = ("mem", "Mem", "MEM", "alloc", "Alloc", "reserv", "Reserv")
+_ANCHOR_ROW = re.compile(r"\d/\d+ +[0-9.]+G ")
+
+
+def has_reading_anchor(line: str) -> bool:
+    """READING_ANCHOR.search(line) is not None, without its digit branch being tried at every digit
+    of a line (~8 us a line on JSON logs, where most lines are digits)."""
+    return any(w in line for w in _ANCHOR_WORDS) or ("G " in line and _ANCHOR_ROW.search(line) is not None)
+# Every READING_ANCHOR match contains one of these (oom_prefilter.reading_line_starts finds them in one pass).
+READING_LITERALS = ("em", "EM", "lloc", "eserv", "G ")
+READING = re.compile(
+    r"(?i)\b(max_memory_allocated|memory_allocated|max_memory_reserved|memory_reserved|gpu[_ ]?mem(?:ory)?|"
+    r"cuda[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ](?:allocated|alloc|reserved|used))?|allocated|reserved)\b"
+    r"[\"']?\s*(?:\(\w+\))?\s*[:=]?\s*" + _N + r"\s?(GiB|MiB|GB|MB|G|M)\b"
+)
+STEP = re.compile(r"(?i)\b(?:global_step|step|iter(?:ation)?|it|batch|epoch)\s*[:=#]?\s*\[?(\d+)")
+
+
+_NUMBER_UNIT = re.compile(r"(?i)[0-9,]\s?(?:GiB|MiB|GB|MB|G|M)\b")  # READING's `_N \s?(unit)\b`, alone
+# mmcv TextLoggerHook: "Epoch [1][3100/23454] ... memory: 6814, ..." (MiB of max_memory_allocated).
+MMCV = re.compile(r"\]\[(\d+)/\d+\].*?\bmemory: (\d+),")
+# YOLOv5 / Ultralytics progress rows: "  12/300  3.52G  0.0415 ..." (memory_reserved() / 1E9, "G").
+YOLO = re.compile(r"^\s*(\d+)/\d+\s+([0-9.]+)G\s")
+
+
+def parse_reading(line: str) -> tuple[str, int, int | None] | None:
+    """(label, bytes, step or None) from a line that prints a memory figure."""
+    m = MMCV.search(line) if "memory: " in line else None
+    if m:
+        return "mmcv_memory", int(m.group(2)) * 1024**2, int(m.group(1))
+    m = YOLO.search(line) if "G" in line and "/" in line else None
+    if m:
+        return "yolo_gpu_mem", int(float(m.group(2)) * 1e9), int(m.group(1))
+    if not _NUMBER_UNIT.search(line):  # what every READING match ends with: ~10x cheaper to rule out
+        return None
+    m = READING.search(line)
+    if not m:
+        return None
+    label, number, unit = m.group(1).lower().replace(" ", "_"), m.group(2), m.group(3)
+    unit = {"G": "GiB", "M": "MiB"}.get(unit, unit)
+    try:
+        value = to_bytes(number, unit)
+    except (ValueError, KeyError):
+        return None
+    s = STEP.search(line)
+    return label, value, int(s.group(1)) if s else None
+
+
+def sizes_in(text: str) -> list[int]:
+    return [to_bytes(n, u) for n, u in _SIZE.findall(text)[:16]]

@@ -1,0 +1,163 @@
+"""The per-byte work of `explain`: find candidate lines and count lines, in C.
+
+A 1 GB log must be explained within a few times `grep -c` (bench/explain_stream.py), so nothing here
+runs Python per line. Candidate lines: `ahocorasick-rs` (Rust's aho-corasick crate, whose packed
+SIMD "Teddy" searcher takes all the literals in one pass and releases the GIL), else one C
+`bytes.find` pass per literal. Newlines: `stringzilla`'s SIMD count, else `bytes.count`. Both
+libraries import in milliseconds (numpy took 0.2 s, a third of grep's time on 1 GB), and the
+fallbacks give the same answers where no wheel exists. `index_block` is thread-safe, so the reader
+runs it on several blocks at once (collectors.logs.iter_prepared). Pure.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple
+
+from oomdoctor.explain import patterns as P
+
+ENGINES = ("ahocorasick", "find")  # preferred first; "auto" takes the first that imports
+
+
+class _Prefilter:
+    """End offsets of candidate matches in a block, sorted. Every line that holds one of `literals`
+    or of `side` has at least one; how many more a line gets depends on the engine.
+
+    ahocorasick: leftmost-longest, non-overlapping matches. That still reports every line with a
+    literal: no literal holds a newline, so the leftmost match at or after a line's start lies in
+    that line if the line has one. Only the crate's leftmost kinds use its SIMD searcher (the
+    standard kind is ~8x slower here). `side` literals (shorter than 4 bytes) get their own
+    automaton, so that the SIMD filter of the event literals keeps 4-byte fingerprints
+    (oom_patterns). The head of a log adds the environment literals, some of 2-3 bytes, and more
+    than Teddy takes (64): that automaton runs ~10x slower, on the first 8 MiB only (~16 ms).
+
+    engine "auto" falls back to `find` where ahocorasick-rs cannot be imported; asking for
+    "ahocorasick" by name raises instead."""
+
+    def __init__(self, engine: str = "auto", literals: tuple[bytes, ...] = P.PREFILTER_LITERALS,
+                 side: tuple[bytes, ...] = P.SIDE_LITERALS) -> None:
+        if engine not in ("auto", *ENGINES):
+            raise ValueError(f"unknown prefilter engine {engine!r}; one of auto, {', '.join(ENGINES)}")
+        self._literals = literals + side
+        self.engine = "find"
+        self._automata: list[Any] = []
+        if engine in ("auto", "ahocorasick"):
+            try:
+                import ahocorasick_rs  # type: ignore[import-not-found]
+
+                kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
+                self._automata = [ahocorasick_rs.BytesAhoCorasick(list(x), matchkind=kind)
+                                  for x in (literals, side) if x]
+                self.engine = "ahocorasick"
+            except Exception:  # noqa: BLE001 - no wheel for this platform, or an old release: fall back
+                if engine == "ahocorasick":  # asked for by name (tests, benches): say why it is missing
+                    raise
+                self._automata = []
+
+    def ends(self, block: Any, start: int = 0, end: int | None = None) -> list[int]:
+        end = len(block) if end is None else end
+        out: list[int] = []
+        if self._automata:
+            with memoryview(block) as view, view[start:end] as span:
+                for automaton in self._automata:
+                    out += [start + e for _, _, e in automaton.find_matches_as_indexes(span)]
+            if len(self._automata) > 1:
+                out.sort()
+            return out
+        # bytes.find is a C two-way/memchr search (GB/s); a regex alternation of these literals in
+        # Python's re is ~100x slower (bench/explain_stream.py --fallback).
+        find = block.find
+        for lit in self._literals:
+            n = len(lit)
+            pos = find(lit, start, end)
+            while pos >= 0:
+                out.append(pos + n)
+                pos = find(lit, pos + n, end)
+        out.sort()
+        return out
+
+
+_READINGS: list[_Prefilter] = []
+
+
+def reading_line_starts(window: bytes) -> list[int]:
+    """Starts, in order, of the lines of `window` that hold one of oom_patterns.READING_LITERALS:
+    every READING_ANCHOR match does. One C pass instead of a find loop per literal."""
+    if not _READINGS:
+        with _PF_LOCK:
+            if not _READINGS:
+                _READINGS.append(_Prefilter(literals=tuple(x.encode() for x in P.READING_LITERALS), side=()))
+    rfind = window.rfind
+    return sorted({rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in _READINGS[0].ends(window)})
+
+
+def engine_installed(engine: str) -> bool:
+    """Whether `engine` can be built here (the `find` fallback always can)."""
+    try:
+        return _Prefilter(engine, literals=(b"test",), side=()).engine == engine
+    except Exception:  # noqa: BLE001 - the reason does not matter here
+        return False
+
+
+_PREFILTERS: dict[bool, _Prefilter] = {}
+_PF_LOCK = threading.Lock()
+
+
+def prefilter_engine() -> str:
+    return _prefilter().engine
+
+
+def _prefilter(with_env: bool = True) -> _Prefilter:
+    """The pre-filter for event lines, plus environment-hint lines when `with_env`."""
+    pf = _PREFILTERS.get(with_env)
+    if pf is None:
+        with _PF_LOCK:  # reader threads may ask at once; build one automaton
+            pf = _PREFILTERS.get(with_env)
+            if pf is None:
+                pf = _PREFILTERS[with_env] = _Prefilter(
+                    literals=P.PREFILTER_LITERALS if with_env else P.EVENT_LITERALS)
+    return pf
+
+
+class BlockIndex(NamedTuple):
+    """What the scanner needs from the C passes over one span."""
+
+    lines: list[tuple[int, int]]  # (start of a candidate line, newlines in block[start:that line])
+    newlines: int  # in the whole span
+    with_env: bool  # environment literals were looked for (the span starts within ENV_BYTES)
+
+
+def index_block(block: bytes, start: int, end: int, src_offset: int) -> BlockIndex:
+    """The per-byte work for block[start:end], which begins `src_offset` bytes into its log.
+
+    Thread-safe, and its literal pass runs without the GIL, so a reader can index the next blocks
+    while the scanner handles this one's few candidate lines."""
+    with_env = src_offset < P.ENV_BYTES
+    lines: list[tuple[int, int]] = []
+    last, pos, n = -1, start, 0
+    rfind = block.rfind
+    for hit in _prefilter(with_env).ends(block, start, end):
+        ls = max(rfind(b"\n", start, max(hit - 1, start)) + 1, start)
+        if ls != last:
+            n += _count_newlines(block, pos, ls)
+            lines.append((ls, n))
+            last = pos = ls
+    return BlockIndex(lines, n + _count_newlines(block, pos, end), with_env)  # each byte counted once
+
+
+try:  # SIMD newline count, ~4x bytes.count; it holds the GIL, but for ~1 ms per 8 MiB block
+    from stringzilla import count as _sz_count  # type: ignore[import-not-found]
+
+    COUNTER = "stringzilla"
+except Exception:  # noqa: BLE001 - no wheel for this platform: bytes.count gives the same numbers
+    _sz_count = None
+    COUNTER = "bytes.count"
+
+
+def _count_newlines(buf: Any, start: int, end: int) -> int:
+    """Newlines in buf[start:end] (bytes or bytearray)."""
+    if end <= start:
+        return 0
+    if _sz_count is not None:
+        return _sz_count(buf, b"\n", start, end)
+    return buf.count(b"\n", start, end)

@@ -1,0 +1,139 @@
+"""`explain`: from OOM-like log text (and optional bundle facts) to ranked root-cause hypotheses.
+
+Every event is scored on its own board (rules in explain_rules / explain_kinds); the log-wide context
+(memory readings, sharing-layer lines, GPU names) feeds every board. The incident that the text
+explains best is the answer; the other events add their categories at a discount, so a second
+plausible cause still shows up second. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
+from oomdoctor.explain.kinds import GPU_KINDS, MARKERS
+from oomdoctor.explain.rules import Board
+from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules
+
+if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
+    from oomdoctor.facts import FactSet
+
+# Markers of the environment are not failures; the failure of a GPU job is the GPU error when there
+# is one (process exits follow from it). Both sets come from the kind table in parsers/oom_kinds.
+_MARKERS = MARKERS
+_GPU_KINDS = GPU_KINDS
+_OTHER_EVENT_WEIGHT = 0.3
+
+
+@dataclass
+class Hypothesis:
+    category: str
+    confidence: float
+    evidence: list[str]
+    fixes: list[str]
+    score: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"category": self.category, "confidence": self.confidence, "evidence": self.evidence,
+                "fixes": self.fixes}
+
+
+@dataclass
+class Explanation:
+    events: list[OomEvent]
+    hypotheses: list[Hypothesis]
+    primary: OomEvent | None = None
+    event_categories: dict[int, str] = field(default_factory=dict)
+    facts_used: list[str] = field(default_factory=list)
+    scan: LogScan | None = None
+
+    @property
+    def category(self) -> str | None:
+        return self.hypotheses[0].category if self.hypotheses else None
+
+    @property
+    def explained(self) -> bool:
+        return bool(self.events)
+
+    def to_json(self) -> dict[str, Any]:
+        events = []
+        for i, e in enumerate(self.events):
+            d: dict[str, Any] = {"kind": e.kind, "line": e.line, "text": e.text, "numbers": dict(e.numbers)}
+            d.update({"source": e.source, "count": e.count, "category": self.event_categories.get(i),
+                      "primary": e is self.primary, "details": e.details})
+            events.append(d)
+        out: dict[str, Any] = {"events": events, "hypotheses": [h.to_json() for h in self.hypotheses]}
+        if self.facts_used:
+            out["facts_used"] = self.facts_used
+        if self.scan is not None:
+            out["scanned"] = {"lines": self.scan.lines, "bytes": self.scan.bytes,
+                              "events_not_kept": self.scan.dropped_events,
+                              "readings": {k: len(v) for k, v in self.scan.readings.items()}}
+        return out
+
+
+def explain_text(lines: Iterable[str], facts: FactSet | None = None) -> Explanation:
+    """Explain every OOM-like event in `lines` (str lines, with or without newlines)."""
+    scanner = LogScanner()
+    scanner.feed_lines(lines)
+    return explain_scan(scanner.finish(), facts)
+
+
+def _board_for(ev: OomEvent, scan: LogScan) -> Board:
+    b = Board()
+    event_rules(ev, b, scan.env)
+    if ev.kind in _GPU_KINDS or ev.kind == "generic_oom":
+        leak_rules(scan.readings, b, scan.env)
+    return b
+
+
+def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
+    events = [e for e in scan.events if e.kind not in _MARKERS] + bundle_events(facts)
+    if not events:
+        return Explanation(events=[], hypotheses=[], scan=scan)
+    boards = [_board_for(e, scan) for e in events]
+    cats = {}
+    for i, b in enumerate(boards):
+        if b.scores:
+            cats[i] = max(b.scores.items(), key=lambda kv: kv[1])[0]
+
+    def rank(i: int) -> tuple[float, int]:
+        top = max(boards[i].scores.values(), default=0.0)
+        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0), i)
+
+    p = max(range(len(events)), key=rank)
+    final = Board()
+    _merge(final, boards[p], 1.0)
+    for i, b in enumerate(boards):
+        if i != p and events[i].kind != events[p].kind:
+            _merge(final, b, _OTHER_EVENT_WEIGHT)
+    kinds = {e.kind for e in events}
+    used = fact_rules(facts, final, kinds, events[p])
+    hyps = _rank(final)
+    return Explanation(events=events, hypotheses=hyps, primary=events[p], event_categories=cats,
+                       facts_used=used, scan=scan)
+
+
+def _merge(into: Board, b: Board, w: float) -> None:
+    for cat, s in b.scores.items():
+        ev = b.evidence.get(cat, [])
+        fixes = b.fixes.get(cat, [])
+        into.add(cat, s * w, ev[0] if ev else "")
+        for e in ev[1:]:
+            into.add(cat, 0.0, e)
+        for f in fixes:
+            into.add(cat, 0.0, "", f)
+
+
+def _rank(b: Board) -> list[Hypothesis]:
+    items = [(c, s) for c, s in b.scores.items() if s > 0]
+    if not items:
+        return [Hypothesis("unknown", 0.5, ["no rule matched the events' wording"], [], 0.0)]
+    total = sum(s for _, s in items)
+    hyps = []
+    for c, s in sorted(items, key=lambda kv: -kv[1]):
+        conf = round(max(0.01, min(0.99, s / (total + 1.0))), 2)
+        hyps.append(Hypothesis(c, conf, b.evidence.get(c, []), b.fixes.get(c, []), round(s, 3)))
+    return hyps

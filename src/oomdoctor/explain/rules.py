@@ -1,0 +1,236 @@
+"""Rules that turn one OOM-like event (plus the whole log's context) into weighted evidence.
+
+Each rule adds `weight` to a category with an evidence sentence and a fix for this case. Weights are
+log-odds-like: 3 means the text alone settles it, 1 a lead worth checking. Every rule cites the
+documented behaviour it rests on. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oomdoctor.explain.events import OomEvent
+from oomdoctor.knowledge.gpus import GIB, is_slice
+from oomdoctor.units import format_bytes as fb
+
+# CUDA context + library workspaces outside PyTorch's cache: 0.3-1 GiB per process (memory-tools §5:
+# ~287 MB lazy .. 667 MB eager in 1.13, >1000 MB before CUDA 11.7).
+CONTEXT_MAX = int(1.5 * GIB)
+
+
+@dataclass
+class Board:
+    """Scores per category for one incident."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+    fixes: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, cat: str, weight: float, evidence: str, fix: str | None = None) -> None:
+        self.scores[cat] = self.scores.get(cat, 0.0) + weight
+        ev = self.evidence.setdefault(cat, [])
+        if evidence and evidence not in ev:
+            ev.append(evidence)
+        if fix:
+            fx = self.fixes.setdefault(cat, [])
+            if fix not in fx:
+                fx.append(fix)
+
+
+ALLOC_CONF_FIX = ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1; one growing "
+                  "segment per stream, so freed pieces can be reused for a larger block)")
+
+
+def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
+    """The caching allocator's message (c10/cuda/CUDACachingAllocator.cpp, memory-tools §4.5)."""
+    n, d = ev.numbers, ev.details
+    X, T, F = n.get("requested_bytes"), n.get("total_bytes"), n.get("free_bytes")
+    A, P, C = n.get("allocated_bytes"), n.get("process_bytes"), n.get("allowed_bytes")
+    U = n.get("reserved_unallocated_bytes")
+    R = n.get("reserved_bytes")
+    if U is None and R is not None and A is not None:
+        U = max(0, R - A)  # <= 2.0 prints reserved total and allocated; the difference is the cache
+    if R is None and A is not None and U is not None:
+        R = A + U
+    procs = [dict(p) for p in d.get("other_processes", [])]
+    # With NVML, 2.1+ names this process "this process" by pid; inside a container the pid NVML sees
+    # differs, so the job itself shows up as "Process N". A listed process whose use is PyTorch's
+    # reserve plus at most a context is taken to be this job.
+    if P is None and procs and R is not None:
+        mine = [p for p in procs if R <= p["bytes"] <= R + CONTEXT_MAX]
+        if len(mine) == 1:
+            P = mine[0]["bytes"]
+            procs.remove(mine[0])
+            b.add("true_capacity", 0.0, f"Process {mine[0]['pid']} ({fb(P)}) matches PyTorch's reserve: "
+                  "it is this job seen through a container's pid namespace")
+    others = sum(p["bytes"] for p in procs)
+    why_x = f"requested {fb(X)}" if X is not None else "the request"
+    fits_after_defrag = X is not None and U is not None and U >= X
+
+    if X is not None and T is not None and X > T:
+        b.add("true_capacity", 4.0, f"one allocation of {fb(X)} is larger than the whole GPU ({fb(T)})",
+              "the tensor itself must shrink: check the shape that produced it (batch x sequence x hidden, "
+              "an accidental outer product or broadcast), or shard it across GPUs")
+        return
+    if C is not None:
+        # "X allowed" appears only when set_per_process_memory_fraction is active; the allocator then
+        # refuses to grow past it even when the device has free memory (CUDACachingAllocator.cpp).
+        used = R if R is not None else (P or 0)
+        need = used + (X or 0)
+        if fits_after_defrag:
+            b.add("fragmentation", 2.5, f"{fb(U)} is reserved but unallocated, more than the {why_x}, "
+                  f"under a {fb(C)} per-process cap", ALLOC_CONF_FIX)
+        else:
+            now = f" (now {C / T:.4f} of {fb(T)} = {fb(C)}; this allocation needs {fb(need)})" if T else ""
+            frac = f"{min(1.0, need / T):.4f}" if T else "a larger fraction"
+            b.add("true_capacity", 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
+                  f"PyTorch holds {fb(used)} and {why_x}" + (f", while the GPU still has {fb(F)} free" if F else ""),
+                  f"the cap, not the GPU, is the limit{now}: this allocation alone needs a fraction above {frac} "
+                  "(torch.cuda.set_per_process_memory_fraction), with headroom for the rest of the step; "
+                  "or shrink the batch to fit the cap")
+        return
+    own = R if R is not None else P
+    own_share = own / T if own is not None and T else None
+    if U is not None and X is not None and U >= X and U >= 128 * 1024**2:
+        # On OOM the allocator frees every unsplit cached block and retries before raising
+        # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
+        b.add("fragmentation", 3.0 if U >= 0.05 * (T or U) else 2.2,
+              f"{fb(U)} is reserved by PyTorch but unallocated, more than the {why_x}: free memory exists "
+              "inside PyTorch's cache but not in one block", _frag_fix(X, d))
+    elif U is not None and X is not None and U >= 0.5 * X and U >= 512 * 1024**2 and (F is None or U + F >= X):
+        b.add("fragmentation", 2.0, f"{fb(U)} reserved-unallocated" + (f" plus {fb(F)} free" if F is not None else "")
+              + f" is close to the {why_x}: the cache is fragmented", _frag_fix(X, d))
+        b.add("true_capacity", 1.2, "the job uses nearly all of the memory it can get", _capacity_fix(X, F, U, T))
+    elif X is None:
+        b.add("true_capacity", 1.0, "the caching allocator ran out of memory (the message gives no numbers)",
+              _capacity_fix(None, F, None, T))
+    else:
+        # True capacity means this job's own footprint is what fills the GPU (docs/contracts.md §2).
+        w = 2.2 if own_share is None or own_share >= 0.5 else 0.8
+        left = f" but only {fb(F)} is free" if F is not None else ""
+        cached = f" and {fb(U)} is cached unallocated" if U is not None else ""
+        b.add("true_capacity", w, f"{why_x}{left}{cached}: even without fragmentation it would not fit"
+              + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None and T else ""),
+              _capacity_fix(X, F, U, T))
+    if T is not None and F is not None and others and others >= 0.1 * T:
+        w = 3.4 if X is None or F + others >= X else 1.2
+        top = ", ".join(f"pid {p['pid']} {fb(p['bytes'])}" for p in sorted(procs, key=lambda p: -p["bytes"])[:3])
+        b.add("other_process", w, f"other processes hold {fb(others)} of {fb(T)} ({top})",
+              "free the GPU: stop or move those processes (nvidia-smi --query-compute-apps=pid,used_memory "
+              "--format=csv), or pick another GPU with CUDA_VISIBLE_DEVICES")
+    if T is not None and F is not None and P is not None:
+        hidden = T - F - P - others
+        if hidden >= max(GIB, 0.1 * T):
+            b.add("other_process", 2.0, f"{fb(hidden)} of the GPU is used by memory this job does not own and "
+                  "that no listed process explains (another container or a time-sliced co-tenant)",
+                  "find the co-tenant from the node (nvidia-smi on the host); time-slicing gives no memory isolation")
+    elif T is not None and F is not None and R is not None and not procs:
+        hidden = T - F - R
+        if hidden >= max(CONTEXT_MAX, 0.15 * T):
+            b.add("other_process", 3.0 if (X is None or hidden >= X) and R < 0.5 * T else 1.8, f"{fb(hidden)} of the GPU is outside PyTorch's {fb(R)} reserve; a CUDA "
+                  "context takes 0.3-1 GiB, the rest belongs to other processes",
+                  "check nvidia-smi for other processes on this GPU before the job starts")
+    if X is not None and F is not None and F >= X + 64 * 1024**2 and C is None:
+        # cudaMalloc failed although cudaMemGetInfo reported room: a limit below the device's
+        # (MPS pinned memory limit, a hooked sharing layer) or a driver-side failure (env-facts §4).
+        b.add("gpu_sharing_limit", 1.4, f"{fb(F)} was reported free yet {fb(X)} could not be allocated: "
+              "a limit below the device's free memory (MPS/HAMi/vGPU) refuses it",
+              "compare the limit of the sharing layer with the job's need (oomdoctor doctor shows it)")
+        b.add("context_or_driver", 0.8, "the driver refused an allocation that the free figure says fits")
+    _slice_evidence(T, env, b)
+    if env.get("hami") or env.get("vcuda"):
+        _env_hints(b, env)
+
+
+def _frag_fix(x: int, d: dict) -> str:
+    if d.get("format") in ("2.1+", "unknown"):
+        return ALLOC_CONF_FIX
+    return (f"export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{_split_mb(x)} (this PyTorch predates "
+            "expandable_segments, 2.1; stops cached blocks larger than that being split)")
+
+
+def _split_mb(x: int) -> int:
+    mb = max(20, x // 1024**2)
+    p = 1
+    while p * 2 <= mb:
+        p *= 2
+    return max(20, min(p, 1024))
+
+
+def _capacity_fix(x: int | None, f: int | None, u: int | None, t: int | None) -> str:
+    short = (x or 0) - (f or 0) - (u or 0)
+    msg = f"the step needs at least {fb(short)} more than it can get" if short > 0 else "the step needs more"
+    return (msg + (f" on this {fb(t)} GPU" if t else "") + ": lower the batch size or sequence length, enable "
+            "activation checkpointing, use bf16 autocast, or find the largest batch that fits with "
+            "`oomdoctor estimate WORKLOAD.py --max-batch --memory-limit SIZE`")
+
+
+def _slice_evidence(total: int | None, env: dict[str, list[str]], b: Board) -> None:
+    if total is None:
+        return
+    for name in env.get("gpu_name", []):
+        phys = is_slice(total, name)
+        if phys:
+            b.add("gpu_sharing_limit", 1.6, f"CUDA reports {fb(total)} in total but the log names a {name} "
+                  f"({phys:g} GB physical): the job sees a slice (MIG, vGPU, HAMi or gpu-manager limit)",
+                  "ask the sharing layer for a larger slice (e.g. nvidia.com/gpumem, tencent.com/vcuda-memory, "
+                  "a bigger MIG profile) or a whole GPU")
+            return
+    if env.get("mig"):
+        # Inside a MIG instance cudaMemGetInfo/torch see only the instance (env-facts §4): the slice's
+        # size is the limit that was reached, whatever the rest of the GPU holds.
+        b.add("gpu_sharing_limit", 2.4, f"the log shows a MIG instance ({env['mig'][0]}): the OOM is the slice's "
+              "limit, not the whole GPU's", "use a larger MIG profile (or a whole GPU) for this job, or shrink "
+              "the job to the slice")
+
+
+def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
+    """`CUDA error: out of memory` = cudaErrorMemoryAllocation from the driver/runtime, raised where the
+    caching allocator is not involved (it would print 'CUDA out of memory. Tried to allocate'): context
+    creation, the first allocation, cuBLAS/cuDNN handles, pinned memory [CUDAERR][OOMTXT]."""
+    site = ev.details.get("call_site")
+    where = f" while {site}" if site else ""
+    b.add("context_or_driver", 2.6, f"'CUDA error: out of memory' is the driver's error{where}, not the "
+          "caching allocator's (no 'Tried to allocate' numbers): the CUDA context or a first allocation failed",
+          "run `oomdoctor doctor --probe` on that node (repeated context creation, other processes, driver "
+          "and kernel versions, the sharing layer)")
+    if site and ("context" in site or ".to()" in site or "handle" in site or "NCCL" in site):
+        b.add("context_or_driver", 0.6, "at that point the job has allocated little or nothing itself, so the "
+              "GPU was probably not full because of this job")
+    b.add("other_process", 1.8, "a context cannot be created when other processes leave less than a context "
+          "(~0.3-1 GiB) free", "look at `nvidia-smi` on the node for processes (or containers) already on this GPU")
+    procs = [v.split() for v in env.get("smi_process", []) if len(v.split()) == 2]
+    held = [(int(pid), int(mib) * 1024**2) for pid, mib in procs if mib.isdigit() and pid.isdigit()]
+    big = [(pid, used) for pid, used in held if used >= GIB]
+    if big and (site is None or "context" in site or ".to()" in site or "handle" in site):
+        # Before its first allocation the failing process holds nothing: the listed memory is others'.
+        top = ", ".join(f"pid {pid} {fb(used)}" for pid, used in sorted(big, key=lambda x: -x[1])[:3])
+        b.add("other_process", 2.4, f"nvidia-smi in the log shows other processes holding GPU memory ({top})",
+              "stop or move those processes, or run on a free GPU (CUDA_VISIBLE_DEVICES)")
+    for v in env.get("smi_used_free", [])[:1]:
+        used, free = (int(x) for x in v.split())
+        if free * 1024**2 < GIB and used > 4 * free:
+            b.add("other_process", 0.8, f"nvidia-smi in the log shows {free} MiB free of {used + free} MiB")
+    if site is None:
+        b.add("true_capacity", 0.9, "raised mid-run, the driver can also fail a library workspace when the "
+              "caching allocator has taken the rest", _capacity_fix(None, None, None, None))
+    if site and "pinned" in site:
+        b.add("context_or_driver", 0.5, "pinned host memory is limited on WSL and by locked-memory limits",
+              "try pin_memory=False in the DataLoader to confirm")
+    _env_hints(b, env)
+
+
+def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
+    if env.get("hami"):
+        b.add("gpu_sharing_limit", 1.4, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
+              "enforces a per-container memory limit", "raise nvidia.com/gpumem for the pod")
+    if env.get("vcuda"):
+        b.add("gpu_sharing_limit", 1.0, "the log mentions tkestack gpu-manager / vcuda, which hooks CUDA to "
+              "enforce tencent.com/vcuda-memory", "raise tencent.com/vcuda-memory, or test once without the sharing layer")
+        b.add("context_or_driver", 0.3, "vcuda supports CUDA <= 11.5.1 only [TKEVC]")
+    for k in env.get("kernel_release", []):
+        if k.startswith("3.10"):
+            b.add("context_or_driver", 0.4, f"host kernel {k} (EL7): CUDA 12.4 was the last toolkit to list it "
+                  "and drivers >= 560 refuse kernels < 4.15 (env-facts §2)",
+                  "upgrade the host kernel (>= 4.18) or use the driver branch validated for it")
+            break

@@ -1,0 +1,265 @@
+"""Rules for the other event kinds, the log-wide context (leaks) and bundle facts. Pure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oomdoctor.explain.events import OomEvent
+from oomdoctor.explain.kinds import XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.rules import (
+    CONTEXT_MAX,
+    Board,
+    _capacity_fix,
+    _slice_evidence,
+    driver_oom,
+    torch_oom,
+)
+from oomdoctor.knowledge.gpus import GIB
+from oomdoctor.units import format_bytes as fb
+
+if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
+    from oomdoctor.facts import FactSet
+
+SHM_FIX = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
+           "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm; or lower num_workers")
+HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
+            "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
+NOT_OOM_FIX = ("rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel; check index/label ranges "
+               "(labels < num_classes, embedding ids < vocab size) and device ids")
+
+# Xid meanings (environment-facts §9, nverror.h): the code sets live with the kind table.
+_XID_PROGRAM = XID_PROGRAM
+_XID_HEALTH = XID_HEALTH
+
+
+def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
+    k, d, n = ev.kind, ev.details, ev.numbers
+    if k in ("torch_oom", "mps_oom"):
+        torch_oom(ev, b, env)
+    elif k == "torch_oom_legacy":
+        b.add("true_capacity", 1.6, "PyTorch <= 0.4 reports 'cuda runtime error (2) : out of memory' with no numbers",
+              _capacity_fix(None, None, None, None))
+        b.add("other_process", 0.8, "without numbers, memory held by other processes cannot be ruled out")
+    elif k == "cuda_driver_oom":
+        driver_oom(ev, b, env)
+    elif k == "hami_oom":
+        # HAMi-core allocator.c oom_check: usage would pass the container's limit [HAMIOOM].
+        lim, use = d.get("limit_bytes"), d.get("would_use_bytes")
+        detail = f": the job would reach {fb(use)} against a limit of {fb(lim)}" if lim and use else ""
+        b.add("gpu_sharing_limit", 3.5, f"HAMi-core refused the allocation{detail}; the limit comes from the "
+              "pod's nvidia.com/gpumem, not the physical GPU",
+              "request more nvidia.com/gpumem (or gpumem-percentage) for the pod; setting CUDA_DISABLE_CONTROL=true "
+              "once confirms the limit is the cause")
+    elif k == "tf_oom" and ("device:CPU" in ev.text or "by allocator cpu" in ev.text):
+        # TensorFlow names the device and allocator of the failed tensor: CPU means host RAM.
+        b.add("host_oom", 3.0, "TensorFlow's CPU allocator ran out: the tensor was on the host, in RAM", HOST_FIX)
+    elif k == "hami_device_full":
+        # oom_check passed (the pod is within its gpumem limit) but the real allocation failed: the
+        # physical GPU is full of other pods' memory or of memory HAMi does not count (HAMi-core#79).
+        b.add("other_process", 2.2, "HAMi-core let the allocation through its limit check but the driver "
+              "refused it (res=2, CUDA_ERROR_OUT_OF_MEMORY): other pods on the shared GPU hold the memory",
+              "check which pods share this GPU (HAMi schedules several on one card); lower their gpumem or "
+              "spread them, since the card is oversubscribed")
+        b.add("gpu_sharing_limit", 1.6, "the sharing layer's accounting let the card be oversubscribed",
+              "set nvidia.com/gpumem so the pods on one GPU add up to less than its memory")
+    elif k in ("torch_oom_nvml", "tensorrt_oom"):
+        x = n.get("requested_bytes")
+        b.add("true_capacity", 2.0, ("PyTorch ran out of memory and then failed to query NVML for the message"
+              if k == "torch_oom_nvml" else "TensorRT could not allocate GPU memory")
+              + (f" ({fb(x)} requested)" if x else ""), _capacity_fix(x, None, None, None))
+        _slice_evidence(n.get("total_bytes") or 0, env, b)
+    elif k in ("jax_oom", "tf_oom", "cupy_oom"):
+        x = n.get("requested_bytes")
+        if x and x >= 4 * 1024 * GIB:
+            b.add("true_capacity", 3.5, f"one allocation of {fb(x)} is larger than any GPU",
+                  "the array itself must shrink (check its shape) or be sharded")
+        else:
+            b.add("true_capacity", 2.2, f"{k.split('_')[0].upper()} ran out of device memory"
+                  + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
+        if k == "tf_oom" and "from device" in ev.text:
+            b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
+                  "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
+        if k == "jax_oom":
+            b.add("other_process", 0.6, "JAX preallocates 75% of the GPU by default (XLA_PYTHON_CLIENT_PREALLOCATE)",
+                  "two JAX processes on one GPU need XLA_PYTHON_CLIENT_MEM_FRACTION / PREALLOCATE=false")
+    elif k == "nccl_oom":
+        b.add("context_or_driver", 1.8, "NCCL could not allocate its buffers (cudaMalloc failed during "
+              "communicator set-up)", "set NCCL_BUFFSIZE lower or start NCCL before filling the GPU")
+        b.add("true_capacity", 1.4, "NCCL buffers come on top of the model: the GPU is nearly full",
+              _capacity_fix(None, None, None, None))
+    elif k in ("vllm_capacity", "batch_finder"):
+        b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
+              "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
+              "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
+              if k == "vllm_capacity" else _capacity_fix(None, None, None, None))
+    elif k == "vllm_free_memory":
+        b.add("other_process", 3.0, "vLLM found less free memory at start-up than gpu_memory_utilization asks "
+              "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
+    elif k == "cublas_cudnn":
+        status = d.get("status", "")
+        if status.endswith("ALLOC_FAILED"):
+            b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
+                  "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
+            b.add("other_process", 1.0, "the workspace could not be allocated: the GPU was full")
+        elif status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")):
+            b.add("context_or_driver", 2.0, f"{status}: the library handle could not be created; per the API "
+                  "reference this follows a failed CUDA runtime call (often memory) or a setup error",
+                  "check that the GPU has free memory when the job starts and that the CUDA/cuDNN build matches the driver")
+            b.add("true_capacity", 1.2, "handles are created lazily, when the GPU may already be full",
+                  _capacity_fix(None, None, None, None))
+            b.add("not_oom", 1.0, "the same status also follows invalid arguments (bad shapes, dtypes)", NOT_OOM_FIX)
+        else:
+            b.add("not_oom", 3.0, f"{status}: a kernel or argument error of the library, not a lack of memory",
+                  NOT_OOM_FIX)
+    elif k == "shm_error":
+        b.add("shm_exhausted", 3.5, "the DataLoader's shared-memory segments in /dev/shm ran out "
+              "(bus error / 'No space left on device' for /torch_* segments) [PTDL][PTMAP]", SHM_FIX)
+    elif k == "dataloader_killed":
+        b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
+              "host or the container's cgroup [PTDL]", HOST_FIX)
+        b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit (env-facts §6)", SHM_FIX)
+    elif k in ("kernel_oom", "k8s_oomkilled", "ray_oom", "host_alloc"):
+        w = {"kernel_oom": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6}[k]
+        b.add("host_oom", w, {"kernel_oom": "the kernel OOM killer killed a process (host or cgroup RAM exhausted)",
+                              "k8s_oomkilled": "Kubernetes reports OOMKilled: the container hit its memory limit",
+                              "ray_oom": "Ray's memory monitor killed the task: the node ran low on RAM",
+                              "host_alloc": "a host (CPU) allocation failed"}[k], HOST_FIX)
+        if d.get("shmem_rss_bytes", 0) >= GIB:
+            b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
+    elif k == "exit_137":
+        b.add("host_oom", 2.0, "exit code 137 = 128 + SIGKILL, the usual mark of the OOM killer (but docker "
+              "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
+    elif k == "xid":
+        x = d.get("xid")
+        if x in _XID_PROGRAM:
+            b.add("not_oom", 3.0, f"Xid {x}: the GPU faulted on the program's access (illegal address), not on "
+                  "a lack of memory [NVERR]", NOT_OOM_FIX)
+        elif x in _XID_HEALTH:
+            b.add("not_oom", 3.0, f"Xid {x}: a GPU memory hardware error (ECC/retirement)", "drain the node and "
+                  "reset the GPU; check `nvidia-smi -q -d ECC,ROW_REMAPPER`")
+        else:
+            b.add("context_or_driver", 2.0, f"Xid {x}: the GPU or its firmware stopped responding",
+                  "reset the GPU / reboot the node; check power and PCIe")
+    elif k == "cuda_program_error":
+        b.add("not_oom", 3.5, "an illegal address, device-side assert or invalid device: a program or "
+              "configuration error that only mentions memory/devices", NOT_OOM_FIX)
+    elif k == "driver_error":
+        b.add("context_or_driver", 3.5, "the driver or CUDA runtime failed to initialise (driver too old, "
+              "missing, or mismatched) [TORCHDRV][CUDAERR]", "match the driver to the CUDA build: "
+              "`oomdoctor doctor` compares the driver's CUDA with torch.version.cuda")
+    elif k == "generic_oom":
+        if d.get("in_dataloader_worker"):
+            b.add("shm_exhausted", 1.5, "a memory error inside a DataLoader worker", SHM_FIX)
+            b.add("host_oom", 1.2, "DataLoader workers use host RAM", HOST_FIX)
+        else:
+            b.add("true_capacity", 0.8, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
+            b.add("unknown", 0.6, "the message does not say which memory ran out")
+    if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
+        b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
+
+
+LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.item()), outputs appended to "
+            "lists (append .detach().cpu()), evaluation without torch.no_grad(), hidden states not detached")
+
+
+def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict[str, list[str]] | None = None) -> None:
+    """Memory that keeps rising step after step: PyTorch FAQ 'Don't accumulate history across your
+    training loop' (docs/notes/faq: 'My model reports cuda runtime error(2): out of memory')."""
+    if env and env.get("growth"):
+        b.add("leak_in_code", 2.6, f"the text reports memory that keeps growing ('{env['growth'][0]}'), the "
+              "symptom of history kept across iterations (PyTorch FAQ)", LEAK_FIX)
+    for label, series in readings.items():
+        if len(series) < 6:
+            continue
+        vals = [v for _, v in sorted(series)][1:]  # the first step allocates optimizer state
+        k = len(vals) // 3
+        first, mid, last = vals[:k], vals[k:2 * k], vals[2 * k:]
+        a, m, z = (sum(x) / len(x) for x in (first, mid, last))
+        ups = sum(1 for p, q in zip(vals, vals[1:]) if q >= p) / (len(vals) - 1)
+        if a > 0 and z >= 1.15 * a and m > a and z > m and ups >= 0.7 and z - a >= 256 * 1024**2:
+            b.add("leak_in_code", 3.2, f"'{label}' rises from {fb(vals[0])} to {fb(vals[-1])} over "
+                  f"{len(series)} readings and does not level off", LEAK_FIX)
+            return
+
+
+def bundle_events(facts: FactSet | None) -> list[OomEvent]:
+    """OOM kills the bundle saw (k8s terminations, kernel log, cgroup counters): a SIGKILLed job often
+    leaves no error in its own log, so these are events too."""
+    if facts is None:
+        return []
+    out: list[OomEvent] = []
+    for t in facts.value("k8s.terminations") or []:
+        if isinstance(t, dict) and (t.get("reason") == "OOMKilled" or t.get("exit_code") == 137):
+            out.append(OomEvent("k8s_oomkilled" if t.get("reason") == "OOMKilled" else "exit_137", 0,
+                                f"{t.get('pod')}/{t.get('container')}: {t.get('reason')} exit code {t.get('exit_code')}",
+                                source=str(t.get("file") or facts.source("k8s.terminations"))))
+    for k in (facts.value("kernel.oom_kills") or [])[:5]:
+        if isinstance(k, dict):
+            ev = OomEvent("kernel_oom", int(k.get("line") or 0), str(k.get("text") or k.get("reason") or "oom kill"),
+                          source=facts.source("kernel.oom_kills"))
+            if k.get("shmem_rss_kb"):
+                ev.details["shmem_rss_bytes"] = int(k["shmem_rss_kb"]) * 1024
+            out.append(ev)
+    kills = facts.value("cgroup.oom_kill")
+    if not out and isinstance(kills, int) and kills > 0:
+        out.append(OomEvent("kernel_oom", 0, f"cgroup memory.events oom_kill {kills}", source=facts.source("cgroup.oom_kill")))
+    return out
+
+
+def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
+    """Environment evidence from a bundle (facts/keys.py). Returns the fact keys that were used."""
+    if facts is None:
+        return []
+    used: list[str] = []
+    nums = primary.numbers if primary is not None else {}
+    total, own = nums.get("total_bytes"), nums.get("process_bytes")
+    gpu_oom = bool(kinds & {"torch_oom", "cuda_driver_oom", "cublas_cudnn", "nccl_oom", "generic_oom"})
+    procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
+    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
+        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
+    if facts.value("sharing.mig"):
+        procs = []  # MIG instances have their own memory: processes in other instances do not compete
+    held = sum(int(p.get("used_bytes") or 0) for p in procs)
+    if gpu_oom and held >= GIB:
+        b.add("other_process", 3.0, f"the bundle shows {len(procs)} other process(es) holding {fb(held)} on the GPU "
+              f"({facts.source('sharing.processes')})", "stop them or schedule this job on another GPU")
+        used.append("sharing.processes")
+    for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
+                       ("sharing.mps", "MPS")):
+        if gpu_oom and facts.value(key):
+            b.add("gpu_sharing_limit", 2.0, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
+                  "before the physical GPU's", "raise the sharing layer's memory limit for this job")
+            used.append(key)
+    if gpu_oom and facts.value("sharing.mig"):
+        b.add("gpu_sharing_limit", 1.6, "the GPU is split with MIG: the instance size is the capacity",
+              "use a larger MIG profile (e.g. nvidia.com/mig-2g.20gb) or a whole GPU")
+        used.append("sharing.mig")
+    probe = facts.value("probe.context") or {}
+    if isinstance(probe, dict) and probe.get("failures"):
+        b.add("context_or_driver", 3.0, f"the context probe failed {probe['failures']} of {probe.get('attempts')} "
+              "times on this node", "fix context creation first: driver, kernel, sharing layer (oomdoctor doctor)")
+        used.append("probe.context")
+    kr = str(facts.value("kernel.release") or "")
+    if "cuda_driver_oom" in kinds and kr.startswith("3.10"):
+        b.add("context_or_driver", 0.6, f"host kernel {kr}: an EL7 kernel with a recent driver (env-facts §2)")
+        used.append("kernel.release")
+    shm = facts.value("shm.size_bytes")
+    if isinstance(shm, int) and shm <= 64 * 1024**2 and kinds & {"shm_error", "dataloader_killed", "generic_oom"}:
+        b.add("shm_exhausted", 1.5, f"/dev/shm is only {fb(shm)} (the Docker/containerd default)", None)
+        used.append("shm.size_bytes")
+    for key in ("cgroup.oom_kill", "kernel.oom_kills"):
+        v = facts.value(key)
+        if v and (not isinstance(v, int) or v > 0):
+            b.add("host_oom", 2.0 if kinds & {"exit_137", "dataloader_killed", "host_alloc"} else 1.2,
+                  f"{key} = {v if isinstance(v, int) else len(v)}: the OOM killer acted on this machine", HOST_FIX)
+            used.append(key)
+    gpus = facts.value("driver.gpus") or []
+    if total and gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes"):
+        phys = int(gpus[0]["memory_total_bytes"])
+        if total < 0.8 * phys:
+            b.add("gpu_sharing_limit", 1.8, f"CUDA total {fb(total)} is far below the GPU's {fb(phys)} (NVML)")
+            used.append("driver.gpus")
+    return used
+
+
+__all__ = ["Board", "bundle_events", "event_rules", "fact_rules", "leak_rules"]

@@ -1,0 +1,264 @@
+"""`oomdoctor.fit`: survive an OOM inside the training loop without changing what is learned.
+
+On OOM the step's micro-batch is halved and gradient accumulation doubled, so the effective batch,
+the loss (each micro-batch weighted by its share of the batch) and the single optimizer update per
+batch stay those of the unsplit step. What the failed attempt held is dropped (references, partial
+gradients, gc, the allocator's cache) before the retry; the change is logged as a warning; the
+micro-batch never goes below the floor; each retry strictly shrinks it, so a step cannot loop
+forever (facebookresearch/metaseq#304), and an OOM at the floor raises with a diagnosis.
+
+    from oomdoctor import fit
+    mb = fit.AutoMicroBatch(optimizer, min_micro_batch=4)
+    for x, y in loader:
+        loss = mb.step(lambda b: F.cross_entropy(model(b[0]), b[1]), (x, y))
+
+torch is imported lazily; importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import sys
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from oomdoctor.workload.oom_exceptions import first_line, is_oom
+
+log = logging.getLogger("oomdoctor.fit")
+
+__all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "step", "batch_size_of", "slice_batch", "is_oom"]
+
+
+class FitOutOfMemoryError(RuntimeError):
+    """An OOM that halving cannot fix: at the floor, or outside forward/backward (optimizer.step)."""
+
+    def __init__(self, message: str, *, micro_batch: int, floor: int, phase: str, oom_message: str,
+                 diagnosis: str | None):
+        super().__init__(message)
+        self.micro_batch, self.floor, self.phase = micro_batch, floor, phase
+        self.oom_message, self.diagnosis = oom_message, diagnosis
+
+
+def batch_size_of(batch: Any) -> int:
+    """Length of the leading dimension shared by every tensor in a (nested) batch."""
+    sizes: set[int] = set()
+
+    def walk(obj: Any) -> None:
+        if hasattr(obj, "shape") and hasattr(obj, "dim"):
+            if obj.dim() > 0:
+                sizes.add(int(obj.shape[0]))
+        elif isinstance(obj, Mapping):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, (tuple, list)):
+            for v in obj:
+                walk(v)
+
+    walk(batch)
+    if len(sizes) != 1:
+        raise ValueError(f"fit: cannot split this batch: tensors have leading sizes {sorted(sizes) or 'none'}; "
+                         "pass batch_size= and split= for custom batch types")
+    return sizes.pop()
+
+
+def slice_batch(batch: Any, start: int, stop: int) -> Any:
+    """The same structure with every tensor cut to [start:stop] along dim 0; other leaves unchanged."""
+    if hasattr(batch, "shape") and hasattr(batch, "dim"):
+        return batch[start:stop] if batch.dim() > 0 else batch
+    if isinstance(batch, Mapping):
+        items = {k: slice_batch(v, start, stop) for k, v in batch.items()}
+        try:
+            return type(batch)(items)
+        except Exception:  # noqa: BLE001 - mapping types without a dict constructor
+            return items
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(slice_batch(v, start, stop) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(slice_batch(v, start, stop) for v in batch)
+    return batch
+
+
+def _free_cuda_cache() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _diagnosis(oom_message: str) -> str | None:
+    """One paragraph from oomdoctor's explain, when it is installed; None otherwise."""
+    try:
+        from oomdoctor.explain.rank import explain_text  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        exp = explain_text(oom_message.splitlines(), None)
+        hyps = getattr(exp, "hypotheses", None) or (exp.get("hypotheses") if isinstance(exp, Mapping) else None)
+        if not hyps:
+            return str(exp)
+        h = hyps[0]
+        get = (lambda k: h.get(k)) if isinstance(h, Mapping) else (lambda k: getattr(h, k, None))
+        category = getattr(get("category"), "value", get("category"))
+        parts = [f"most likely cause: {category} (confidence {get('confidence')})"]
+        parts += [f"evidence: {e}" for e in (get("evidence") or [])[:3]]
+        parts += [f"fix: {f}" for f in (get("fixes") or [])[:3]]
+        return "; ".join(str(p) for p in parts)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must never replace the OOM itself
+        return f"(explain failed: {type(exc).__name__})"
+
+
+class AutoMicroBatch:
+    """One optimizer update per batch, split into micro-batches as memory requires.
+
+    `loss_fn(micro_batch)` returns the loss of that micro-batch: its mean over the samples
+    (loss_reduction="mean", the default) or its sum ("sum"). `backward` replaces `loss.backward()`
+    (Lightning: `self.manual_backward`, Accelerate: `accelerator.backward`). `before_step(optimizer)`
+    runs after the gradients are complete (gradient clipping; with a GradScaler unscale there first).
+    `grow_after=K` tries twice the micro-batch again after K clean steps; a failed growth doubles K.
+    """
+
+    def __init__(self, optimizer: Any, *, micro_batch: int | None = None, min_micro_batch: int = 1,
+                 grow_after: int | None = None, loss_reduction: str = "mean", scaler: Any = None,
+                 backward: Callable[[Any], Any] | None = None, before_step: Callable[[Any], Any] | None = None,
+                 batch_size: Callable[[Any], int] | None = None,
+                 split: Callable[[Any, int, int], Any] | None = None):
+        if min_micro_batch < 1:
+            raise ValueError("min_micro_batch must be >= 1")
+        if micro_batch is not None and micro_batch < min_micro_batch:
+            raise ValueError("micro_batch must be >= min_micro_batch")
+        if loss_reduction not in ("mean", "sum"):
+            raise ValueError("loss_reduction must be 'mean' or 'sum'")
+        if grow_after is not None and grow_after < 1:
+            raise ValueError("grow_after must be >= 1 or None")
+        self.optimizer, self.micro_batch, self.min_micro_batch = optimizer, micro_batch, min_micro_batch
+        self.grow_after, self.loss_reduction, self.scaler = grow_after, loss_reduction, scaler
+        self._backward = backward or (lambda loss: loss.backward())
+        self.before_step = before_step
+        self._size = batch_size or batch_size_of
+        self._split = split or slice_batch
+        self.events: list[dict[str, Any]] = []  # every OOM and growth, for logs and tests
+        self.steps = 0
+        self._clean = 0
+        self._grow_wait = grow_after
+        self._growing = False
+
+    # -- one update -------------------------------------------------------------------------------
+    def step(self, loss_fn: Callable[[Any], Any], batch: Any) -> Any:
+        """Run one update on `batch`; returns the batch's loss (detached), as the unsplit step would."""
+        n = self._size(batch)
+        if n < 1:
+            raise ValueError("fit: empty batch")
+        micro = min(self.micro_batch or n, n)
+        self.optimizer.zero_grad(set_to_none=True)
+        done, total = 0, 0.0
+        while True:
+            done, total, oom = self._run_from(loss_fn, batch, n, micro, done, total)
+            if oom is None:
+                break
+            phase, message = oom
+            self._after_oom(phase)
+            if phase == "backward":  # partial gradients of the failed micro-batch: restart the batch
+                done, total = 0, 0.0
+            micro = self._shrink(micro, n, phase, message)
+        self.steps += 1
+        self._after_clean_step(micro, n)
+        return total
+
+    def _run_from(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
+                  total: Any) -> tuple[int, Any, tuple[str, str] | None]:
+        """Micro-batches from sample `done` on, then the update. OOM comes back as (phase, message)."""
+        phase = "forward"
+        try:
+            while done < n:
+                stop = min(done + micro, n)
+                phase = "forward"
+                loss = loss_fn(self._split(batch, done, stop))
+                weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
+                phase = "backward"
+                scaled = loss * weight
+                self._backward(self.scaler.scale(scaled) if self.scaler is not None else scaled)
+                total = total + loss.detach() * weight
+                del loss, scaled
+                done = stop
+            phase = "optimizer"
+            if self.before_step is not None:
+                self.before_step(self.optimizer)
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return done, total, None
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            message = str(exc)
+        # Outside the handler: the exception, its traceback and the graph it pinned are gone now.
+        return done, total, (phase, message)
+
+    def _after_oom(self, phase: str) -> None:
+        if phase != "forward":
+            self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        _free_cuda_cache()
+
+    def _shrink(self, micro: int, n: int, phase: str, message: str) -> int:
+        floor = min(self.min_micro_batch, n)
+        event = {"step": self.steps, "phase": phase, "micro_batch": micro, "message": first_line_of(message)}
+        if phase == "optimizer":
+            self.events.append({**event, "action": "raise"})
+            raise FitOutOfMemoryError(
+                f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help, and "
+                f"the update may be partial. {first_line_of(message)}", micro_batch=micro, floor=floor,
+                phase=phase, oom_message=message, diagnosis=_diagnosis(message)) from None
+        if micro <= floor:
+            self.events.append({**event, "action": "raise"})
+            diag = _diagnosis(message)
+            raise FitOutOfMemoryError(
+                f"OOM at the floor micro-batch {micro} (min_micro_batch={self.min_micro_batch}) in {phase}: "
+                f"{first_line_of(message)}" + (f" | diagnosis: {diag}" if diag else ""),
+                micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=diag) from None
+        new = max(floor, math.ceil(micro / 2))
+        if self._growing:  # the growth just tried did not fit: wait twice as long next time
+            self._grow_wait = (self._grow_wait or 1) * 2
+            self._growing = False
+        self.micro_batch = new
+        self._clean = 0
+        accum = math.ceil(n / new)
+        self.events.append({**event, "action": "halve", "new_micro_batch": new, "accumulation": accum})
+        log.warning("oomdoctor.fit: OOM in %s at micro-batch %d; retrying with micro-batch %d x %d accumulation "
+                    "steps (effective batch %d unchanged)", phase, micro, new, accum, n)
+        return new
+
+    def _after_clean_step(self, micro: int, n: int) -> None:
+        self._growing = False
+        if self.grow_after is None or micro >= n:
+            return
+        self._clean += 1
+        if self._clean >= (self._grow_wait or self.grow_after):
+            self._clean = 0
+            self.micro_batch = min(n, micro * 2)
+            self._growing = True
+            self.events.append({"step": self.steps, "action": "grow", "new_micro_batch": self.micro_batch})
+            log.info("oomdoctor.fit: %d clean steps; trying micro-batch %d", self._grow_wait, self.micro_batch)
+
+
+def first_line_of(message: str) -> str:
+    return first_line(RuntimeError(message))
+
+
+_DEFAULT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def step(loss_fn: Callable[[Any], Any], batch: Any, optimizer: Any, **options: Any) -> Any:
+    """`fit.step(lambda mb: loss(model, mb), batch, optimizer)`: AutoMicroBatch kept per optimizer.
+
+    Options (first call for an optimizer only) are AutoMicroBatch's keyword arguments.
+    """
+    runner = _DEFAULT.get(optimizer)
+    if runner is None:
+        runner = _DEFAULT[optimizer] = AutoMicroBatch(optimizer, **options)
+    return runner.step(loss_fn, batch)

@@ -1,0 +1,131 @@
+"""`oomdoctor.fit` for the Hugging Face `Trainer`: split a training step into micro-batches on OOM.
+
+`Trainer.training_step` is the documented override point ("Subclass and override to inject custom
+behavior"); callbacks cannot retry a step that raised. The mixin splits the step's inputs and calls
+the Trainer's own `training_step` on each piece, so its loss scaling for gradient accumulation, its
+`num_items_in_batch` normalisation, AMP and `accelerator.backward` all stay the Trainer's. Each piece's
+loss is weighted by its share of the samples, unless the Trainer already normalised it by the number
+of items in the whole accumulated batch (then the pieces add up as they are).
+
+    class MyTrainer(MicroBatchTrainerMixin, Trainer):
+        pass
+
+    trainer = MyTrainer(model=model, args=args, train_dataset=ds, min_micro_batch=4)
+
+Exactness: an OOM in forward resumes at the piece that failed; an OOM in backward restarts the step
+when the gradients were empty when it began (the first step of each accumulation cycle: the Trainer
+zeroes them with set_to_none), and otherwise raises, since a partial backward cannot be undone.
+Single-process training; under DDP each piece's backward synchronises (correct, slower); DeepSpeed
+has its own micro-batching (`train_micro_batch_size_per_gpu`) and is not supported.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+from typing import Any
+
+from oomdoctor.injob.fit.core import (
+    FitOutOfMemoryError,
+    _diagnosis,
+    _free_cuda_cache,
+    batch_size_of,
+    first_line_of,
+    slice_batch,
+)
+from oomdoctor.workload.oom_exceptions import is_oom
+
+log = logging.getLogger("oomdoctor.fit")
+
+
+class MicroBatchTrainerMixin:
+    """Mix in before `transformers.Trainer` (or a subclass of it)."""
+
+    def __init__(self, *args: Any, min_micro_batch: int = 1, micro_batch: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if min_micro_batch < 1:
+            raise ValueError("min_micro_batch must be >= 1")
+        self.min_micro_batch, self.micro_batch = min_micro_batch, micro_batch
+        self.oom_events: list[dict[str, Any]] = []
+        self._share = 1.0
+        self._phase = "forward"
+
+    # The Trainer calls compute_loss inside its training_step: weight each piece there.
+    def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        self._phase = "forward"
+        out = super().compute_loss(model, inputs, *args, **kwargs)
+        self._phase = "backward"
+        if self._share == 1.0:
+            return out
+        if isinstance(out, tuple):
+            return (out[0] * self._share, *out[1:])
+        return out * self._share
+
+    def _loss_is_global(self, num_items_in_batch: Any) -> bool:
+        """True when the Trainer normalises the loss by the items of the whole accumulated batch."""
+        fixed = getattr(self, "loss_is_scaled_for_ga", None)
+        if fixed is not None:
+            return bool(fixed)
+        return bool((getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None)
+                    or getattr(self, "compute_loss_func", None) is not None)
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
+        n = batch_size_of(inputs)
+        micro = min(self.micro_batch or n, n)
+        clean_start = all(p.grad is None for p in model.parameters())
+        self._done, self._total = 0, 0.0
+        while True:
+            oom = None
+            try:
+                return self._pieces(model, inputs, n, micro, num_items_in_batch, args, kwargs)
+            except Exception as exc:
+                if not is_oom(exc):
+                    raise
+                oom = (self._phase, str(exc))
+            finally:
+                self._share = 1.0
+            # Outside the handler: the exception and the graph its traceback pinned are gone.
+            phase, message = oom
+            gc.collect()
+            _free_cuda_cache()
+            if phase == "backward":
+                if not clean_start:
+                    raise FitOutOfMemoryError(
+                        "OOM in backward in the middle of a gradient-accumulation cycle: the partial gradients "
+                        "cannot be undone. Use gradient_accumulation_steps=1 with a larger per-device batch, or "
+                        f"start from micro_batch={max(self.min_micro_batch, micro // 2)}. {first_line_of(message)}",
+                        micro_batch=micro, floor=self.min_micro_batch, phase=phase, oom_message=message,
+                        diagnosis=_diagnosis(message))
+                model.zero_grad(set_to_none=True)
+                self._done, self._total = 0, 0.0
+            micro = self._shrink(micro, n, phase, message)
+
+    def _pieces(self, model: Any, inputs: Any, n: int, micro: int, num_items: Any, args: tuple,
+                kwargs: dict) -> Any:
+        """The Trainer's own training_step on each piece from self._done on; returns the summed loss."""
+        global_loss = self._loss_is_global(num_items)
+        while self._done < n:
+            stop = min(self._done + micro, n)
+            self._phase = "forward"
+            self._share = 1.0 if global_loss or micro >= n else (stop - self._done) / n
+            piece = inputs if micro >= n else slice_batch(inputs, self._done, stop)
+            self._total = self._total + super().training_step(model, piece, num_items, *args, **kwargs)
+            self._done = stop
+        return self._total
+
+    def _shrink(self, micro: int, n: int, phase: str, message: str) -> int:
+        floor = min(self.min_micro_batch, n)
+        if micro <= floor:
+            self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "raise"})
+            diag = _diagnosis(message)
+            raise FitOutOfMemoryError(
+                f"OOM at the floor micro-batch {micro} (min_micro_batch={self.min_micro_batch}) in {phase}: "
+                f"{first_line_of(message)}" + (f" | diagnosis: {diag}" if diag else ""),
+                micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=diag)
+        new = max(floor, math.ceil(micro / 2))
+        self.micro_batch = new
+        self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "halve", "new_micro_batch": new})
+        log.warning("oomdoctor.fit: OOM in %s at micro-batch %d; retrying with micro-batch %d x %d pieces per "
+                    "Trainer step (per-device batch %d unchanged)", phase, micro, new, math.ceil(n / new), n)
+        return new

@@ -1,0 +1,73 @@
+"""In-job memory recording: `with oomdoctor.watch(run_dir): ...` and `oomdoctor.step()`.
+
+torch is never imported here; the recorder uses it only once the job has imported it and initialised
+CUDA itself. Nothing in this package raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from oomdoctor.injob.record.recorder import DEFAULT_EVERY_MS, DEFAULT_HISTORY, Recorder
+
+__all__ = ["Recorder", "watch", "step", "current", "start", "DEFAULT_EVERY_MS", "DEFAULT_HISTORY"]
+
+_current: Recorder | None = None
+_lock = threading.Lock()
+
+
+def current() -> Recorder | None:
+    """The active recorder of this process, if any."""
+    rec = _current
+    return rec if rec is not None and rec.active else None
+
+
+def start(run_dir: str, **options: Any) -> Recorder | None:
+    """Start recording (or return the recorder already running in this process). Never raises."""
+    global _current
+    try:
+        with _lock:
+            rec = current()
+            if rec is not None:
+                return rec
+            rec = Recorder(run_dir, **options)
+            rec.start()
+            _current = rec if rec.active else None
+            return _current
+    except Exception:
+        return None
+
+
+def step(n: int | None = None) -> None:
+    """Mark the end of a training step (cheap; a no-op when nothing is recording)."""
+    rec = _current
+    if rec is not None and rec.active:
+        rec.step(n)
+
+
+@contextlib.contextmanager
+def watch(run_dir: str = "oomdoctor-run", *, every_ms: int = DEFAULT_EVERY_MS,
+          history: int = DEFAULT_HISTORY, **options: Any) -> Iterator[Recorder | None]:
+    """Record memory while the block runs; an OOM escaping the block leaves its evidence in run_dir.
+
+    Exceptions from the block propagate unchanged. If a recorder already runs in this process (for
+    example under `oomdoctor record`), the block reuses it and leaves it running.
+    """
+    global _current
+    owned = current() is None
+    rec = start(run_dir, every_ms=every_ms, history=history, **options) if owned else current()
+    try:
+        yield rec
+    except BaseException as exc:
+        if rec is not None:
+            rec.record_exception(exc)
+        raise
+    finally:
+        if owned and rec is not None:
+            rec.stop()
+            with _lock:
+                if _current is rec:
+                    _current = None

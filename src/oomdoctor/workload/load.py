@@ -1,0 +1,106 @@
+"""Workload files (docs/contracts.md §6): plain Python defining `build(batch_size) -> dict`.
+
+Shared by `estimate` (under fake tensors), `max-batch` (real trials) and the validation zoo, so the
+three run exactly the same step. Loading a broken file is an InputError naming the file, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oomdoctor.errors import InputError
+
+
+def _first_line(exc: BaseException) -> str:
+    """A user's exception text can span lines; the CLI reports one."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
+AMP_MODES = (None, "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Workload:
+    path: str
+    build: Callable[[int], Mapping[str, Any]]
+
+    def spec(self, batch_size: int) -> WorkloadSpec:
+        try:
+            raw = self.build(batch_size)
+        except SystemExit as exc:  # sys.exit() in build() must not become oomdoctor's exit status
+            raise InputError(f"{self.path}: build({batch_size}) called sys.exit({exc.code!r})") from None
+        except Exception as exc:  # the user's code: report it, naming the file
+            raise InputError(f"{self.path}: build({batch_size}) raised {type(exc).__name__}: {_first_line(exc)}") from exc
+        return WorkloadSpec.from_dict(raw, self.path)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    model: Any
+    inputs: Any
+    target: Any = None
+    loss: Any = None
+    optimizer: Any = "sgd"
+    amp: str | None = None
+    train: bool = True
+    gradient_checkpointing: bool = False
+    source: str = "<workload>"
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str = "<workload>") -> WorkloadSpec:
+        if not isinstance(raw, Mapping):
+            raise InputError(f"{source}: build() must return a dict, got {type(raw).__name__}")
+        if "model" not in raw or "inputs" not in raw:
+            raise InputError(f"{source}: build() must return at least 'model' and 'inputs'")
+        unknown = set(raw) - {"model", "inputs", "target", "loss", "optimizer", "amp", "train",
+                              "gradient_checkpointing"}
+        if unknown:
+            raise InputError(f"{source}: unknown workload keys {sorted(unknown)}")
+        opt = raw.get("optimizer", "sgd")
+        if isinstance(opt, str) and opt not in OPTIMIZERS:
+            raise InputError(f"{source}: optimizer must be one of {OPTIMIZERS} or a callable, got {opt!r}")
+        amp = raw.get("amp")
+        if amp not in AMP_MODES:
+            raise InputError(f"{source}: amp must be None, 'bf16' or 'fp16', got {amp!r}")
+        return cls(
+            model=raw["model"], inputs=raw["inputs"], target=raw.get("target"), loss=raw.get("loss"),
+            optimizer=opt, amp=amp, train=bool(raw.get("train", True)),
+            gradient_checkpointing=bool(raw.get("gradient_checkpointing", False)), source=source,
+        )
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Import a workload file in isolation. Raises InputError for a missing file, bad syntax or no build()."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such workload file")
+    name = f"_oomdoctor_workload_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise InputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except SystemExit as exc:  # a script-style file (argparse, sys.exit) exits on import: say so, exit 2
+        raise InputError(f"{path}: importing it called sys.exit({exc.code!r}); a workload file must only "
+                         "define build(batch_size), with no top-level script code") from None
+    except Exception as exc:
+        raise InputError(f"{path}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    finally:
+        sys.modules.pop(name, None)
+    build = getattr(module, "build", None)
+    if not callable(build):
+        raise InputError(f"{path}: defines no build(batch_size) function")
+    return Workload(str(path), build)
