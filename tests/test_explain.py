@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,9 @@ def _fixture(name: str) -> str:
     ("huge_single.txt", "true_capacity"),       # 3725 GiB asked of a 139.8 GiB GPU
     ("fill_then_ask.txt", "true_capacity"),     # 0 bytes reserved-unallocated: nothing to defragment
     ("fraction_cap.txt", "true_capacity"),      # against the 6.99 GiB set_per_process_memory_fraction cap
-    ("bad_ordinal.txt", "not_oom"),             # cuda:7 on a one-GPU machine
+    # cuda:7 on a one-GPU machine: a device the process cannot see is configuration (contract §2:
+    # context_or_driver covers "wrong device"), not a program error.
+    ("bad_ordinal.txt", "context_or_driver"),
     ("jax_oom.txt", "true_capacity"),
     ("cupy_oom.txt", "true_capacity"),
     # Another process held all but 30-400 MiB; the text alone shows only the driver's error, so the
@@ -241,7 +244,7 @@ def test_json_contract_keys():
     d = _explain(ISSUE_FRAG).to_json()
     assert set(d) >= {"events", "hypotheses"}
     assert set(d["events"][0]) >= {"kind", "line", "text", "numbers"}
-    assert set(d["hypotheses"][0]) == {"category", "confidence", "evidence", "fixes"}
+    assert set(d["hypotheses"][0]) >= {"category", "confidence", "evidence", "fixes"}
     confs = [h["confidence"] for h in d["hypotheses"]]
     assert confs == sorted(confs, reverse=True) and all(0 <= c <= 1 for c in confs)
     json.dumps(d)
@@ -249,31 +252,65 @@ def test_json_contract_keys():
 
 # --- the labelled corpus of real reports ------------------------------------------------------------
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("explain_accuracy", ROOT / "bench" / "explain_accuracy.py")
+def _corpus():
+    spec = importlib.util.spec_from_file_location("explain_corpus", ROOT / "bench" / "explain_corpus.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["explain_corpus"] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_corpus_is_real_and_complete():
-    cases = _bench().load_cases()
-    assert len(cases) >= 60
-    per: dict[str, int] = {}
+CATEGORIES = ("true_capacity", "fragmentation", "other_process", "leak_in_code", "context_or_driver",
+              "shm_exhausted", "host_oom", "gpu_sharing_limit", "not_oom")
+
+
+def test_corpus_schema_and_frozen_split():
+    """Every report is labelled, dated and linked; its split is the hash of its link (or dev, with a reason)."""
+    C = _corpus()
+    cases = C.load_reports()
+    urls = set()
     for c in cases:
-        assert c["url"].startswith("https://") and c["text"].strip() and c["why"].strip()
-        per[c["category"]] = per.get(c["category"], 0) + 1
-    for cat in ("true_capacity", "fragmentation", "other_process", "leak_in_code", "context_or_driver",
-                "shm_exhausted", "host_oom", "gpu_sharing_limit", "not_oom"):
-        assert per.get(cat, 0) >= 5, cat
+        assert set(C.REPORT_KEYS) <= set(c), c["file"]
+        assert c["id"] == c["file"].removesuffix(".yaml")
+        assert c["url"].startswith("https://") and c["url"] not in urls, c["file"]
+        urls.add(c["url"])
+        assert c["category"] in CATEGORIES and str(c["text"]).strip() and str(c["why"]).strip(), c["file"]
+        if c.get("split_note"):
+            assert c["split"] == "dev", c["file"]  # the exception goes one way only
+        else:
+            assert c["split"] == C.split_of(c["url"]), c["file"]
+    benign_urls = set()
+    for c in C.load_benign():
+        assert set(C.BENIGN_KEYS) <= set(c) and c["expect"] in ("none", "recovered"), c["file"]
+        assert c["url"] not in benign_urls, c["file"]
+        benign_urls.add(c["url"])
+        assert c["split"] == (C.split_of(c["url"]) if not c.get("split_note") else "dev"), c["file"]
 
 
-def test_corpus_accuracy_thresholds():
-    rows, _ = _bench().evaluate(_bench().load_cases())
-    top1 = sum(r["top1"] for r in rows) / len(rows)
-    top2 = sum(r["top2"] for r in rows) / len(rows)
-    assert top1 >= 0.90, top1
-    assert top2 >= 0.97, top2
+def test_corpus_is_wide_enough():
+    C = _corpus()
+    cases = C.load_reports()
+    assert len(cases) >= 250
+    per = {cat: sum(c["category"] == cat for c in cases) for cat in CATEGORIES}
+    assert min(per.values()) >= 15, per
+    assert len({c["ecosystem"] for c in cases}) >= 12
+    assert len(C.load_benign()) >= 60
+    n_test = sum(c["split"] == "test" for c in cases)
+    assert 0.25 <= n_test / len(cases) <= 0.45
+
+
+def test_dev_split_floor_and_no_false_alarms():
+    """A regression floor on the dev split only (rules are written from it); test figures are only
+    printed by bench/explain_accuracy.py, never asserted, so nothing here can be tuned to them."""
+    C = _corpus()
+    s = C.summary(C.score_reports(C.load_reports("dev")))
+    assert s["top1"] / s["n"] >= DEV_TOP1_FLOOR, s
+    benign = C.score_benign(C.load_benign("dev"))
+    alarms = [r.id for r in benign if r.false_alarm]
+    assert not alarms, alarms
+
+
+DEV_TOP1_FLOOR = 0.80
 
 
 def test_mmcv_and_yolo_readings():

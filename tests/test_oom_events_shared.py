@@ -28,7 +28,7 @@ from oomdoctor.explain.rules_by_kind import event_rules
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real-oom"
 SEED = ROOT / "examples" / "seed-a100-k8s"
-CORPUS = ROOT / "tests" / "corpus"
+CORPUS = ROOT / "tests" / "corpus" / "reports"
 
 
 def _bundle_with_logs(tmp_path: Path, logs: list[Path]) -> Path:
@@ -92,7 +92,7 @@ def test_secrets_in_log_lines_are_redacted_in_the_fact(tmp_path):
 
 def test_kind_table_covers_every_pattern():
     assert {k for k, _ in oom_patterns.LINE_PATTERNS} == set(KINDS)
-    assert MARKERS == {"vcuda_line"}
+    assert MARKERS == {"vcuda_line", "oom_recovered"}
 
 
 # Lines for kinds the corpus may not hold, so every kind of the table is held to explain's rules.
@@ -110,6 +110,12 @@ EXTRA_LINES = [
     "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, MMU Fault",
     "I1122 vcuda hijack_call.c:120 loaded",
     "Killed",
+    "Warning  Evicted  2m  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi, available: 52Mi.",
+    "RuntimeError: rmm::out_of_memory: RMM failure at:/rmm/mr/device/cuda_memory_resource.hpp:70: out of memory",
+    "RuntimeError: NCCL Error 2: unhandled system error",
+    "OSError: [Errno 28] No space left on device",
+    "There is a GPU memory leak in the evaluation loop",
+    "Epoch 0: Batch size 512 failed, trying batch size 256",
 ]
 
 

@@ -1,7 +1,9 @@
 """Explain every OOM-like event in logs: ranked root causes, evidence, and the fix for this case.
 
 Reads files or `-` (standard input) in constant memory; `--bundle PATH` adds the environment facts
-of an `oomdoctor bundle`. Exit 1 when an OOM-like event was explained, 0 when the logs have none.
+of an `oomdoctor bundle`; `--here` reads the facts that decide between causes from this machine
+(GPU processes, sharing layers, cgroup OOM kills, the kernel log, /dev/shm). Exit 1 when a memory
+failure was explained, 0 when the logs have none or only OOMs the job caught and recovered from.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG",
                         help="log files; '-' reads standard input; with --bundle and no LOG, the bundle's logs/")
     parser.add_argument("--bundle", metavar="PATH", help="an `oomdoctor bundle` (directory or .tar.gz) for environment evidence")
+    parser.add_argument("--here", action="store_true",
+                        help="the log comes from this machine: read the deciding facts from it (GPU processes, "
+                             "sharing layers, cgroup/kernel OOM kills, /dev/shm); no CUDA, no torch")
     parser.add_argument("--threads", type=_threads, default=None, metavar="N",
                         help="reader threads for large logs (default: usable CPUs, at most 8; 1 = none)")
     add_output_options(parser)
@@ -35,6 +40,14 @@ def _load_bundle(path: str):  # -> FactSet
     except ImportError as exc:
         raise UsageError(f"--bundle {path}: bundle reading is not available in this build ({exc})") from exc
     return machine.collect_bundle(path)
+
+
+def _load_here():  # -> FactSet
+    try:
+        machine = importlib.import_module("oomdoctor.collectors.machine")
+    except ImportError as exc:
+        raise UsageError(f"--here: reading this machine is not available in this build ({exc})") from exc
+    return machine.collect_deciding_facts()
 
 
 def _redact(ex: Explanation) -> None:
@@ -95,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("'-' (standard input) can be given once")
     for path in args.logs:
         check_readable(path)
-    facts = _load_bundle(args.bundle) if args.bundle else None
+    if args.here and args.bundle:
+        raise UsageError("--here reads this machine and --bundle another one's facts: give one of them")
+    facts = _load_bundle(args.bundle) if args.bundle else (_load_here() if args.here else None)
     scanner = LogScanner()
     if args.logs:
         _scan(scanner, args.logs, None, args)

@@ -124,6 +124,25 @@ def collect_live(*, probe: bool = False, probe_attempts: int = 5, import_torch: 
     return facts
 
 
+DECIDING_COLLECTORS: tuple[Callable[[CollectContext], list[Entry]], ...] = (
+    collect_cgroup, collect_sharing, collect_driver, collect_kernel_log, collect_storage,
+)
+
+
+def collect_deciding_facts(ctx: CollectContext | None = None) -> FactSet:
+    """The facts that separate explain's causes, read from this machine (`explain --here`): GPU
+    processes and sharing layers (NVML / nvidia-smi), cgroup OOM kills, the kernel log, /dev/shm.
+    No probes, no torch, no CUDA context; each collector's failure costs only its facts."""
+    ctx = ctx or live_context()
+    entries: list[Entry] = []
+    for collector in DECIDING_COLLECTORS:
+        try:
+            entries += collector(ctx)
+        except Exception:  # noqa: BLE001, S112 - a collector bug must not cost the explanation
+            continue
+    return FactSet(entries)
+
+
 def collect_bundle(path: str | Path) -> FactSet:
     """Facts of a bundle (directory or .tar.gz); reads nothing else of this machine."""
     with open_bundle(path) as root:

@@ -43,6 +43,17 @@ _CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom
 _MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
             "ALLOC_CONF", "Tried to allocate")
 _NOT_CONTINUATION = ("Traceback", "File \"", "During handling", "The above exception", "[rank")
+# What a wrapped allocator message goes on with (a terminal, a notebook or kubectl folds it): the
+# message's own phrases, or a size near the start of the line. Anything else (the next log line, a
+# progress bar, a warning) is not part of the event, whatever follows the message.
+_CONTINUATION = re.compile(
+    r"(?i)^[(\[]*(?:tried to allocate|gpu \d|of the allocated|including non-pytorch|process \d+ has|this process has|"
+    r"if reserved|see documentation|documentation for memory|(?:pytorch_)?cuda_alloc_conf|pytorch_mps_|"
+    r"use pytorch_mps|total capac|memory in use|reserved|allocated|free\b|cached\)|already allocated|"
+    r"\{\{node|node \S+\}\}|hint: if you want|report_tensor_allocations|\[op:|op:|"
+    r"cuda kernel errors|for debugging consider|compile with|and type \w+ on|on /job:|by allocator|"
+    r"with shape|mps allocated|other allocations|max allowed|bytes\)|\(allocated so far|if the cause is memory fragmentation)"
+    r"|^.{0,40}?[0-9][0-9.,]* ?(?:[KMGT]i?B|bytes)\b")
 
 
 
@@ -55,6 +66,7 @@ class OomEvent:
     details: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     count: int = 1
+    last_line: int = 0  # the last repeat's line (0: only one)
 
 
 @dataclass
@@ -195,7 +207,8 @@ class LogScanner:
             line = _decode(block[pos:le]).strip()
             kind = P.classify_line(line)
             body = line.startswith("Tried to allocate") and "Tried to allocate" not in ev.text  # 1.x wraps here
-            if not line or line.startswith(_NOT_CONTINUATION) or (kind not in (None, "generic_oom") and not body):
+            if (not line or line.startswith(_NOT_CONTINUATION) or (kind not in (None, "generic_oom") and not body)
+                    or not (body or _CONTINUATION.search(line))):
                 left = 0
                 break
             self._env_scan(line)
@@ -225,6 +238,7 @@ class LogScanner:
         old = self._events.get(key)
         if old is not None:
             old.count += 1
+            old.last_line = ev.line
         elif len(self._events) < MAX_EVENTS:
             self._events[key] = ev
         else:

@@ -21,9 +21,12 @@ class Kind:
     gpu: bool  # raised on the GPU side (allocator, driver, sharing layer, GPU libraries)
     what: str  # who raised it, in a few words
     definite: bool = True  # False: the wording does not say which memory ran out
+    recovery: bool = False  # a marker that the job caught an OOM and went on
 
 
 KINDS: dict[str, Kind] = {
+    "oom_recovered": Kind(None, False, "a job that caught its OOM and went on (batch-size finder, skipped batch)",
+                          recovery=True),
     "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
     "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
     "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),
@@ -35,6 +38,7 @@ KINDS: dict[str, Kind] = {
     "tf_oom": Kind("true_capacity", True, "TensorFlow's allocator"),
     "jax_oom": Kind("true_capacity", True, "XLA/JAX's allocator"),
     "cupy_oom": Kind("true_capacity", True, "CuPy's memory pool"),
+    "rmm_oom": Kind("true_capacity", True, "RAPIDS RMM's device allocator"),
     "vllm_capacity": Kind("true_capacity", True, "vLLM's KV-cache capacity check"),
     "vllm_free_memory": Kind("other_process", True, "vLLM's start-up free-memory check"),
     "batch_finder": Kind("true_capacity", True, "the batch-size finder (every size ran out)"),
@@ -42,20 +46,25 @@ KINDS: dict[str, Kind] = {
     "cublas_cudnn": Kind("context_or_driver", True, "cuBLAS/cuDNN (the status decides)"),
     "shm_error": Kind("shm_exhausted", False, "DataLoader shared memory (/dev/shm)"),
     "dataloader_killed": Kind("host_oom", False, "SIGKILL of a DataLoader worker"),
+    "nccl_system_error": Kind("shm_exhausted", False, "NCCL's failed system call (in containers: /dev/shm)", definite=False),
     "kernel_oom": Kind("host_oom", False, "the kernel OOM killer"),
     "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)"),
-    "exit_137": Kind("host_oom", False, "a SIGKILL exit (137)"),
+    "k8s_evicted": Kind("host_oom", False, "the kubelet's eviction under node memory pressure"),
+    "exit_137": Kind("host_oom", False, "a SIGKILL exit (137, -9, 'Killed')"),
     "ray_oom": Kind("host_oom", False, "Ray's memory monitor"),
     "host_alloc": Kind("host_oom", False, "a host (CPU) allocation"),
     "xid": Kind("context_or_driver", False, "the NVIDIA driver (Xid; the code decides)"),
     "cuda_program_error": Kind("not_oom", False, "a program error reported by CUDA"),
     "driver_error": Kind("context_or_driver", False, "driver/runtime initialisation"),
     "vcuda_line": Kind(None, False, "gpu-manager/vcuda hook (a marker, not a failure)"),
+    "no_space": Kind("shm_exhausted", False, "ENOSPC (a full /dev/shm, or a full disk)", definite=False),
+    "leak_report": Kind("leak_in_code", False, "a report of a memory leak", definite=False),
     "generic_oom": Kind("true_capacity", False, "an 'out of memory' message without a known source", definite=False),
 }
 
 GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
 MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
+RECOVERY = frozenset(k for k, v in KINDS.items() if v.recovery)
 
 # Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
 # health. Others: the GPU or its firmware stopped responding.
@@ -79,6 +88,12 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "not_oom" if isinstance(x, int) and (x in XID_PROGRAM or x in XID_HEALTH) else "context_or_driver"
     if kind == "tf_oom" and ("device:CPU" in text or "by allocator cpu" in text):
         return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
+    if kind == "tf_oom" and "memory fragmentation" in text:
+        return "fragmentation"  # BFC's own hint: its free bytes would cover the request
+    if kind == "torch_oom_nvml" and "nvmlInit" in text:
+        return "context_or_driver"  # NVML could not start: the driver's state, not the message lost
+    if kind == "cuda_program_error" and "invalid device ordinal" in text:
+        return "context_or_driver"  # a device the process cannot see: configuration, not the program's memory use
     if kind == "generic_oom" and d.get("in_dataloader_worker"):
         return "shm_exhausted"
     return spec.category

@@ -21,11 +21,19 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # HAMi-core allocator.c: oom_check() refuses past the pod's limit and logs "Device %d OOM %lu / %lu"
     # [HAMIOOM]; "cuMemoryAllocate failed res=%d" is logged after oom_check passed, when the real
     # driver allocation failed (res=2 = CUDA_ERROR_OUT_OF_MEMORY: the physical GPU had no room).
+    # A job that caught its OOM and went on (a marker, not a failure): Lightning's BatchSizeFinder
+    # ("Batch size N failed, trying batch size M", lightning tuner/batch_size_scaling.py), fairseq's
+    # trainer ("attempting to recover from OOM in forward/backward pass", "ran out of memory, skipping
+    # batch"), and loops that skip a batch on OOM.
+    ("oom_recovered", r"Batch size \d+ failed, trying batch size \d+|attempting to recover from OOM|"
+                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
+                      r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
+                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b"),
     ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*Device \d+ OOM"),
     ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
     # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
     # e.g. inside a MIG instance (pytorch/pytorch#112377): an OOM whose message was lost.
-    ("torch_oom_nvml", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at .{0,120}CUDACachingAllocator\.cpp"),
+    ("torch_oom_nvml", r"NVML_SUCCESS == .{0,200}INTERNAL ASSERT FAILED at .{0,160}CUDACachingAllocator\.cpp"),
     # TensorRT's default allocator (IGpuAllocator): "Error Code 1: Cuda Runtime (out of memory)".
     ("tensorrt_oom", r"Cuda Runtime \(out of memory\)|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"),
     # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h).
@@ -37,11 +45,19 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory"),
     # TensorFlow: ResourceExhaustedError / "OOM when allocating tensor" (tf BFC allocator),
     # and the StreamExecutor line "failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY".
-    ("tf_oom", r"ResourceExhaustedError|OOM when allocating tensor|failed to allocate .* from device: CUDA_ERROR_OUT_OF_MEMORY"),
+    ("tf_oom", r"ResourceExhaustedError|OOM when allocating tensor|failed to allocate .* from device: CUDA_ERROR_OUT_OF_MEMORY|"
+               r"Allocator \(\w+\) ran out of memory trying to allocate"),
     # XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ..." (xla BFC allocator).
-    ("jax_oom", r"RESOURCE_EXHAUSTED: Out of memory|Out of memory while trying to allocate"),
+    # XLA's status code also names allocation failures without "Out of memory" ("RESOURCE_EXHAUSTED:
+    # Failed to allocate request for 1.5GiB", "Attempting to reserve ..."); gRPC's RESOURCE_EXHAUSTED
+    # ("Received message larger than max") is not memory and is excluded.
+    ("jax_oom", r"RESOURCE_EXHAUSTED: Out of memory|Out of memory while trying to allocate|"
+                r"RESOURCE_EXHAUSTED:(?![^\n]{0,120}(?:message larger than max|Received message|quota|[Rr]ate limit))"
+                r"[^\n]{0,120}(?:[Aa]llocat|memory|[Rr]eserve|\d ?[KMGT]i?B)|Resource exhausted: (?:Out of memory|Attempting to allocate)"),
     # CuPy MemoryPool: "Out of memory allocating N bytes (allocated so far: M bytes)".
     ("cupy_oom", r"cupy\.cuda\.memory\.OutOfMemoryError|Out of memory allocating [0-9,]+ bytes"),
+    # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out[_ ]of[_ ]memory|Device allocation of \d+ bytes failed"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
     ("vllm_capacity", r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
@@ -49,31 +65,52 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("batch_finder", r"No executable batch size found, reached zero"),
     # The CUDA driver/runtime's own error, not the caching allocator's (cudaErrorMemoryAllocation = 2,
     # CUDA_ERROR_OUT_OF_MEMORY) [CUDAERR]: context creation, cuBLAS/cuDNN handles, pinned host memory.
-    ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)"),
+    ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
     ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
-    ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device"),
+    ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device|"
+                  r"creating shared memory segment /dev/shm|failed to extend /dev/shm/\S+ to \d+ bytes"),
     ("dataloader_killed", r"DataLoader worker .{0,60}killed by signal: Killed"),
+    # NCCL's "unhandled system error" (ncclSystemError): a failed system call, in containers most often
+    # the /dev/shm segment (NCCL docs, troubleshooting: "Docker ... --shm-size / --ipc=host").
+    ("nccl_system_error", r"unhandled system error"),
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
+    # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
+    ("k8s_evicted", r"low on resource: memory|had condition: \[MemoryPressure\]"),
     # "exit"/"return" in the casings programs print (not "eXiT"): the pre-filter looks for these words,
     # which are rare in training logs, rather than for "137" (on ~1% of the lines of any numeric log).
-    ("exit_137", r"(?:\b(?:exit|Exit|EXIT)\w*(?:\s+\w+){0,3}?\s+(?i:code|status)|(?:exit|Exit|EXIT)_?(?i:code)|(?:return|Return|RETURN) ?(?i:code))[\"':= ]{0,8}137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"),
-    ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"),
-    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory"),
+    ("exit_137", r"(?:\b(?:exit|Exit|EXIT)\w*(?:\s+\w+){0,3}?\s+(?i:code|status)|(?:exit|Exit|EXIT)_?(?i:code)|(?:return|Return|RETURN) ?(?i:code))[\"':= ]{0,8}137\b|exit status -9\b|died with <Signals\.SIGKILL|^\s*Killed\s*$"
+                 # SIGKILL as launchers print it: DeepSpeed "exits with return code = -9", torchrun
+                 # "exitcode: -9" / "(exitcode: -9)", Go's exec "signal: killed", bash "Killed   python ...".
+                 r"|\b(?:[Ee]xit ?[Cc]ode|EXIT ?CODE|[Rr]eturn ?[Cc]ode|RETURN ?CODE|[Ee]xit [Ss]tatus)\s*[:=]?\s*-9\b|\bsignal: killed\b"
+                 r"|(?:^|\bline \d+: )(?:\d+ )?Killed\s+\S|^\s*killed\s*$|\]Killed\s*$"),
+    ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
+    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory|"
+                   r"session crashed after using all available RAM"),
     # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
     ("xid", r"NVRM: Xid \((?:PCI:)?[0-9a-fA-F:.]+\): \d+"),
     # Program errors that mention memory or devices but are not capacity (CUDA runtime error strings).
-    ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert(?!ion)|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument"),
+    ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert(?!ion)|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument|"
+                            r"no kernel image is available for execution|Memory access fault by GPU node|"
+                            r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
-    ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>="),
+    ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
+                     r"kernel version [0-9.]+ does not match DSO version|failed call to cuInit|cuInit\(0\) failed|"
+                     r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)|"
+                     r"[Ll]oaded (?:runtime )?(?:CuDNN|cuDNN|cudnn|CUDNN) library:? \S+ but source was compiled"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
+    # A bare ENOSPC: in a GPU job's report most often /dev/shm (the DataLoader's or NCCL's), else a disk.
+    ("no_space", r"No space left on device"),
+    # What people write when memory grows: "GPU memory leak", "memory leak in ...".
+    ("leak_report", r"[Mm]emory [Ll]eak"),
     # Any other "out of memory" in the casings programs print, or a bare OOM.
-    ("generic_oom", r"[Oo]ut [Oo]f [Mm]emory|OUT OF MEMORY|\bOOM\b"),
+    ("generic_oom", r"[Oo]ut [Oo]f [Mm]emory|OUT OF MEMORY|\bOOM\b|\b(?:OOMs|OOMed|OOM'd|OOMing|ooms|oomed|oom'd)\b|"
+                    r"\b(?:[Rr]an|[Rr]uns?|[Rr]unning) out of (?:\w+ ){0,3}(?:GPU |CUDA |VRAM |video |device )?memory"),
 ))
 
 # Gates: substrings of which every match of a pattern contains one (tests/test_prefilter_recall.py
@@ -81,6 +118,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # tests reject almost all of them in a few microseconds, where running the regexes cost ~100 us a
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
+    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall"),
     "hami_oom": ("HAMI-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
     "torch_oom_nvml": ("NVML_SUCCESS",),
@@ -89,31 +127,39 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "torch_oom": (" out of memory", "Tried to allocate "),
     "mps_oom": ("MPS backend out of memory",),
     "torch_oom_legacy": ("cuda runtime error (2)",),
-    "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY"),
-    "jax_oom": ("Out of memory",),
+    "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "ran out of memory trying"),
+    "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED", "Resource exhausted: Attempting"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
+    "rmm_oom": ("rmm::", "RMM failure", "Device allocation of"),
     "vllm_capacity": ("No available memory", "KV cache"),
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
-    "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"),
+    "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
     "cublas_cudnn": ("_STATUS_",),
-    "shm_error": ("shared memory", "</torch_", "killed by signal: Bus", "No space left on device"),
+    "shm_error": ("shared memory", "</torch_", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
+    "nccl_system_error": ("unhandled system error",),
     "kernel_oom": ("of memory: Kill", "oom-kill"),
     "k8s_oomkilled": ("OOMKilled",),
-    "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed"),
-    "ray_oom": ("OutOfMemoryError", "low on memory"),
-    "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory"),
+    "k8s_evicted": ("low on resource: memory", "MemoryPressure"),
+    "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
+    "ray_oom": ("OutOfMemoryError", "low on memory", "memory pressure"),
+    "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory", "all available RAM"),
     "xid": ("NVRM: Xid",),
     "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",
                            "invalid device ordinal", "misaligned address", "illegal instruction",
-                           "unspecified launch failure", "invalid configuration argument"),
+                           "unspecified launch failure", "invalid configuration argument", "no kernel image",
+                           "Memory access fault", "cudaSuccess ("),
     "driver_error": ("driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
-                     "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>="),
+                     "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
+                     "cuInit", "cudaSuccess (", "but source was compiled"),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
-    "generic_oom": ("f memory", "f Memory", "OUT OF MEMORY", "OOM"),
+    "no_space": ("No space left on device",),
+    "leak_report": ("emory leak", "emory Leak"),
+    "generic_oom": ("f memory", "f Memory", "OUT OF MEMORY", "OOM", "ooms", "oomed", "oom'd", "un out of", "an out of",
+                    "uns out of", "unning out of"),
 }
 _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 
@@ -139,11 +185,15 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'f memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory', b'te memory',
     b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
     b'uMemoryAllocate failed r', b'rror', b'_STATUS_', b'exit status -9', b'ijack_call.c', b'VRM: Xid (',
-    b'river', b'EXIT', b'ecified launch failure', b'NVML_SUCCESS == r INTERN', b'ried to allocate ',
+    b'river', b'EXIT', b'ecified launch failure', b'NVML_SUCCESS == ', b'ried to allocate ',
     b'KV cache', b'No executable batch size', b'aligned address', b'ft on device', b'td::bad_alloc', b'Exit',
     b'exit', b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR',
     b'ibility was attempted', b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control',
     b'-side assert', b'oom-kill', b'ETURN', b'eturn', b'</torch_',
+    b'RESOURCE_EXHAUSTED', b'resource: memory', b'MemoryPressure', b'ailed, trying batch size',
+    b'DSO version', b'cuInit', b'access fault', b'cudaSuccess (', b'but source was compiled', b'esource exhausted',
+    b'rmm::', b'RMM failure', b'Device allocation of', b'ooms', b'oomed', b"oom'd", b'un out of', b'an out of',
+    b'unning out of', b'uns out of', b'extend /dev/shm', b'no kernel image', b'emory leak', b'emory Leak', b'all available RAM',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -161,11 +211,34 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # and --query-gpu=memory.used,memory.free rows.
     "smi_process": re.compile(r"^\s*(\d+),\s*(\d+)\s*MiB\s*$|\|\s+\d+\s+(?:N/A|\d+)\s+(?:N/A|\d+)\s+(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)\s?MiB\s*\|"),
     "smi_used_free": re.compile(r"^\s*(\d+)\s*MiB,\s*(\d+)\s*MiB\s*$"),
+    # TensorFlow 1.x prints the device's memory when it creates it: "Total memory: 7.92GiB" "Free memory: 190.31MiB".
+    "tf_total_memory": re.compile(r"\bTotal memory: ([0-9.]+ ?[KMGT]i?B)"),
+    "tf_free_memory": re.compile(r"\bFree memory: ([0-9.]+ ?[KMGT]i?B)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
                          r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"),
+    # What people write when memory belongs to someone else: memory not released by an earlier run,
+    # leftover/zombie processes, every worker or rank landing on GPU 0.
+    "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
+                               r"(?:not (?:been )?(?:released|freed))|leftover|zombie|orphan(?:ed)? process|"
+                               r"(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|runs?|workers?|ranks?)\b|"
+                               r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
+                               r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
+                               r"(?:all|every|each) (?:\w+ ){0,3}(?:on|onto|to|in|use|uses|using) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0|same gpu)|"
+                               r"(?:first gpu|gpu ?0|cuda:0|device 0)[^.\n]{0,40}(?:much more|all|every|each) )"),
+    # "fragmentation" in the reporter's words, not in the allocator's own hints ("... to avoid
+    # fragmentation", TensorFlow's "If the cause is memory fragmentation").
+    # How people describe (and fix) history kept across iterations, in prose: not code lines of a traceback.
+    "leak_words": re.compile(r"(?i)\b(?:(?:sav|keep|kept|stor|accumulat|retain)\w* (?:\w+ ){0,3}(?:computation(?:al)? )?graph|"
+                             r"computation(?:al)? graph (?:\w+ ){0,3}(?:kept|saved|retained|accumulat\w*|grow\w*)|"
+                             r"without (?:torch\.)?no_grad|forgot (?:\w+ ){0,2}(?:no_grad|detach)|(?:not|never|didn't|don't) detach\w*|"
+                             r"creeping memory|memory (?:is )?creeping)"),
+    # A job that ran for a while before failing: memory that grows (or a rare larger batch).
+    "late_failure": re.compile(r"(?i)\bafter (?:a (?:few|couple of)|several|many|so many|some|\d+) (?:\w+ )?"
+                               r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"),
+    "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
 }
 
 # As LINE_GATES, for ENV_PATTERNS; "growth" is case-insensitive, so its gate is tested on the lowered line.
@@ -178,9 +251,17 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "vcuda": ("vcuda", "gpu-manager"),
     "smi_process": ("MiB",),
     "smi_used_free": ("MiB",),
+    "tf_total_memory": ("Total memory: ",),
+    "tf_free_memory": ("Free memory: ",),
     "growth": ("memory",),
+    "other_holder": ("released", "freed", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
+                     "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
+                     "device 0", "same gpu"),
+    "fragmentation_words": ("fragment",),
+    "late_failure": ("after ",),
+    "leak_words": ("graph", "no_grad", "detach", "creeping"),
 }
-ENV_CASELESS = frozenset({"growth"})
+ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words"})
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
 # them (lowered, "growth" needs "memory" and one of these).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
@@ -188,6 +269,10 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
 } | {
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
     b"ccumulat", b"from ", b"From ",
+    b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
+    b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
+    b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
+    b"etach", b"reeping",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
@@ -318,17 +403,72 @@ def _torch_format(text: str) -> str:
     return "unknown"
 
 
+# Lines that only mention a failure: advice ("... to avoid out of memory errors", vLLM's 'Avoid "CUDA
+# out of memory" by lowering max_num_seqs'), negation ("no OOM so far"), a quoted phrase (docs, grep of
+# source: `if "out of memory" in str(e)`), TensorFlow's own hint ("If you want to see a list of
+# allocated tensors when OOM happens"). Judged on the text just before each match (and a closing
+# quote just after it): an error message puts "Error: " or a log prefix there, not these words.
+_ADVICE_BEFORE = re.compile(
+    r"(?i)(?:\b(?:avoid\w*|prevent\w*|reduc\w+ the (?:risk|chance)|to reduce|if you\b|in case of|consider\w*|"
+    r"mitigat\w+|workaround|handl(?:e|es|ing)|catch(?:es|ing)?|recover\w* from|protect\w* against|"
+    r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
+    r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
+    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*"
+    r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?)$")
+_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what)[\"']?\s*[:=(]\s*[\"']$")
+_QUOTES = "\"'`\u201c\u2018"
+_CLOSE = {"\u201c": "\u201d", "\u2018": "\u2019"}
+# generic_oom ("out of memory" or "OOM" with no known source) is a failure only in an error's words.
+_ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|cannot|can't|could not|unable|panic|"
+                          r"terminat|exceed|exhaust|insufficient|\bran out\b|runs? out\b|went out\b|exit|died|\bdead\b|"
+                          r"until|leads? to|leading to|caus\w+|results? in|resulting in|\bgot\b|\bgets?\b|getting|\bhit|"
+                          r"throw|rais\w+|encounter|occur|happen|trigger|issue|problem|trouble|\bbug\b|leak|"
+                          r"grow|increas|[Mm]emory (?:error|exception)")
+
+
+# Prose about OOMs in general (docs, READMEs), not one that happened.
+_GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
+                                r"in general|for example|e\.g\.)\b")
+
+
+def is_mention(line: str, start: int, end: int) -> bool:
+    """True when the match line[start:end] is advice, a negation or a quotation, not a failure."""
+    before = line[max(0, start - 80):start]
+    if _ADVICE_BEFORE.search(before):
+        return True
+    q = before[-1:] if before else ""
+    if q and q in _QUOTES and not _ERROR_VALUE.search(before):
+        close = _CLOSE.get(q, q)
+        j = line.find(close, end)
+        if 0 <= j - end <= 40:
+            return True
+    return False
+
+
 def classify_line(line: str) -> str | None:
     """The kind of an OOM-like line, or None."""
-    if line.lstrip().startswith("Search for `"):
-        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
+    if line.lstrip().startswith("Search for `") or "indicates that this is not a failure" in line:
+        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ..."); TF's BFC retry warning
     for kind, gate, pat in _GATED_PATTERNS:
         for needle in gate:
             if needle in line:
-                if pat.search(line):
+                if _failure_match(kind, pat, line):
                     return kind
                 break
     return None
+
+
+def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
+    for n, m in enumerate(pat.finditer(line)):
+        if n >= 4:
+            return False
+        if is_mention(line, m.start(), m.end()):
+            continue
+        if kind == "generic_oom" and (not (_ERROR_WORDS.search(line) or not line[:m.start()].strip(" \t[(*>-!:|"))
+                                      or _GENERAL_STATEMENT.search(line)):
+            continue
+        return True
+    return False
 
 
 # --- memory readings in training logs (for leak detection) --------------------------------------

@@ -8,14 +8,16 @@ plausible cause still shows up second. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
-from oomdoctor.explain.kinds import GPU_KINDS, MARKERS
+from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY
 from oomdoctor.explain.rules import Board
-from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules
+from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
@@ -25,6 +27,18 @@ if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms 
 _MARKERS = MARKERS
 _GPU_KINDS = GPU_KINDS
 _OTHER_EVENT_WEIGHT = 0.3
+# A caught OOM: a recovery line (batch-size finder, "attempting to recover from OOM", a skipped batch)
+# within this many lines after the event's last repeat, in the same log.
+RECOVERY_WINDOW = 300
+RECOVERY_BEFORE = 5  # fairseq logs "attempting to recover from OOM" in the same instant, just before the message
+# Confidence = softmax(score / TEMPERATURE) over the categories plus a "none of these" score of
+# NONE_SCORE. Fitted on the dev split only (bench/explain_calibrate.py, which prints both); the
+# calibration table on the test split is in docs/benchmarks.md.
+TEMPERATURE = 0.6
+NONE_SCORE = 1.1
+# An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
+AMBIGUOUS_BELOW = 0.6
+AMBIGUOUS_GAP = 0.15
 
 
 @dataclass
@@ -36,8 +50,12 @@ class Hypothesis:
     score: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"category": self.category, "confidence": self.confidence, "evidence": self.evidence,
-                "fixes": self.fixes}
+        out: dict[str, Any] = {"category": self.category, "confidence": self.confidence, "evidence": self.evidence,
+                               "fixes": self.fixes}
+        d = DECIDERS.get(self.category)
+        if d is not None:
+            out["decided_by"] = {"fact": d.fact, "command": d.command}
+        return out
 
 
 @dataclass
@@ -48,23 +66,53 @@ class Explanation:
     event_categories: dict[int, str] = field(default_factory=dict)
     facts_used: list[str] = field(default_factory=list)
     scan: LogScan | None = None
+    recovered: list[OomEvent] = field(default_factory=list)  # OOMs the job caught and went on from
 
     @property
     def category(self) -> str | None:
         return self.hypotheses[0].category if self.hypotheses else None
 
     @property
+    def failures(self) -> list[OomEvent]:
+        """The events that ended (or broke) the job: every event but the recovered ones."""
+        ids = {id(e) for e in self.recovered}
+        return [e for e in self.events if id(e) not in ids]
+
+    @property
     def explained(self) -> bool:
-        return bool(self.events)
+        return bool(self.failures)
+
+    @property
+    def ambiguous(self) -> bool:
+        h = self.hypotheses
+        if not h:
+            return False
+        return h[0].confidence < AMBIGUOUS_BELOW or (len(h) > 1 and h[0].confidence - h[1].confidence < AMBIGUOUS_GAP)
+
+    def to_decide(self) -> list[dict[str, str]]:
+        """For an ambiguous answer: the fact that separates the leading causes, and how to read it."""
+        if not self.ambiguous:
+            return []
+        out = []
+        for h in self.hypotheses[:2]:
+            d = DECIDERS.get(h.category)
+            if d is not None:
+                out.append({"category": h.category, "fact": d.fact, "command": d.command,
+                            "collected_by": "--here or --bundle" if d.keys else "not collected by explain"})
+        return out
 
     def to_json(self) -> dict[str, Any]:
         events = []
+        rec = {id(e) for e in self.recovered}
         for i, e in enumerate(self.events):
             d: dict[str, Any] = {"kind": e.kind, "line": e.line, "text": e.text, "numbers": dict(e.numbers)}
             d.update({"source": e.source, "count": e.count, "category": self.event_categories.get(i),
-                      "primary": e is self.primary, "details": e.details})
+                      "primary": e is self.primary, "recovered": id(e) in rec, "details": e.details})
             events.append(d)
-        out: dict[str, Any] = {"events": events, "hypotheses": [h.to_json() for h in self.hypotheses]}
+        out: dict[str, Any] = {"events": events, "hypotheses": [h.to_json() for h in self.hypotheses],
+                               "failed": self.explained, "ambiguous": self.ambiguous}
+        if self.ambiguous:
+            out["to_decide"] = self.to_decide()
         if self.facts_used:
             out["facts_used"] = self.facts_used
         if self.scan is not None:
@@ -86,13 +134,32 @@ def _board_for(ev: OomEvent, scan: LogScan) -> Board:
     event_rules(ev, b, scan.env)
     if ev.kind in _GPU_KINDS or ev.kind == "generic_oom":
         leak_rules(scan.readings, b, scan.env)
+        prose_rules(ev, b, scan.env)
     return b
 
 
+def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
+    out = []
+    for e in events:
+        end = e.last_line or e.line
+        if any(m.source == e.source and (m.last_line or m.line) >= e.line - RECOVERY_BEFORE
+               and m.line <= end + RECOVERY_WINDOW for m in markers):
+            out.append(e)
+    # A recovery line with no OOM text before it (Lightning's finder catches the exception silently)
+    # is itself the recovered event.
+    covered = {(m.source, m.line) for m in markers for e in out
+               if m.source == e.source and m.line >= e.line - RECOVERY_BEFORE}
+    return out + [m for m in markers if (m.source, m.line) not in covered]
+
+
 def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
-    events = [e for e in scan.events if e.kind not in _MARKERS] + bundle_events(facts)
+    logged = [e for e in scan.events if e.kind not in _MARKERS]
+    recovered = _recovered(logged, [e for e in scan.events if e.kind in RECOVERY])
+    rec_ids = {id(e) for e in recovered}
+    events = [e for e in logged if id(e) not in rec_ids] + bundle_events(facts)
     if not events:
-        return Explanation(events=[], hypotheses=[], scan=scan)
+        every = sorted(recovered, key=lambda e: (e.source, e.line))
+        return Explanation(events=every, hypotheses=[], scan=scan, recovered=recovered)
     boards = [_board_for(e, scan) for e in events]
     cats = {}
     for i, b in enumerate(boards):
@@ -112,8 +179,8 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
-    return Explanation(events=events, hypotheses=hyps, primary=events[p], event_categories=cats,
-                       facts_used=used, scan=scan)
+    return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
+                       facts_used=used, scan=scan, recovered=recovered)
 
 
 def _merge(into: Board, b: Board, w: float) -> None:
@@ -131,9 +198,9 @@ def _rank(b: Board) -> list[Hypothesis]:
     items = [(c, s) for c, s in b.scores.items() if s > 0]
     if not items:
         return [Hypothesis("unknown", 0.5, ["no rule matched the events' wording"], [], 0.0)]
-    total = sum(s for _, s in items)
     hyps = []
+    z = sum(math.exp(s / TEMPERATURE) for _, s in items) + math.exp(NONE_SCORE / TEMPERATURE)
     for c, s in sorted(items, key=lambda kv: -kv[1]):
-        conf = round(max(0.01, min(0.99, s / (total + 1.0))), 2)
+        conf = round(max(0.01, min(0.99, math.exp(s / TEMPERATURE) / z)), 2)
         hyps.append(Hypothesis(c, conf, b.evidence.get(c, []), b.fixes.get(c, []), round(s, 3)))
     return hyps

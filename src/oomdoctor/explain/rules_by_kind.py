@@ -62,13 +62,21 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "spread them, since the card is oversubscribed")
         b.add("gpu_sharing_limit", 1.6, "the sharing layer's accounting let the card be oversubscribed",
               "set nvidia.com/gpumem so the pods on one GPU add up to less than its memory")
+    elif k == "torch_oom_nvml" and "nvmlInit" in ev.text:
+        # NVML itself could not initialise (the assert names nvmlInit): the driver/NVML state is broken,
+        # not only the message lost (pytorch/pytorch#112950: a reboot fixed it).
+        b.add("context_or_driver", 2.8, "NVML failed to initialise inside PyTorch's allocator (nvmlInit assert): "
+              "the driver or its NVML library is in a bad state or mismatched", "check `nvidia-smi` works on the node; "
+              "a driver/library mismatch or a stuck driver needs the driver reloaded or the node rebooted")
+        b.add("true_capacity", 1.0, "the assert is raised while PyTorch builds an OOM message",
+              _capacity_fix(None, None, None, None))
     elif k in ("torch_oom_nvml", "tensorrt_oom"):
         x = n.get("requested_bytes")
         b.add("true_capacity", 2.0, ("PyTorch ran out of memory and then failed to query NVML for the message"
               if k == "torch_oom_nvml" else "TensorRT could not allocate GPU memory")
               + (f" ({fb(x)} requested)" if x else ""), _capacity_fix(x, None, None, None))
         _slice_evidence(n.get("total_bytes") or 0, env, b)
-    elif k in ("jax_oom", "tf_oom", "cupy_oom"):
+    elif k in ("jax_oom", "tf_oom", "cupy_oom", "rmm_oom"):
         x = n.get("requested_bytes")
         if x and x >= 4 * 1024 * GIB:
             b.add("true_capacity", 3.5, f"one allocation of {fb(x)} is larger than any GPU",
@@ -79,6 +87,12 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         if k == "tf_oom" and "from device" in ev.text:
             b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
                   "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
+        if k == "tf_oom" and "memory fragmentation" in ev.text:
+            # BFC prints this hint only when its free bytes would cover the request (bfc_allocator.cc).
+            b.add("fragmentation", 2.6, "TensorFlow's BFC allocator says its free memory would cover the request: "
+                  "fragmentation", "TF_GPU_ALLOCATOR=cuda_malloc_async (the allocator TensorFlow suggests)")
+        if k == "tf_oom":
+            _tf_startup_free(env, b)
         if k == "jax_oom":
             b.add("other_process", 0.6, "JAX preallocates 75% of the GPU by default (XLA_PYTHON_CLIENT_PREALLOCATE)",
                   "two JAX processes on one GPU need XLA_PYTHON_CLIENT_MEM_FRACTION / PREALLOCATE=false")
@@ -118,10 +132,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
               "host or the container's cgroup [PTDL]", HOST_FIX)
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit (env-facts §6)", SHM_FIX)
-    elif k in ("kernel_oom", "k8s_oomkilled", "ray_oom", "host_alloc"):
-        w = {"kernel_oom": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6}[k]
+    elif k in ("kernel_oom", "k8s_oomkilled", "ray_oom", "host_alloc", "k8s_evicted"):
+        w = {"kernel_oom": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6, "k8s_evicted": 3.2}[k]
         b.add("host_oom", w, {"kernel_oom": "the kernel OOM killer killed a process (host or cgroup RAM exhausted)",
                               "k8s_oomkilled": "Kubernetes reports OOMKilled: the container hit its memory limit",
+                              "k8s_evicted": "the kubelet evicted the pod because the node ran low on memory",
                               "ray_oom": "Ray's memory monitor killed the task: the node ran low on RAM",
                               "host_alloc": "a host (CPU) allocation failed"}[k], HOST_FIX)
         if d.get("shmem_rss_bytes", 0) >= GIB:
@@ -140,6 +155,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         else:
             b.add("context_or_driver", 2.0, f"Xid {x}: the GPU or its firmware stopped responding",
                   "reset the GPU / reboot the node; check power and PCIe")
+    elif k == "cuda_program_error" and "invalid device ordinal" in ev.text:
+        b.add("context_or_driver", 3.5, "'invalid device ordinal': the job asked for a GPU that this process "
+              "cannot see (a device index past CUDA_VISIBLE_DEVICES, or a MIG/container with one device)",
+              "use device indices below torch.cuda.device_count() (after CUDA_VISIBLE_DEVICES renumbering), "
+              "e.g. cuda:0 inside a one-GPU container or MIG instance")
     elif k == "cuda_program_error":
         b.add("not_oom", 3.5, "an illegal address, device-side assert or invalid device: a program or "
               "configuration error that only mentions memory/devices", NOT_OOM_FIX)
@@ -147,6 +167,17 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("context_or_driver", 3.5, "the driver or CUDA runtime failed to initialise (driver too old, "
               "missing, or mismatched) [TORCHDRV][CUDAERR]", "match the driver to the CUDA build: "
               "`oomdoctor doctor` compares the driver's CUDA with torch.version.cuda")
+    elif k == "nccl_system_error":
+        b.add("shm_exhausted", 1.8, "NCCL's 'unhandled system error' is a failed system call; in containers it is "
+              "most often the /dev/shm segment NCCL creates (NCCL troubleshooting: --shm-size / --ipc=host)", SHM_FIX)
+        b.add("context_or_driver", 0.8, "it also follows network or driver set-up failures",
+              "rerun with NCCL_DEBUG=INFO to see the failing call")
+    elif k == "no_space":
+        b.add("shm_exhausted", 1.6, "'No space left on device' in a GPU job is most often /dev/shm (DataLoader "
+              "workers, NCCL segments; 64 MB by default in Docker)", SHM_FIX)
+        b.add("not_oom", 0.7, "it is also a full disk (checkpoints, caches)", "df -h (the disk) and df -h /dev/shm")
+    elif k == "leak_report":
+        b.add("leak_in_code", 2.0, "the text reports a memory leak", LEAK_FIX)
     elif k == "generic_oom":
         if d.get("in_dataloader_worker"):
             b.add("shm_exhausted", 1.5, "a memory error inside a DataLoader worker", SHM_FIX)
@@ -156,6 +187,17 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("unknown", 0.6, "the message does not say which memory ran out")
     if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
+
+
+def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:
+    """TensorFlow 1.x prints the device's total and free memory before it allocates anything."""
+    from oomdoctor.explain.patterns import sizes_in
+
+    tot = sizes_in(" ".join(env.get("tf_total_memory", [])[:1]))
+    free = sizes_in(" ".join(env.get("tf_free_memory", [])[:1]))
+    if tot and free and free[0] < 0.5 * tot[0]:
+        b.add("other_process", 2.4, f"TensorFlow found only {fb(free[0])} free of {fb(tot[0])} before it allocated "
+              "anything: other processes hold the rest", "stop them (nvidia-smi) or pick another GPU")
 
 
 LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.item()), outputs appended to "
@@ -180,6 +222,27 @@ def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict
             b.add("leak_in_code", 3.2, f"'{label}' rises from {fb(vals[0])} to {fb(vals[-1])} over "
                   f"{len(series)} readings and does not level off", LEAK_FIX)
             return
+
+
+def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
+    """What the reporter wrote around a GPU OOM: the words that point at another holder of the memory
+    or at fragmentation. Weaker when the message's own numbers are there to weigh."""
+    numeric = "requested_bytes" in ev.numbers and "total_bytes" in ev.numbers
+    if env.get("other_holder"):
+        b.add("other_process", 1.4 if numeric else 2.4, f"the text says the memory is held elsewhere "
+              f"('{env['other_holder'][0]}'): an earlier run, a leftover process or every rank on one GPU",
+              "list what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv); kill "
+              "leftovers, and give each worker its own GPU (torch.cuda.set_device(local_rank) before any CUDA call)")
+    if env.get("leak_words"):
+        b.add("leak_in_code", 1.4 if numeric else 2.4, f"the text describes history kept across iterations "
+              f"('{env['leak_words'][0]}')", LEAK_FIX)
+    if env.get("late_failure") and not env.get("growth"):
+        b.add("leak_in_code", 0.8 if numeric else 1.4, f"the job ran for a while before it failed "
+              f"('{env['late_failure'][0]}'): memory that grows step after step does that", LEAK_FIX)
+    if env.get("fragmentation_words"):
+        b.add("fragmentation", 1.2 if numeric else 2.2, "the text reports fragmentation: free memory exists but "
+              "not in one block", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch); "
+              "TF_GPU_ALLOCATOR=cuda_malloc_async (TensorFlow); XLA_PYTHON_CLIENT_ALLOCATOR=platform (JAX)")
 
 
 def bundle_events(facts: FactSet | None) -> list[OomEvent]:
@@ -262,4 +325,4 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     return used
 
 
-__all__ = ["Board", "bundle_events", "event_rules", "fact_rules", "leak_rules"]
+__all__ = ["Board", "bundle_events", "event_rules", "fact_rules", "leak_rules", "prose_rules"]

@@ -38,6 +38,13 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     if not ex.events:
         con.print("No OOM-like event found.")
         return buf.getvalue()
+    if not ex.failures:
+        con.print(f"[bold green]No failure:[/bold green] {len(ex.recovered)} out-of-memory event(s) that the job "
+                  "caught and went on from (a batch-size search, a skipped batch, a fallback):")
+        for e in ex.recovered[:_MAX_EVENTS_SHOWN]:
+            src = f"{e.source}:" if e.source else "line "
+            con.print(f"  {escape(src)}{e.line}  {e.kind}  [dim]{escape(e.text[:120])}[/dim]")
+        return buf.getvalue()
     top = ex.hypotheses[0]
     p = ex.primary
     where = f"{p.source + ':' if p and p.source else 'line '}{p.line}" if p else ""
@@ -55,12 +62,21 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
             con.print(f"   - {escape(e)}")
         for f in h.fixes[:2]:
             con.print(f"   [green]fix:[/green] {escape(f)}")
+    decide = ex.to_decide()
+    if decide:
+        con.print()
+        con.print("[bold]The log alone cannot settle this.[/bold] What decides:")
+        for d in decide:
+            con.print(f"   - {d['category']}: {escape(d['fact'])}: [bold]{escape(d['command'])}[/bold]")
+        if not ex.facts_used and any(d["collected_by"] != "not collected by explain" for d in decide):
+            con.print("   On the machine that ran the job, `oomdoctor explain --here LOG` reads these facts itself "
+                      "(or pass --bundle from `oomdoctor bundle`).")
     con.print()
     con.print(f"[bold]Events[/bold] ({len(ex.events)}):")
     for i, e in enumerate(ex.events[:_MAX_EVENTS_SHOWN]):
         src = f"{e.source}:" if e.source else "line "
         times = f" x{e.count}" if e.count > 1 else ""
-        cat = ex.event_categories.get(i, "")
+        cat = "recovered" if e in ex.recovered else ex.event_categories.get(i, "")
         con.print(f"  {escape(src)}{e.line}{times}  {e.kind} -> {cat}  [dim]{escape(e.text[:120])}[/dim]")
     if len(ex.events) > _MAX_EVENTS_SHOWN:
         con.print(f"  ... {len(ex.events) - _MAX_EVENTS_SHOWN} more (see --format json)")

@@ -1,0 +1,38 @@
+"""For each root cause: the one fact that confirms or rules it out, and one command that reads it.
+
+A log alone often cannot separate causes (a bare `Killed`, an OOM without the `Process N has X in
+use` breakdown). explain then says which fact decides and how to get it, and `explain --here` /
+`--bundle` collect those facts themselves (collectors.machine.collect_deciding_facts). Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Decider:
+    fact: str  # what to look at, in words
+    command: str  # one command that shows it
+    keys: tuple[str, ...] = ()  # the fact keys (facts/keys.py) that `--here` / `--bundle` use for it
+
+
+DECIDERS: dict[str, Decider] = {
+    "true_capacity": Decider("this job's own peak against the memory it may use",
+                             "oomdoctor estimate WORKLOAD.py --max-batch (or print torch.cuda.max_memory_reserved() in the job)"),
+    "fragmentation": Decider("reserved minus allocated at the failure (free memory inside PyTorch's cache)",
+                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py  # fixed: it was fragmentation"),
+    "other_process": Decider("which processes hold memory on that GPU",
+                             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv", ("sharing.processes",)),
+    "leak_in_code": Decider("allocated memory per step (rising step after step)", "oomdoctor record -- python train.py"),
+    "context_or_driver": Decider("whether a CUDA context can be created on the idle GPU",
+                                 "oomdoctor doctor --probe", ("probe.context", "kernel.release")),
+    "shm_exhausted": Decider("the size and use of /dev/shm", "df -h /dev/shm", ("shm.size_bytes",)),
+    "host_oom": Decider("the kernel's OOM kills (host or cgroup)", "dmesg -T | grep -iE 'killed process|oom-kill'",
+                        ("kernel.oom_kills", "cgroup.oom_kill")),
+    "gpu_sharing_limit": Decider("the sharing layer's limit against the physical GPU's memory",
+                                 "oomdoctor doctor  # shows MIG, MPS, HAMi, gpu-manager and their limits",
+                                 ("sharing.hami", "sharing.vcuda", "sharing.mps", "sharing.mig", "driver.gpus")),
+    "not_oom": Decider("the first CUDA error, reported where it happens",
+                       "CUDA_LAUNCH_BLOCKING=1 python train.py"),
+}
