@@ -29,6 +29,9 @@ DEFAULT_EVERY_MS = 500
 # with watch(history=20_000) / `oomdoctor record --history 20000` to get source lines at the OOM.
 DEFAULT_HISTORY = 0
 SUGGESTED_HISTORY = 20_000
+# Sampling right after CUDA comes up: FAST_TICKS samples every FAST_MS (3 s at most), then every_ms.
+FAST_MS = 50
+FAST_TICKS = 60
 MAX_OOM_DUMPS = 4  # the first observer call + up to 3 fatal exceptions (one per watch/excepthook)
 
 
@@ -150,9 +153,15 @@ class Recorder:
 
     # -- the sampler -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_ms / 1000.0):
+        # For the first seconds after the job brought CUDA up, sample every FAST_MS: a short run (an
+        # evaluation loop that fills the GPU in a second) then still has a curve to judge, and a
+        # fast-sampled start shows the forward/backward cycles the growth model infers steps from.
+        fast_left = FAST_TICKS
+        while not self._stop.wait((min(FAST_MS, self.every_ms) if self._cuda_attached and fast_left > 0 else self.every_ms) / 1000.0):
             if not self.active:
                 return
+            if self._cuda_attached and fast_left > 0:
+                fast_left -= 1
             self._tick()
 
     @_guard
