@@ -80,7 +80,7 @@ def infer_cycles(ts: list[float], ys: list[float]) -> list[int] | None:
 
     A cycle's low point is a local minimum with a swing (the highest point before the next low) of at
     least 16 MiB and 20% of the curve's range; at least 8 of them at a regular interval (coefficient of
-    variation of the spacing < 0.6) make a cycle. Sampled slower than the steps, no cycle shows.
+    variation of the spacing < 0.3; random phases give about 0.5) make a cycle. Sampled slower than the steps, no cycle shows.
     """
     n = len(ys)
     if n < 3 * MIN_POINTS:
@@ -99,7 +99,7 @@ def infer_cycles(ts: list[float], ys: list[float]) -> list[int] | None:
     if mean <= 0:
         return None
     sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
-    return keep if sd / mean < 0.6 else None
+    return keep if sd / mean < 0.3 else None
 
 
 def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
@@ -169,7 +169,7 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
         pattern = "steady_growth"
     elif shifts:
         pattern = "step_change"
-    elif max(ys) - min(ys) > max(4 * max(noise, step_noise), min_growth):
+    elif max(ys) - min(ys) > max(16 * MiB, min_growth, 0.05 * level):
         pattern = "fluctuating"  # train/eval cycles, variable shapes: up and down, no trend
     else:
         pattern = "flat"
