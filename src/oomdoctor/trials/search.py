@@ -202,7 +202,7 @@ def search(probe: Callable[[int], ProbeResult], limit_bytes: int, *, margin: flo
         if not s.fits():
             s.notes.append(f"batch {min_batch} does not fit in {limit_bytes} bytes")
             return s.result(None, None, "none", "min-does-not-fit")
-    return _verify_and_refine(s, fit)
+    return _verify_and_refine(s, fit, prior)
 
 
 def _first_points(s: _Search, prior: LinearFit | None) -> LinearFit | None:
@@ -253,57 +253,144 @@ def _fb_slope(s: _Search, b1: int, b2: int) -> float:
     return 0.0
 
 
-def _verify_and_refine(s: _Search, fit: LinearFit) -> SearchResult:
+def tolerance(batch: int) -> int:
+    """How far below the true edge an answer may be: 1 under 50, else 2% (floor)."""
+    return 1 if batch < 50 else max(1, int(0.02 * batch))
+
+
+def _upper_line(s: _Search) -> LinearFit | None:
+    """The line of the *allocated* peak through the two largest batches that ran.
+
+    Reserved memory is at least allocated, so where this line crosses the budget the batch cannot fit:
+    an upper estimate of the edge. Near a cap the reserved line is not: the allocator frees cached
+    blocks and retries, cuDNN falls back to smaller workspaces, and batches run that the reserved line
+    (fitted below the cap, with the cache's slack) says cannot.
+    """
+    pts = sorted((t.batch, t.result.allocated_peak_bytes or t.result.fb_peak_bytes) for t in s.trials
+                 if t.result.ok and (t.result.allocated_peak_bytes or t.result.fb_peak_bytes))
+    pts = [p for i, p in enumerate(pts) if i == len(pts) - 1 or pts[i + 1][0] != p[0]]
+    if len(pts) < 2:
+        return None
+    (b1, m1), (b2, m2) = pts[-2], pts[-1]
+    slope = (m2 - m1) / (b2 - b1)
+    if slope <= 0:
+        return None
+    return LinearFit(m2 - slope * b2, slope, "allocated")
+
+
+def _bracket(s: _Search) -> tuple[int | None, int | None]:
+    """(largest batch that fitted, smallest batch that did not: OOM, timeout, or a peak over the budget)."""
+    fits = [b for b, _ in s.fits()]
+    lo = fits[-1] if fits else None
+    over = [t.batch for t in s.trials if not t.result.ok or (t.result.peak_bytes or 0) > s.budget]
+    over = [b for b in over if lo is None or b > lo]
+    return lo, (min(over) if over else None)
+
+
+def _converged(s: _Search, lo: int | None, hi: int | None) -> bool:
+    if lo is None:
+        return hi is not None and hi <= s.lo
+    if lo >= s.max_batch or lo >= s.hi:
+        return True
+    return hi is not None and hi - 1 - lo <= tolerance(lo)
+
+
+def _verify_and_refine(s: _Search, fit: LinearFit, prior: LinearFit | None) -> SearchResult:
+    """Search the band between the last batch that fitted and the first that did not.
+
+    Guesses, in order, each tried once if it lies inside the band: the estimator's prediction, then the
+    line's (the reserved line under a margin, where memory below the cap stays linear; at margin 0 just
+    under the allocated line's edge, since near the cap the reserved line is only a lower bound). Then
+    one probe just above the band's floor or just under its ceiling when the band is nearly closed,
+    galloping up while no batch has failed, else interpolation (the secant of two measured peaks) or
+    bisection. Stops when the band is within `tolerance` of the answer, or at `max_trials`.
+    """
+    guesses: list[tuple[int, str]] = []
+    if prior is not None and (p := prior.largest_within(s.budget)) is not None:
+        guesses.append((p, "estimator-prediction"))
+    gallop = 0
     while s.left() > 0:
-        best = s.fits()[-1] if s.fits() else None
-        failed_above = [b for b in s.failed() if best is None or b > best[0]]
-        ceiling = min([s.hi] + [b - 1 for b in failed_above])
-        target = min(s.clamp(fit.largest_within(s.budget)), ceiling)
-        if best is not None and failed_above and failed_above[0] > 8 * best[0]:
-            # An OOM far above the last fit says little about the slope: bisect in log space as well.
-            target = min(target, max(best[0] + 1, math.isqrt(best[0] * failed_above[0])))
-        if best is not None and target <= best[0]:
+        lo, hi = _bracket(s)
+        if _converged(s, lo, hi):
             break
-        if target in {t.batch for t in s.trials}:
-            break
-        # A batch below one that ran (over the budget) needs no trial: memory is monotone in the batch.
-        if best is not None and any(b > target for b, _ in s.ran()):
-            break
-        # Refine only when the gain is worth a trial: a verified answer already exists.
-        if best is not None and any(t.purpose in ("predicted", "refine", "step-down") for t in s.trials):
-            if target < best[0] * (1 + REFINE_GAIN):
+        # Under a margin the budget sits below the cap, where the allocator is under no pressure and the
+        # reserved line holds; the allocated line is then only a loose bound, and is not used.
+        upper = _upper_line(s) if s.margin == 0 else None
+        u = upper.largest_within(s.budget) if upper else None
+        low = fit.largest_within(s.budget)
+        if not any(g[1] == "predicted" for g in guesses):
+            g = low if (s.margin > 0 or u is None) else max(low or 0, u - tolerance(u))
+            if g is not None:
+                guesses.append((g, "predicted"))
+        ceiling = s.hi if hi is None else hi - 1
+        floor = s.lo if lo is None else lo + 1
+        tried = {t.batch for t in s.trials}
+        target, purpose = None, ""
+        for g, why in guesses:
+            if g is not None and floor <= g <= ceiling and g not in tried and why not in {t.purpose for t in s.trials}:
+                target, purpose = g, why
                 break
-        purpose = "predicted" if not any(t.purpose == "predicted" for t in s.trials) else (
-            "step-down" if s.failed() and s.failed()[-1] > target else "refine")
+        if target is None and hi is None and lo is not None and low is not None and low > lo + tolerance(lo) \
+                and low not in tried and (u is None or low < u):
+            target, purpose = min(low, s.hi), "refit"  # the line through the two largest fits moved up
+        if target is None:
+            target, purpose, gallop = _next(s, lo, hi, u, gallop)
+        if target is None or target in tried or not floor <= target <= ceiling:
+            break
         r = s.run(target, purpose, fit)
-        if r.ok and fit is not None:
-            err = abs(r.peak_bytes - fit.predict(target))
-            if err > NONLINEAR_TOLERANCE * s.budget:
-                s.notes.append(f"non-linear: at batch {target} the peak was {r.peak_bytes} bytes, the line "
-                               f"predicted {int(fit.predict(target))}; refitted through the nearest points")
+        if r.ok and r.peak_bytes is not None and abs(r.peak_bytes - fit.predict(target)) > NONLINEAR_TOLERANCE * s.budget:
+            s.notes.append(f"non-linear: at batch {target} the peak was {r.peak_bytes} bytes, the line "
+                           f"predicted {int(fit.predict(target))}")
         fit = _refit(s, fit)
+    lo, hi = _bracket(s)
+    if lo is not None and not _converged(s, lo, hi):
+        s.notes.append(f"stopped after {len(s.trials)} trials: the edge lies between {lo} and "
+                       f"{hi - 1 if hi else s.hi}, the answer may be up to {(hi - 1 if hi else s.hi) - lo} below it")
     return _answer(s, fit)
 
 
-def _refit(s: _Search, fit: LinearFit) -> LinearFit:
-    """The secant through the two largest batches that ran, made steeper if an OOM above them says so.
+def _next(s: _Search, lo: int | None, hi: int | None, u: int | None, gallop: int) -> tuple[int | None, str, int]:
+    """The next batch inside the band (lo, hi) and why; `u` is the allocated line's edge (an upper estimate)."""
+    if lo is None:
+        return (max(s.lo, hi // 2) if hi is not None else s.lo), "band", gallop
+    tol = tolerance(lo)
+    top = hi
+    if u is not None and u >= lo and (hi is None or u + 1 < hi):
+        top = u + 1  # where allocated memory alone exceeds the budget: fails unless the line is wrong
+    if top is None:  # nothing failed and no estimate above: gallop up from the last fit
+        # first just above the tolerance (the line put the edge at lo), then 5%, 10%, 20%... higher
+        step = tol + 1 if gallop == 0 else max(tol + 1, math.ceil(0.05 * lo)) << (gallop - 1)
+        return min(s.hi, lo + step), "probe-up", gallop + 1
+    if top - 1 - lo <= tol:  # closed by the allocated line alone: one trial confirms the edge
+        return lo + tol + 1, "confirm-edge", gallop
+    width = top - 1 - lo
+    if width <= 2 * tol + 1:  # one trial can close it: a fit just under the top or a failure just above lo
+        return top - 1 - tol, "band", gallop
+    guess = None
+    above = [t for t in s.trials if t.batch == hi and t.result.ok and t.result.peak_bytes]
+    below = [t for t in s.trials if t.batch == lo and t.result.ok and t.result.peak_bytes]
+    if top == hi and above and below:  # two measured peaks around the budget: their secant, one segment of room
+        line = LinearFit.through((lo, below[0].result.peak_bytes), (hi, above[0].result.peak_bytes))
+        guess = line.largest_within(s.budget - RESOLUTION_BYTES)
+    elif top != hi:
+        guess = top - 1 - tolerance(top)  # just under the allocated line's edge
+    if guess is None or not lo < guess < top:
+        guess = (lo + top) // 2
+    return guess, "band", gallop
 
-    An OOM at batch c means memory(c) > limit, a lower bound on the slope from the last batch that
-    ran; a measured secant steeper than that bound is kept (a far-away OOM says little).
-    """
+
+def _refit(s: _Search, fit: LinearFit) -> LinearFit:
+    """The secant of the reserved peak through the two largest batches that ran (the lower-bound line)."""
     line = {t.batch: t.result.line_bytes for t in s.trials if t.result.ok and t.result.peak_bytes is not None}
     ran = [(b, line[b]) for b, _ in s.ran()]
-    oom_above = [b for b in s.failed() if ran and b > ran[-1][0]]
-    candidates = []
     if len(ran) >= 2:
         fb = _fb_slope(s, ran[-2][0], ran[-1][0])
-        candidates.append(LinearFit.through(ran[-2], ran[-1], "measured", min_slope=fb))
-    if ran and oom_above:
-        candidates.append(LinearFit.through(ran[-1], (oom_above[0], s.limit), "measured+oom bound"))
-    return max(candidates, key=lambda f: f.slope) if candidates else fit
+        return LinearFit.through(ran[-2], ran[-1], "measured", min_slope=fb)
+    return fit
 
 
 def _answer(s: _Search, fit: LinearFit) -> SearchResult:
+    """The largest batch that ran with its peak within the budget: always one that was tried."""
     ran, fits = s.ran(), s.fits()
     if not fits:
         if ran:
@@ -311,21 +398,9 @@ def _answer(s: _Search, fit: LinearFit) -> SearchResult:
         else:
             s.notes.append(f"batch {s.lo} does not fit")
         return s.result(None, fit, "none", "min-does-not-fit")
-    best_b, best_peak = fits[-1]
-    answer, verified = best_b, "ran"
-    # A batch between the best fitting one and the next larger one that ran (over budget) is safe by
-    # monotonicity; the secant between the two picks it without another trial. An unmeasured batch can
-    # sit a whole segment above the secant (a 1-10 MiB request takes a 20 MiB segment), so the secant
-    # must leave one segment of room, not one page: on the H100, ResNet-50's secant put batch 179 at
-    # 4.6 MB under the budget and the real 179 was over it (docs/validation/max-batch.md).
-    above = [(b, p) for b, p in ran if b > best_b]
-    if above:
-        line = LinearFit.through((best_b, best_peak), above[0])
-        cand = line.largest_within(s.budget - RESOLUTION_BYTES)
-        if cand is not None and best_b < cand < above[0][0]:
-            answer, verified, fit = cand, "between", line
+    answer = fits[-1][0]
     stopped = "max" if answer >= s.max_batch else "budget"
-    return s.result(answer, fit, verified, stopped)
+    return s.result(answer, fit, "ran", stopped)
 
 
 def summarize(result: SearchResult) -> dict:
