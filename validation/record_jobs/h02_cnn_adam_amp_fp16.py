@@ -2,7 +2,6 @@
 import time
 
 import torch
-
 from _models import cnn, images
 
 model = cnn(width=96)

@@ -3,7 +3,6 @@ appears at the first step, the case an earlier version called a leak."""
 import time
 
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=768, layers=8, heads=12)

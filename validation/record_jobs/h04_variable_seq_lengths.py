@@ -3,7 +3,6 @@ import random
 import time
 
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 random.seed(0)

@@ -1,7 +1,6 @@
 """expect: healthy. A fixed 2 GiB feature cache filled once at step 15, then 135 more steps (issue 19:
 this level shift was called a 574 MiB/s leak)."""
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=512, layers=6)

@@ -2,9 +2,8 @@
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
-
 from _models import cnn
+from torch.utils.data import DataLoader, Dataset
 
 
 class Synthetic(Dataset):

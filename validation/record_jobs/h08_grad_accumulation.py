@@ -2,7 +2,6 @@
 import time
 
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=512, layers=8)

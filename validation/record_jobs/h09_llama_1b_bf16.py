@@ -3,9 +3,9 @@ AdamW, batch 4 x 512 tokens, with oomdoctor.step() markers (as the HF callback w
 import time
 
 import torch
+from _models import llama
 
 import oomdoctor
-from _models import llama
 
 model = llama()
 model.gradient_checkpointing_enable()

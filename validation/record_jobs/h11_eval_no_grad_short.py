@@ -1,6 +1,5 @@
 """expect: healthy. A short evaluation (a few seconds) under torch.no_grad(), keeping only Python floats."""
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=768, layers=8, heads=12).eval()

@@ -1,10 +1,10 @@
 """expect: healthy. A CNN with step markers whose first steps allocate lazily (a LazyLinear head, the
 optimizer created after the first forward), then 200 steady steps."""
 import torch
+from _models import cnn, images
 from torch import nn
 
 import oomdoctor
-from _models import cnn, images
 
 body = cnn(classes=512)
 head = nn.LazyLinear(100).cuda()

@@ -2,7 +2,6 @@
 tensor: every step's validation graph (and its saved activations) stays alive. (A training loss kept
 after backward() holds only a scalar: backward frees the saved activations.)"""
 import torch
-
 from _models import cnn, images
 
 model = cnn(width=32)

@@ -1,7 +1,6 @@
 """expect: leak. Issue 19: an evaluation loop without torch.no_grad() keeps 120 outputs with their
 graphs; memory climbs by gigabytes in about a second and the script ends."""
 import torch
-
 from _models import gpt, tokens
 
 model = gpt(d=512, layers=4).eval()

@@ -1,6 +1,5 @@
 """expect: leak. 1 MiB per step: a 'debug' snapshot of part of the embedding kept on the GPU each step."""
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=512, layers=2)

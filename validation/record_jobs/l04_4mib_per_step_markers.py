@@ -1,9 +1,9 @@
 """expect: leak. 4 MiB per step (a slow leak, issue 19's case), with oomdoctor.step() markers:
 features kept for a later t-SNE plot, detached but never moved off the GPU."""
 import torch
+from _models import cnn, images
 
 import oomdoctor
-from _models import cnn, images
 
 model = cnn(width=32, classes=16384)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

@@ -1,6 +1,5 @@
 """expect: leak. GiB/s: every batch of augmented inputs (64 MiB) is kept on the GPU 'to re-use later'."""
 import torch
-
 from _models import cnn
 
 model = cnn(width=16)

@@ -1,6 +1,5 @@
 """expect: leak. Logits collected for an epoch-end metric, detached but kept on the GPU (bf16 autocast)."""
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=512, layers=4)

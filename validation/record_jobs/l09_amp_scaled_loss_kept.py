@@ -1,6 +1,5 @@
 """expect: leak. fp16 AMP: the scaled loss (with its graph) is kept in a list for 'debugging'."""
 import torch
-
 from _models import cnn, images
 
 model = cnn(width=32)

@@ -1,8 +1,7 @@
 """expect: leak. DataLoader workers feed a CNN; 'hard examples' (every batch, in effect) are kept on the GPU."""
 import torch
-from torch.utils.data import DataLoader, Dataset
-
 from _models import cnn
+from torch.utils.data import DataLoader, Dataset
 
 
 class Synthetic(Dataset):

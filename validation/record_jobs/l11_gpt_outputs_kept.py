@@ -1,6 +1,5 @@
 """expect: leak. A 12-layer GPT whose whole outputs (logits with the graph) are kept every step."""
 import torch
-
 from _models import gpt, lm_loss, tokens
 
 model = gpt(d=768, layers=12, heads=12)

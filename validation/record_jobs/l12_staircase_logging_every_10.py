@@ -1,7 +1,6 @@
 """expect: leak. Every 10th step a prediction on 8 samples is logged without torch.no_grad() (its graph
 is kept): a staircase, over a long run."""
 import torch
-
 from _models import cnn, images
 
 model = cnn(width=32)
