@@ -153,15 +153,22 @@ class Recorder:
 
     # -- the sampler -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        # For the first seconds after the job brought CUDA up, sample every FAST_MS: a short run (an
-        # evaluation loop that fills the GPU in a second) then still has a curve to judge, and a
-        # fast-sampled start shows the forward/backward cycles the growth model infers steps from.
+        # Until the job brings CUDA up, look every FAST_MS (a cheap check) so sampling starts at once;
+        # then, for FAST_TICKS samples, sample every FAST_MS: a short run (an evaluation loop that fills
+        # the GPU in a second) still has a curve to judge, and a fast-sampled start shows the
+        # forward/backward cycles the growth model infers steps from. After that, every `every_ms`.
+        fast = min(FAST_MS, self.every_ms) / 1000.0
         fast_left = FAST_TICKS
-        while not self._stop.wait((min(FAST_MS, self.every_ms) if self._cuda_attached and fast_left > 0 else self.every_ms) / 1000.0):
+        last = time.monotonic()
+        while not self._stop.wait(fast if (not self._cuda_attached or fast_left > 0) else self.every_ms / 1000.0):
             if not self.active:
                 return
+            now = time.monotonic()
+            if not self._cuda_attached and now - last < self.every_ms / 1000.0 and probes.cuda_ready() is None:
+                continue
             if self._cuda_attached and fast_left > 0:
                 fast_left -= 1
+            last = now
             self._tick()
 
     @_guard
