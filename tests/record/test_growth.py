@@ -189,3 +189,41 @@ def test_real_h100_oom_runs_are_not_called_leaks(run, category):
     doc = timeline.analyse(rundir.load(FIXTURES / run))
     assert doc["verdict"]["category"] == category
     assert not doc["processes"][0]["leak"]["leak"]
+
+
+# -- sampled the way the recorder samples (50 ms for 60 samples once CUDA is up, then 500 ms), no markers --
+
+def recorder_sampled(base, duration, step_s, activ, seed, noise=8 * MiB):
+    rnd = random.Random(seed)
+    ts, t, n = [], 0.0, 0
+    while t < duration:
+        ts.append(t)
+        t += 0.05 if n < 60 else 0.5
+        n += 1
+    ts.append(duration)  # the last tick, at the end of the run
+    recs = []
+    for t in ts:
+        s = t / step_s
+        recs.append({"kind": "sample", "t": 1000 + t, "step": 0,
+                     "allocated": base(t, int(s)) + activ * math.sin(math.pi * (s % 1)) + rnd.randint(0, noise)})
+    return recs
+
+
+SAMPLED = {
+    "adamw_state_at_step_1": (lambda t, s: GiB + (2 * GiB if s >= 1 else 0), 25, 0.08, 3 * GiB, False),
+    "cache_filled_once": (lambda t, s: GiB + (2 * GiB if s >= 15 else 0), 20, 0.1, 2 * GiB, False),
+    "train_eval_cycles": (lambda t, s: 1.5 * GiB + (0.3 * GiB if s % 45 >= 30 else 0), 25, 0.04, GiB, False),
+    "weights_loaded_then_flat": (lambda t, s: min(t / 2.0, 1) * 4 * GiB, 20, 0.03, GiB, False),
+    "1mib_per_fast_step": (lambda t, s: 0.4 * GiB + s * MiB, 8, 0.011, 0.15 * GiB, True),
+    "4mib_per_step": (lambda t, s: 0.6 * GiB + 4 * s * MiB, 15, 0.03, 0.5 * GiB, True),
+    "gib_per_s_in_a_second": (lambda t, s: 0.2 * GiB + t * 8 * GiB, 1.2, 0.006, 0.05 * GiB, True),
+    "outputs_kept_250mib_per_step": (lambda t, s: GiB + s * 250 * MiB, 10, 0.15, GiB, True),
+    "staircase_every_10_steps": (lambda t, s: 0.4 * GiB + (s // 10) * 6 * MiB, 20, 0.025, 0.3 * GiB, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLED))
+def test_unmarked_runs_sampled_like_the_recorder(name):
+    base, duration, step_s, activ, leaks = SAMPLED[name]
+    verdicts = [verdict(recorder_sampled(base, duration, step_s, activ, seed))["leak"] for seed in range(6)]
+    assert verdicts == [leaks] * 6

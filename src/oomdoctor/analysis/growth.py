@@ -80,7 +80,8 @@ def infer_cycles(ts: list[float], ys: list[float]) -> list[int] | None:
 
     A cycle's low point is a local minimum with a swing (the highest point before the next low) of at
     least 16 MiB and 20% of the curve's range; at least 8 of them at a regular interval (coefficient of
-    variation of the spacing < 0.3; random phases give about 0.5) make a cycle. Sampled slower than the steps, no cycle shows.
+    variation of the spacing < 0.3; random phases give about 0.5), spread over
+    at least 70% of the run, with 4 samples a cycle or more (fewer cannot be told from aliasing) make a cycle. Sampled slower than the steps, no cycle shows.
     """
     n = len(ys)
     if n < 3 * MIN_POINTS:
@@ -94,6 +95,10 @@ def infer_cycles(ts: list[float], ys: list[float]) -> list[int] | None:
             keep.append(a)
     if len(keep) < MIN_POINTS:
         return None
+    if (keep[-1] - keep[0]) < 4 * (len(keep) - 1):
+        return None  # under 4 samples a cycle: sampled too slowly to tell steps from aliasing
+    if ts[keep[-1]] - ts[keep[0]] < 0.7 * (ts[-1] - ts[0]):
+        return None  # cycles seen only in part of the run (the fast-sampled start): not the run's steps
     gaps = [ts[b] - ts[a] for a, b in zip(keep, keep[1:])]
     mean = sum(gaps) / len(gaps)
     if mean <= 0:
@@ -161,7 +166,7 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
     growth = slope * span
     noise = median(abs(y - (intercept + slope * x)) for x, y in zip(xs, adj))
     level = median(ys)
-    rises, pairs = _coverage(adj, max(noise, step_noise))
+    rises, pairs = _coverage(adj, noise)
     covered = rises >= max(1, pairs - 1) and rises * 2 > pairs
     big = growth >= max(min_growth, min_fraction * level) and growth > 4 * noise
     flagged = tau >= TAU and big and covered
