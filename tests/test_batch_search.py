@@ -62,7 +62,7 @@ class PressureGPU:
     """Near a cap memory is not linear in the batch (issue 19: ResNet-50 under 8 GiB, the line said 78 and
     94 ran). Below the cap the cache keeps `slack` of what is allocated; when that would exceed the cap
     the allocator frees cached blocks and retries, and the batch runs while allocated memory plus a
-    little fragmentation fits. The truth is found by walking up one batch at a time (not the search)."""
+    little fragmentation fits. The truth is found by plain bisection (not the search)."""
 
     def __init__(self, a, s, limit=LIMIT, slack=0.12, frag=0.01, opt_peak=0):
         self.a, self.s, self.limit, self.slack, self.frag, self.opt = a, s, limit, slack, frag, opt_peak
@@ -91,13 +91,14 @@ class PressureGPU:
                            allocated_peak_bytes=al, throughput=1000 * b / (b + 20), alloc_retries=retries,
                            survived_ooms=1 if retries else 0)
 
-    def truth(self, budget):
-        b = 0
-        while True:
-            ok, peak, _ = self.outcome(b + 1)
-            if not ok or peak > budget:
-                return b
-            b += 1
+    def truth(self, budget, hi=1 << 16):
+        """Largest batch that runs with its peak in the budget (both are monotone here: bisection)."""
+        lo, up = 0, hi
+        while up - lo > 1:
+            mid = (lo + up) // 2
+            ok, peak, _ = self.outcome(mid)
+            lo, up = (mid, up) if ok and peak <= budget else (lo, mid)
+        return lo
 
 
 PSHAPES = [(0.5 * GiB, 90 * MiB), (2 * GiB, 300 * MiB), (1 * GiB, 50 * MiB), (3 * GiB, 5 * MiB),
@@ -258,8 +259,7 @@ def test_never_above_the_truth_never_more_than_max_trials(a, s, slack, margin, m
     gpu = PressureGPU(a * GiB, s * MiB, slack=slack)
     r = search(gpu, LIMIT, margin=margin, min_batch=min_batch)
     assert len(r.trials) <= 8
-    truth = gpu.truth(r.budget_bytes) if gpu.truth(r.budget_bytes) < 9000 else 8192
-    truth = min(truth, 8192)
+    truth = min(gpu.truth(r.budget_bytes), 8192)
     if truth < min_batch:
         assert r.batch_size is None
     else:

@@ -227,3 +227,25 @@ def test_unmarked_runs_sampled_like_the_recorder(name):
     base, duration, step_s, activ, leaks = SAMPLED[name]
     verdicts = [verdict(recorder_sampled(base, duration, step_s, activ, seed))["leak"] for seed in range(6)]
     assert verdicts == [leaks] * 6
+
+
+def test_an_oom_in_the_first_forward_pass_is_not_a_leak(tmp_path):
+    """Without markers, memory rises at every sample while the model loads and runs its first forward,
+    until the OOM: that is the job's size (true_capacity), not a leak."""
+    import json
+
+    run = tmp_path / "oom-first-step"
+    run.mkdir()
+    lines = [{"kind": "header", "schema_version": 1, "t": 1000.0, "pid": 7, "label": "pid7"}]
+    lines += [{"kind": "sample", "t": 1000.0 + 0.05 * i, "step": 0, "allocated": (i + 1) * 300 * MiB,
+               "reserved": (i + 1) * 310 * MiB} for i in range(40)]
+    (run / "timeline-pid7.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "start": 1000.0, "argv": ["python", "t.py"],
+                                              "returncode": 1}))
+    oom = {"kind": "oom", "label": "pid7", "t": 1002.0, "fatal": True, "requested": 2 * GiB,
+           "stats": {"allocated_bytes.all.current": 12 * GiB, "reserved_bytes.all.current": int(12.2 * GiB)},
+           "device_limit": 12 * GiB}
+    (run / "oom-pid7-1.json").write_text(json.dumps(oom))
+    doc = timeline.analyse(rundir.load(run))
+    assert doc["processes"][0]["leak"]["leak"] is True  # it did grow ...
+    assert doc["verdict"]["category"] == "true_capacity"  # ... but that is not why it died

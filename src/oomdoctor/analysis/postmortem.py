@@ -114,12 +114,24 @@ def classify_oom(oom: dict[str, Any], leak: dict[str, Any] | None) -> tuple[str,
         if free_cache >= requested and free_cache >= 0.2 * reserved:
             ev.append("the cache held more free bytes than requested, but not in one block")
             return "fragmentation", ev
-    if leak and leak.get("leak"):
+    if leak_before_oom(leak):
         ev.append(f"allocated memory grew {leak_rate(leak)} before the OOM")
         return "leak_in_code", ev
     if allocated is None and not requested:
         return "unknown", ev
     return "true_capacity", ev
+
+
+OOM_LEAK_MIN_SECONDS = 30.0
+
+
+def leak_before_oom(leak: dict[str, Any] | None) -> bool:
+    """A flagged trend that may explain an OOM: across steps (markers or inferred cycles), or over at
+    least 30 s of time. A job that dies while loading its model or in its first forward pass also
+    rises at every sample until the OOM; that is its size, not a leak."""
+    if not leak or not leak.get("leak") or leak.get("pattern") == "short_run_growth":
+        return False
+    return leak.get("unit") == "step" or (leak.get("span") or 0) >= OOM_LEAK_MIN_SECONDS
 
 
 def leak_rate(leak: dict[str, Any]) -> str:
