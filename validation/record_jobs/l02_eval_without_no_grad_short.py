@@ -8,7 +8,7 @@ outputs = []
 for _ in range(120):
     idx = tokens(4, 128)
     outputs.append(model(idx))  # the bug: no torch.no_grad(), and the outputs are kept
-    if torch.cuda.memory_allocated() > 16 << 30:
+    if torch.cuda.memory_allocated() > 12 << 30:
         break
 torch.cuda.synchronize()
 print("done", len(outputs), "outputs")

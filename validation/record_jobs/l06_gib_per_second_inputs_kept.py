@@ -10,7 +10,7 @@ for step in range(200):
     kept.append(x)
     with torch.no_grad():
         model(x[:32])
-    if torch.cuda.memory_allocated() > 16 << 30:
+    if torch.cuda.memory_allocated() > 12 << 30:
         break
 torch.cuda.synchronize()
 print("done", step + 1, "steps", len(kept))

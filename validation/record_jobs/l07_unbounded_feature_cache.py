@@ -17,6 +17,6 @@ while time.time() - t0 < 20:
     opt.step()
     opt.zero_grad(set_to_none=True)
     step += 1
-    if torch.cuda.memory_allocated() > 16 << 30:
+    if torch.cuda.memory_allocated() > 12 << 30:
         break
 print("done", step, "steps", len(cache))

@@ -16,6 +16,6 @@ for step in range(300):
     scaler.update()
     opt.zero_grad(set_to_none=True)
     debug.append(scaled)  # the graph was retained: its saved activations stay
-    if torch.cuda.memory_allocated() > 16 << 30:
+    if torch.cuda.memory_allocated() > 12 << 30:
         break
 print("done", step + 1, "steps")

@@ -13,6 +13,6 @@ for step in range(60):
     opt.step()
     opt.zero_grad(set_to_none=True)
     history.append(logits)  # the graph is kept with it
-    if torch.cuda.memory_allocated() > 16 << 30:
+    if torch.cuda.memory_allocated() > 12 << 30:
         break
 print("done", step + 1, "steps")
