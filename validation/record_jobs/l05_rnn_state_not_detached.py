@@ -4,7 +4,7 @@ from the state and memory grows with the stream."""
 import torch
 from torch import nn
 
-model = nn.LSTM(256, 1024, num_layers=2, batch_first=True).cuda().eval()
+model = nn.LSTM(256, 1024, num_layers=2, batch_first=True).cuda()
 head = nn.Linear(1024, 256).cuda()
 state = None
 outs = 0.0
