@@ -278,3 +278,11 @@ def test_secant_keeps_one_segment_of_room_h100_trials():
     budget = 10200547328
     for lo, hi, truth in [((107, 6241124352), (180, 10250878976), 178), ((40, 6088032256), (78, 10259267584), 77)]:
         assert LinearFit.through(lo, hi).largest_within(budget - RESOLUTION_BYTES) == truth
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.05])
+def test_max_below_the_edge_is_reached(margin):
+    gpu = PressureGPU(0.5 * GiB, 20 * MiB, slack=0.1)
+    r = search(gpu, LIMIT, margin=margin, max_batch=300)
+    assert gpu.truth(r.budget_bytes) > 300
+    assert r.batch_size == 300 and r.stopped_by == "max" and len(r.trials) <= 4

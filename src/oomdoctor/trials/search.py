@@ -325,9 +325,13 @@ def _verify_and_refine(s: _Search, fit: LinearFit, prior: LinearFit | None) -> S
         # reserved line holds; the allocated line is then only a loose bound, and is not used.
         upper = _upper_line(s) if s.margin == 0 else None
         u = upper.largest_within(s.budget) if upper else None
+        u = min(u, s.hi) if u is not None else None
         low = fit.largest_within(s.budget)
         if not any(g[1] == "predicted" for g in guesses):
-            g = low if (s.margin > 0 or u is None) else max(low or 0, u - tolerance(u))
+            if s.margin > 0 or u is None:
+                g = low
+            else:  # just under the allocated line's edge, or --max if the edge lies beyond it
+                g = s.hi if u >= s.hi else max(low or 0, u - tolerance(u))
             if g is not None:
                 guesses.append((g, "predicted"))
         ceiling = s.hi if hi is None else hi - 1
@@ -335,6 +339,7 @@ def _verify_and_refine(s: _Search, fit: LinearFit, prior: LinearFit | None) -> S
         tried = {t.batch for t in s.trials}
         target, purpose = None, ""
         for g, why in guesses:
+            g = min(g, s.hi) if g is not None else None  # a guess beyond --max: --max itself
             if g is not None and floor <= g <= ceiling and g not in tried and why not in {t.purpose for t in s.trials}:
                 target, purpose = g, why
                 break
@@ -343,7 +348,9 @@ def _verify_and_refine(s: _Search, fit: LinearFit, prior: LinearFit | None) -> S
             target, purpose = min(low, s.hi), "refit"  # the line through the two largest fits moved up
         if target is None:
             target, purpose, gallop = _next(s, lo, hi, u, low, gallop)
-        if target is None or target in tried or not floor <= target <= ceiling:
+        if target is not None:
+            target = max(floor, min(ceiling, target))
+        if target is None or target in tried:
             break
         r = s.run(target, purpose, fit)
         if r.ok and r.peak_bytes is not None and abs(r.peak_bytes - fit.predict(target)) > NONLINEAR_TOLERANCE * s.budget:
