@@ -185,7 +185,8 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
            "last": ys[-1], "intercept": intercept, "coverage": [rises, pairs],
            "level_shifts": [{"at": xs[s["index"]], "bytes": s["bytes"]} for s in shifts],
            "rate_per_step": slope if unit == "step" else None, "rate_per_s": per_s,
-           "minima": [[x, y] for x, y in zip(xs, adj)]}
+           "minima": [[x, y] for x, y in zip(xs, ys)],
+           "minima_without_shifts": [[x, y] for x, y in zip(xs, adj)] if shifts else None}
     out["confidence"] = _confidence(out) if flagged else None
     out["projection"] = projection(out, device_total, xs[-1], ys[-1]) if flagged else None
     return out
