@@ -56,7 +56,7 @@ CASES = [
     Case("resnet50-fp32", "resnet50_fp32.py", 8),
     Case("vit-b16-bf16", "vit_b16_bf16.py", 8),
     Case("bert-base-512", "bert_base_512.py", 8),
-    Case("gpt2-1024", "gpt2_1024.py", 8),
+    Case("gpt2-1024", "gpt2_1024.py", 12),
     Case("gpt2-seq-b4", "gpt2_seq.py", 8, dim="seq", fixed_batch=4, max_size=16384),
 ]
 

@@ -10,7 +10,12 @@ def config():
 
 
 def build(batch_size):
-    model = LlamaForCausalLM(config()).to(torch.bfloat16)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16 (no fp32 copy first)
+    try:
+        model = LlamaForCausalLM(config())
+    finally:
+        torch.set_default_dtype(previous)
     model.config.use_cache = False
     ids = torch.randint(0, 32000, (batch_size, 1024))
     return {"model": model, "inputs": {"input_ids": ids, "labels": ids}, "optimizer": "adamw"}
