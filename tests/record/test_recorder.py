@@ -176,3 +176,25 @@ def test_odd_rank_values_never_break_start(tmp_path, monkeypatch, value):
     rec.stop()
     expected = "timeline-rank7.jsonl" if value.strip() == "7" else f"timeline-pid{rec.pid}.jsonl"
     assert (tmp_path / "run" / expected).exists()
+
+
+def test_sampling_starts_when_cuda_comes_up_and_is_fast_at_first(tmp_path, monkeypatch):
+    """every_ms=1000, CUDA 'comes up' 0.3 s in: the first allocator sample follows within ~50 ms and
+    the next second is sampled every 50 ms, so a one-second run still has a curve to judge."""
+    import time
+    from types import SimpleNamespace
+
+    from oomdoctor.injob.record import recorder as rmod
+
+    up_at = time.time() + 0.3
+    fake = SimpleNamespace(cuda=SimpleNamespace())
+    monkeypatch.setattr(probes, "cuda_ready", lambda: fake if time.time() >= up_at else None)
+    monkeypatch.setattr(probes, "busiest_device", lambda torch: 0)
+    monkeypatch.setattr(probes, "allocator", lambda torch, dev: {"allocated": int(time.time() * 1000) % 10**9})
+    monkeypatch.setattr(rmod.Recorder, "_attach", lambda self, torch: setattr(self, "_cuda_attached", True))
+    rec = Recorder(str(tmp_path / "run"), every_ms=1000).start()
+    time.sleep(1.5)
+    rec.stop(final_snapshot=False)
+    samples = [r for r in _records(tmp_path / "run") if r["kind"] == "sample" and "allocated" in r]
+    assert samples and samples[0]["t"] - up_at < 0.25
+    assert len(samples) >= 10

@@ -114,12 +114,62 @@ def classify_oom(oom: dict[str, Any], leak: dict[str, Any] | None) -> tuple[str,
         if free_cache >= requested and free_cache >= 0.2 * reserved:
             ev.append("the cache held more free bytes than requested, but not in one block")
             return "fragmentation", ev
-    if leak and leak.get("leak"):
-        ev.append(f"allocated memory grew {format_bytes(leak['slope_bytes'])}/{leak['unit']} before the OOM")
+    if leak_before_oom(leak):
+        ev.append(f"allocated memory grew {leak_rate(leak)} before the OOM")
         return "leak_in_code", ev
     if allocated is None and not requested:
         return "unknown", ev
     return "true_capacity", ev
+
+
+OOM_LEAK_MIN_SECONDS = 30.0
+
+
+def leak_before_oom(leak: dict[str, Any] | None) -> bool:
+    """A flagged trend that may explain an OOM: across steps (markers or inferred cycles), or over at
+    least 30 s of time. A job that dies while loading its model or in its first forward pass also
+    rises at every sample until the OOM; that is its size, not a leak."""
+    if not leak or not leak.get("leak") or leak.get("pattern") == "short_run_growth":
+        return False
+    return leak.get("unit") == "step" or (leak.get("span") or 0) >= OOM_LEAK_MIN_SECONDS
+
+
+def leak_rate(leak: dict[str, Any]) -> str:
+    parts = []
+    if leak.get("rate_per_step"):
+        parts.append(f"{format_bytes(leak['rate_per_step'])}/step")
+    if leak.get("rate_per_s"):
+        parts.append(f"{format_bytes(leak['rate_per_s'])}/s")
+    return ", ".join(parts) or f"{format_bytes(leak['slope_bytes'])}/{leak['unit']}"
+
+
+def leak_evidence(label: str, leak: dict[str, Any], total: float | None) -> list[str]:
+    how = {"markers": "step boundaries", "cycles": "the low points of the forward/backward cycles (steps inferred)",
+           "time": "time windows (no steps found)"}.get(leak.get("steps_from", ""), "time windows")
+    if leak.get("pattern") == "short_run_growth":
+        ev = [f"{label}: short run: live memory rose at every sample, from {format_bytes(leak['first'])} to "
+              f"{format_bytes(leak['last'])} in {leak['span']:.1f} s ({leak_rate(leak)})"]
+    else:
+        rises, pairs = leak.get("coverage") or (0, 0)
+        ev = [f"{label}: allocated memory at {how} grew {format_bytes(leak['growth_bytes'])} ({leak_rate(leak)}, "
+              f"Kendall tau {leak['tau']}, rising in {rises} of {pairs} stretches of the run after warm-up)"]
+    for sh in leak.get("level_shifts") or ():
+        ev.append(f"a one-off level shift of {format_bytes(sh['bytes'])} at {leak['unit']} {sh['at']:g} was not counted")
+    proj = leak.get("projection") or {}
+    if proj:
+        when = []
+        if "full_at_step" in proj:
+            when.append(f"at step ~{proj['full_at_step']}")
+        if "full_in_seconds" in proj:
+            sec = proj["full_in_seconds"]
+            when.append(f"in ~{sec:.0f} s" if sec < 120 else f"in ~{round(sec / 60)} minutes")
+        ev.append(f"at this rate the {format_bytes(proj['device_total'])} device is full {', '.join(when)}")
+    elif total and leak["unit"] == "step" and leak["slope_bytes"] > 0:
+        ev.append(f"at this rate the GPU ({format_bytes(total)}) is full in about "
+                  f"{max(0, int((total - leak['last']) / leak['slope_bytes']))} more steps")
+    for site in leak.get("sites") or ():
+        ev.append(f"live at the end: {format_bytes(site['bytes'])} in {site.get('blocks', '?')} blocks from {site['source']}")
+    return ev
 
 
 def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: dict[str, Any],
@@ -155,16 +205,14 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "summary": "killed by SIGKILL: host or cgroup memory exhausted (likely)", "evidence": ev,
                 "fixes": FIXES["host_oom"], "message": None}
     if leaks:
-        label, leak = max(leaks.items(), key=lambda kv: kv[1]["slope_bytes"])
-        ev = [f"{label}: allocated memory at step boundaries grew {format_bytes(leak['growth_bytes'])} "
-              f"({format_bytes(leak['slope_bytes'])}/{leak['unit']}, Kendall tau {leak['tau']})"]
+        label, leak = max(leaks.items(), key=lambda kv: kv[1].get("rate_per_s") or kv[1]["slope_bytes"])
         total = next((p.get("device_total") for p in processes if p["label"] == label), None)
-        if total and leak["slope_bytes"] > 0 and leak["unit"] == "step":
-            left = (total - leak["last"]) / leak["slope_bytes"]
-            ev.append(f"at this rate the GPU ({format_bytes(total)}) is full in about {max(0, int(left))} more steps")
         return {"oom": False, "category": "leak_in_code", "severity": "warning", "source": "timeline",
-                "summary": f"memory grows steadily across steps: {format_bytes(leak['slope_bytes'])}/{leak['unit']}",
-                "evidence": ev, "fixes": FIXES["leak_in_code"], "message": None}
+                "summary": f"memory grows steadily{' across steps' if leak['unit'] == 'step' else ''}: "
+                           f"{leak_rate(leak)} (confidence {leak.get('confidence') or 'low'})",
+                "evidence": leak_evidence(label, leak, total), "fixes": FIXES["leak_in_code"], "message": None,
+                "leak": {k: leak.get(k) for k in ("rate_per_step", "rate_per_s", "growth_bytes", "confidence",
+                                                   "pattern", "steps_from", "projection", "sites")}}
     for p in processes:
         fr = p.get("fragmentation") or {}
         top = fr.get("at_peak_reserved") or {}

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
-from oomdoctor.analysis import evidence, postmortem
-from oomdoctor.analysis.robust import kendall_tau, theil_sen, window_minima
+from oomdoctor.analysis import evidence, growth, postmortem
 from oomdoctor.facts.recording import RunFiles
 
 MiB = 1 << 20
-LEAK_MIN_POINTS = 8
-LEAK_TAU = 0.5
 SERIES_FIELDS = ("allocated", "reserved", "active", "inactive_split", "gpu_proc_used", "rss", "cgroup_current",
                  "shm_used")
 
@@ -114,37 +110,14 @@ def series(p: Process, key: str, t0: float) -> list[tuple[float, float]]:
 
 
 def detect_leak(p: Process, key: str = "allocated", *, min_growth: int = 8 * MiB,
-                min_fraction: float = 0.02) -> dict[str, Any] | None:
-    """Steady growth of `key` across steps (or time), from window minima with a robust regression.
+                min_fraction: float = 0.02, device_total: float | None = None) -> dict[str, Any] | None:
+    """Steady growth of `key` across steps (or inferred cycles, or time): analysis.growth's model.
 
-    Flags growth only when the trend is monotonic (Kendall's tau >= 0.5), larger than min_growth and
-    min_fraction of the level, and larger than 4x the residual noise. The first two steps (optimizer
-    state appears at the first step) are skipped.
+    Warm-up (optimizer state at the first step, autotuning), level shifts (a cache filled once) and
+    up-and-down patterns (train/eval, variable shapes) are told apart from growth across the run.
     """
-    if p.steps:
-        pts = [(float(r["step"]), v) for r in p.steps if (v := _num(r, key)) is not None and r.get("step", 0) > 2]
-        unit = "step"
-    else:
-        pts = [(r["t"], v) for r in p.samples if (v := _num(r, key)) is not None]
-        pts = pts[len(pts) // 10:]
-        unit = "s"
-    if len(pts) < LEAK_MIN_POINTS:
-        return None
-    mins = window_minima(pts, 40)
-    if len(mins) < LEAK_MIN_POINTS:
-        mins = pts
-    xs, ys = [m[0] for m in mins], [m[1] for m in mins]
-    slope, intercept = theil_sen(xs, ys)
-    tau = kendall_tau(xs, ys)
-    span = xs[-1] - xs[0]
-    growth = slope * span
-    noise = median(abs(y - (intercept + slope * x)) for x, y in zip(xs, ys))
-    level = median(ys)
-    flagged = tau >= LEAK_TAU and growth >= max(min_growth, min_fraction * level) and growth > 4 * noise
-    return {"metric": key, "unit": unit, "slope_bytes": slope, "growth_bytes": growth, "tau": round(tau, 3),
-            "noise_bytes": noise, "points": len(mins), "span": span, "leak": bool(flagged),
-            "first": ys[0], "last": ys[-1], "intercept": intercept,
-            "minima": [[x, y] for x, y in mins]}
+    return growth.assess(p.samples, key, min_growth=min_growth, min_fraction=min_fraction,
+                         device_total=device_total)
 
 
 def fragmentation(p: Process) -> dict[str, Any] | None:
@@ -177,9 +150,9 @@ def analyse(run: RunFiles) -> dict[str, Any]:
     proc_out = []
     for p in procs:
         gpu = any(_num(r, "allocated") is not None for r in p.samples)
-        leak = detect_leak(p, "allocated") if gpu else None
-        host_leak = detect_leak(p, "rss", min_growth=64 * MiB, min_fraction=0.05)
         totals = [d.get("total") for r in p.samples for d in (r.get("gpu_devices") or ()) if d.get("total")]
+        leak = detect_leak(p, "allocated", device_total=max(totals) if totals else None) if gpu else None
+        host_leak = detect_leak(p, "rss", min_growth=64 * MiB, min_fraction=0.05)
         proc_out.append({"device_total": max(totals) if totals else None, "label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
                          "argv": p.header.get("argv"), "uses_gpu": gpu, "steps": len(p.steps),
                          "samples": len(p.samples), "bad_lines": p.bad_lines, "peaks": peaks(p),
@@ -202,6 +175,11 @@ def analyse(run: RunFiles) -> dict[str, Any]:
     ooms = [e for e in files if e["kind"] == "oom"]
     ooms.sort(key=lambda e: (e["fatal"], e["t"]))
     finals = [e for e in files if e["kind"] == "final"]
+    for p in proc_out:  # name the allocation sites of a leak (history on): what is live at the end
+        if p["leak"] and p["leak"].get("leak"):
+            ends = [e for e in finals + ooms if e.get("label") == p["label"]]
+            live = (ends[-1]["snapshot"].get("live_by_source") or []) if ends else []
+            p["leak"]["sites"] = growth.sites(live)
     verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
     return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
             "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],

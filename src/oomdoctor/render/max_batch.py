@@ -1,7 +1,7 @@
 """Render a max-batch payload (the JSON document's dict): text with a terminal chart, HTML, PNG.
 
 The chart shows what the answer rests on: the measured peaks, the fitted line, the memory limit and
-the budget (limit minus the margin), and the batch chosen.
+the budget (limit minus the margin), and the batch chosen; below it, throughput against the batch.
 """
 
 from __future__ import annotations
@@ -10,6 +10,33 @@ from pathlib import PurePath
 from typing import Any
 
 from oomdoctor.units import format_bytes
+
+
+def _dim(payload: dict[str, Any]) -> str:
+    return "sequence length" if payload.get("dim") == "seq" else "batch size"
+
+
+def _rate_unit(payload: dict[str, Any]) -> str:
+    return "tokens/s" if payload.get("dim") == "seq" else "samples/s"
+
+
+def _throughput(payload: dict[str, Any]) -> list[tuple[int, float]]:
+    return sorted((t["batch"], float(t["throughput"])) for t in payload["trials"]
+                  if t["outcome"] == "ok" and t.get("throughput"))
+
+
+def throughput_lines(payload: dict[str, Any], width: int = 40) -> list[str]:
+    """Throughput per measured batch as bars (the chart's second panel in plain text)."""
+    pts = _throughput(payload)
+    if not pts:
+        return []
+    top = max(v for _, v in pts)
+    rec = payload.get("recommended_batch_size")
+    out = [f"  throughput ({_rate_unit(payload)}) against {_dim(payload)}:"]
+    for b, v in pts:
+        mark = "  <- recommended" if b == rec else ""
+        out.append(f"    {b:>7} |{'#' * max(1, round(v / top * width)):<{width}} {v:,.1f}{mark}")
+    return out
 
 
 def _points(payload: dict[str, Any]) -> list[tuple[int, int]]:
@@ -70,7 +97,7 @@ def text_chart(payload: dict[str, Any], width: int = 64, height: int = 16) -> st
         label = format_bytes(y) if r % 3 == 0 else ""
         lines.append(f"{label:>{label_w}} |" + "".join(grid[r]))
     lines.append(" " * label_w + " +" + "-" * width)
-    lines.append(" " * label_w + f"  0{'batch size':^{width - 12}}{int(x_max):>9}")
+    lines.append(" " * label_w + f"  0{_dim(payload):^{width - 12}}{int(x_max):>9}")
     lines.append(" " * label_w + "  o measured peak  x OOM  . fit  = limit  - limit - margin  | answer")
     return "\n".join(lines)
 
@@ -78,28 +105,47 @@ def text_chart(payload: dict[str, Any], width: int = 64, height: int = 16) -> st
 def text(payload: dict[str, Any]) -> str:
     out = []
     b = payload["max_batch_size"]
+    dim = _dim(payload)
     lim, bud = payload["memory_limit_bytes"], payload["budget_bytes"]
-    head = f"max batch size: {b}" if b is not None else "max batch size: none fits"
-    out.append(f"{head}   ({payload['workload']}, {payload.get('gpu') or 'GPU'}, "
+    head = f"max {dim}: {b}" if b is not None else f"max {dim}: none fits"
+    at = f", at batch {payload['fixed_batch']}" if payload.get("fixed_batch") else ""
+    out.append(f"{head}   ({payload['workload']}{at}, {payload.get('gpu') or 'GPU'}, "
                f"limit {format_bytes(lim)}, margin {payload['margin']:.0%} -> budget {format_bytes(bud)})")
     if b is not None:
         how = {"ran": "ran three full steps", "between": "lies between two batches that ran (memory is monotone)"}
         peak = payload.get("predicted_peak_bytes")
-        out.append(f"  batch {b} {how.get(payload['verified'], payload['verified'])}; peak reserved "
+        out.append(f"  {b} {how.get(payload['verified'], payload['verified'])}; peak reserved "
                    f"{format_bytes(peak)}" + (" (fitted)" if payload["verified"] == "between" else " (measured)"))
         if payload["stopped_by"] == "max":
             out.append("  stopped at --max: more may fit")
+    rec = payload.get("recommended_batch_size")
+    if rec is not None:
+        out.append(f"  recommended: {rec} (the smallest within 2% of the best throughput measured, "
+                   f"{payload['best_throughput']:,.1f} {_rate_unit(payload)} at {payload['best_throughput_batch']})")
+    pressure = payload.get("pressure")
+    if pressure and pressure.get("under_pressure"):
+        out.append(f"  the largest runs under allocator pressure: {pressure['alloc_retries']} allocation retries "
+                   f"(cache flushed to retry cudaMalloc), {pressure['survived_ooms']} failed allocations survived "
+                   "(cuDNN falls back to smaller workspaces); it may be slower and fragile over a long run")
+    elif pressure:
+        out.append("  the largest runs without allocator pressure (no allocation retries, no survived OOMs)")
     if payload.get("fit"):
         out.append(f"  fit: {payload['fit']['formula']}  [{payload['fit']['source']}]")
     out.append(f"  {len(payload['trials'])} trials in {payload['wall_seconds']:.1f} s:")
     for i, t in enumerate(payload["trials"], 1):
         peak = format_bytes(t["peak_reserved_bytes"]) if t["peak_reserved_bytes"] is not None else t["outcome"].upper()
         pred = f", predicted {format_bytes(t['predicted_bytes'])}" if t.get("predicted_bytes") else ""
-        out.append(f"    {i}. batch {t['batch']:>6}  {t['purpose']:<9} {peak:>12}{pred}  ({t['seconds']:.1f} s)")
+        rate = f", {t['throughput']:,.1f}/s" if t.get("throughput") else ""
+        retry = f", {t['alloc_retries']} retries" if t.get("alloc_retries") else ""
+        out.append(f"    {i}. {t['batch']:>6}  {t['purpose']:<20} {peak:>12}{pred}{rate}{retry}  ({t['seconds']:.1f} s)")
     for note in payload.get("notes", []):
         out.append(f"  note: {note}")
     out.append("")
     out.append(text_chart(payload))
+    tp = throughput_lines(payload)
+    if tp:
+        out.append("")
+        out.extend(tp)
     return "\n".join(out) + "\n"
 
 
@@ -119,12 +165,15 @@ def html(payload: dict[str, Any]) -> str:
     pts, fit_pts = _chart_series(payload)
     markers = [(float(payload["max_batch_size"]), f"answer {payload['max_batch_size']}")] if payload["max_batch_size"] else []
     chart = line_chart(
-        [("measured peak reserved", pts), ("fit", fit_pts)], x_label="batch size", y_label="memory",
+        [("measured peak reserved", pts), ("fit", fit_pts)], x_label=_dim(payload), y_label="memory",
         y_format=lambda v: format_bytes(v), markers=markers,
         hlines=[(float(payload["memory_limit_bytes"]), "limit"),
                 (float(payload["budget_bytes"]), f"limit - {payload['margin']:.0%} margin")])
+    tp = _throughput(payload)
+    tchart = line_chart([(f"throughput ({_rate_unit(payload)})", [(float(b), v) for b, v in tp])],
+                        x_label=_dim(payload), y_label=_rate_unit(payload), markers=markers) if tp else ""
     return render_page("max_batch.html.j2", title=f"oomdoctor max-batch: {payload['workload']}",
-                       p=payload, chart=chart, report=text(payload))
+                       p=payload, chart=chart + tchart, report=text(payload))
 
 
 def png(payload: dict[str, Any]) -> bytes:
@@ -150,11 +199,20 @@ def png(payload: dict[str, Any]) -> bytes:
     ax.axhline(payload["budget_bytes"] / gib, color="#9a6700", ls=":", label=f"limit - {payload['margin']:.0%} margin")
     if payload["max_batch_size"]:
         ax.axvline(payload["max_batch_size"], color="#8250df", ls="-.", label=f"answer {payload['max_batch_size']}")
-    ax.set_xlabel("batch size")
+    ax.set_xlabel(_dim(payload))
     ax.set_ylabel("GiB")
     ax.set_ylim(0, payload["memory_limit_bytes"] / gib * 1.1)
     ax.set_title(f"max-batch: {PurePath(payload['workload']).name} ({payload.get('gpu') or 'GPU'})")
-    ax.legend(fontsize=7, loc="lower right")
+    handles, labels = ax.get_legend_handles_labels()
+    tp = _throughput(payload)
+    if tp:
+        ax2 = ax.twinx()
+        (h,) = ax2.plot([b for b, _ in tp], [v for _, v in tp], "s-", color="#1a7f37", ms=4,
+                        label=f"throughput ({_rate_unit(payload)})")
+        ax2.set_ylabel(_rate_unit(payload))
+        ax2.set_ylim(0, max(v for _, v in tp) * 1.15)
+        handles, labels = handles + [h], labels + [h.get_label()]
+    ax.legend(handles, labels, fontsize=7, loc="lower right")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -119,8 +119,15 @@ def render_text(doc: dict[str, Any]) -> str:
         leak = p.get("leak")
         if leak:
             state = "LEAK" if leak["leak"] else "no steady growth"
-            lines.append(f"  growth across steps: {state} ({format_bytes(leak['slope_bytes'])}/{leak['unit']}, "
-                         f"tau {leak['tau']}, {leak['points']} windows)")
+            pattern = (leak.get("pattern") or "").replace("_", " ")
+            source = {"markers": "step markers", "cycles": "steps inferred from the allocation cycles",
+                      "time": "time windows"}.get(leak.get("steps_from") or "", "")
+            lines.append(f"  growth model: {state}; {pattern} ({format_bytes(leak['slope_bytes'])}/{leak['unit']}, "
+                         f"tau {leak['tau']}, {leak['points']} points after {leak.get('warmup_points', 0)} of "
+                         f"warm-up; {source})")
+            for sh in leak.get("level_shifts") or ():
+                lines.append(f"  level shift of {format_bytes(sh['bytes'])} at {leak['unit']} {sh['at']:g} "
+                             "(a one-off, e.g. a cache filled once: not growth)")
     for o in doc["ooms"][-1:] + doc["finals"]:
         what = "OOM" if o in doc["ooms"] else "end of run"
         lines.append("")

@@ -75,7 +75,8 @@ class _PhasePeaks:
 
 
 def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: str = "cuda:0",
-              memory_limit: int | None = None, fraction: float | None = None) -> dict[str, Any]:
+              memory_limit: int | None = None, fraction: float | None = None,
+              seq_len: int | None = None) -> dict[str, Any]:
     """Run `steps` training steps at `batch` under the cap; never raises for OOM.
 
     With batch None, only report the device: total and free memory and the cap that would apply.
@@ -106,7 +107,7 @@ def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: 
     fraction = 1.0 if fraction is None else fraction
     torch.cuda.set_per_process_memory_fraction(fraction, dev)
     limit = int(fraction * total)
-    info = {"total_bytes": total, "limit_bytes": limit, "gpu": props.name, "batch": batch,
+    info = {"total_bytes": total, "limit_bytes": limit, "gpu": props.name, "batch": batch, "seq_len": seq_len,
             "torch": torch.__version__}
     if batch is None:
         free, _ = torch.cuda.mem_get_info(dev)
@@ -115,7 +116,7 @@ def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: 
     outcome, detail = "ok", ""
     try:
         with torch.device(dev):  # build on the GPU directly: faster, and what the step will hold
-            spec = workload.spec(batch)
+            spec = workload.spec(batch, seq_len)
         spec = replace(spec, model=spec.model.to(dev), inputs=_to_device(spec.inputs, dev),
                        target=_to_device(spec.target, dev))
         input_bytes = _tensor_bytes(spec.inputs) + _tensor_bytes(spec.target)
@@ -126,10 +127,28 @@ def run_trial(workload_path: str, batch: int | None, *, steps: int = 3, device: 
             peaks.wrap(runner.optimizer)
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
-        for _ in range(steps):
+        stats0 = torch.cuda.memory_stats(dev)
+        timed = 0.0
+        for i in range(steps):
+            t_step = time.perf_counter()
             runner.step()
+            if i > 0 or steps == 1:  # the first step pays for autotuning and the optimizer state
+                torch.cuda.synchronize(dev)
+                timed += time.perf_counter() - t_step
+            elif steps > 1:
+                torch.cuda.synchronize(dev)
         torch.cuda.synchronize(dev)
         peaks.mark(fwd_bwd=runner.optimizer is None)
+        stats1 = torch.cuda.memory_stats(dev)
+        timed_steps = steps - 1 if steps > 1 else 1
+        # num_alloc_retries: cudaMalloc failed and the cache was flushed to retry; num_ooms: failed
+        # allocations the job survived (cuDNN catches them and falls back to a smaller workspace)
+        info.update(samples_per_s=round(batch * timed_steps / timed, 3) if timed > 0 else None,
+                    tokens_per_s=(round(batch * seq_len * timed_steps / timed, 3)
+                                  if timed > 0 and seq_len else None),
+                    step_seconds=round(timed / timed_steps, 5),
+                    alloc_retries=int(stats1.get("num_alloc_retries", 0) - stats0.get("num_alloc_retries", 0)),
+                    survived_ooms=int(stats1.get("num_ooms", 0) - stats0.get("num_ooms", 0)))
         info.update(peak_reserved_bytes=peaks.reserved, peak_allocated_bytes=peaks.allocated,
                     fb_peak_bytes=peaks.fb,
                     static_bytes=max(0, int(torch.cuda.memory_allocated(dev)) - input_bytes),
@@ -148,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m oomdoctor.trials.child")
     ap.add_argument("workload")
     ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--seq", type=int, default=None, help="sequence length: build(batch, seq_len=SEQ)")
     ap.add_argument("--info", action="store_true", help="only report the device and the cap")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="cuda:0")
@@ -156,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         result = run_trial(args.workload, None if args.info else args.batch, steps=args.steps, device=args.device,
-                           memory_limit=args.memory_limit, fraction=args.fraction)
+                           memory_limit=args.memory_limit, fraction=args.fraction, seq_len=args.seq)
     except OomDoctorError as exc:  # the workload file is broken: its own one-line message
         result = {"outcome": "error", "detail": exc.message[:500]}
     except Exception as exc:  # the user's workload failed for another reason: report it, one line

@@ -42,6 +42,8 @@ class MaxBatchRun:
     free_bytes: int | None = None
     wall_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    dim: str = "batch"  # "batch", or "seq": the longest sequence at a fixed batch
+    fixed_batch: int | None = None
 
 
 def _child_env() -> dict[str, str]:
@@ -130,9 +132,24 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
                    margin: float = 0.05, min_batch: int = 1, max_batch: int = 8192, device: str = "cuda:0",
                    trial_timeout: float = 300, use_estimator: bool = True, steps: int = 3,
                    on_trial: Callable[[Trial], None] | None = None,
-                   on_info: Callable[[dict[str, Any]], None] | None = None) -> MaxBatchRun:
+                   on_info: Callable[[dict[str, Any]], None] | None = None,
+                   dim: str = "batch", batch: int = 1, max_trials: int = 8) -> MaxBatchRun:
+    """The largest batch (dim "batch"), or the longest sequence at batch `batch` (dim "seq"), that runs.
+
+    For "seq", `min_batch`/`max_batch` bound the sequence length and the workload's build() must take
+    `seq_len` (docs/contracts.md §6).
+    """
     if not Path(workload).is_file():
         raise InputError(f"{workload}: no such workload file")
+    if dim not in ("batch", "seq"):
+        raise UsageError(f"--dim must be batch or seq, not {dim!r}")
+    if dim == "seq":
+        if batch < 1:
+            raise UsageError("--batch must be >= 1")
+        if not load_workload(workload).accepts_seq_len():
+            raise InputError(f"{workload}: build() takes no seq_len argument: define build(batch_size, "
+                             "seq_len=DEFAULT) to search the sequence length (docs/contracts.md §6)")
+        use_estimator = False
     t0 = time.perf_counter()
     info = device_info(workload, memory_limit, fraction, device)
     if on_info:
@@ -148,19 +165,29 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
     cap = _cap_args(memory_limit if memory_limit is not None else (limit if fraction is None else None),
                     fraction, device)
 
-    def probe(batch: int) -> ProbeResult:
-        out = run_child([workload, "--batch", str(batch), "--steps", str(steps), *cap], trial_timeout)
+    def probe(size: int) -> ProbeResult:
+        args = ["--batch", str(size)] if dim == "batch" else ["--batch", str(batch), "--seq", str(size)]
+        out = run_child([workload, *args, "--steps", str(steps), *cap], trial_timeout)
+        what = f"batch {size}" if dim == "batch" else f"sequence length {size}"
         if out["outcome"] == "error":
-            raise InputError(f"{workload}: the trial at batch {batch} failed: {out.get('detail')}")
+            raise InputError(f"{workload}: the trial at {what} failed: {out.get('detail')}")
         if out["outcome"] == "nogpu":
             raise NoGpuError(f"no CUDA GPU ({out.get('detail')}): {NO_GPU_HINT}")
-        return ProbeResult(outcome=out["outcome"], peak_bytes=out.get("peak_reserved_bytes"),
-                           static_bytes=out.get("static_bytes"), grad_bytes=out.get("grad_bytes"),
-                           seconds=float(out.get("wall", 0.0)), detail=out.get("detail", ""),
-                           fb_peak_bytes=out.get("fb_peak_bytes"),
-                           allocated_peak_bytes=out.get("peak_allocated_bytes"))
+        return probe_result(out, dim)
 
     result = search(probe, limit, margin=margin, min_batch=min_batch, max_batch=max_batch, prior=prior,
-                    on_trial=on_trial)
+                    on_trial=on_trial, max_trials=max_trials)
     return MaxBatchRun(workload, device, result, info.get("gpu"), info.get("torch"), info.get("total_bytes"),
-                       info.get("free_bytes"), time.perf_counter() - t0, notes)
+                       info.get("free_bytes"), time.perf_counter() - t0, notes, dim,
+                       batch if dim == "seq" else None)
+
+
+def probe_result(out: dict[str, Any], dim: str = "batch") -> ProbeResult:
+    """A trial child's JSON line as the search's ProbeResult (throughput in samples/s, tokens/s for seq)."""
+    return ProbeResult(outcome=out["outcome"], peak_bytes=out.get("peak_reserved_bytes"),
+                       static_bytes=out.get("static_bytes"), grad_bytes=out.get("grad_bytes"),
+                       seconds=float(out.get("wall", 0.0)), detail=out.get("detail", ""),
+                       fb_peak_bytes=out.get("fb_peak_bytes"),
+                       allocated_peak_bytes=out.get("peak_allocated_bytes"),
+                       throughput=out.get("tokens_per_s" if dim == "seq" else "samples_per_s"),
+                       alloc_retries=out.get("alloc_retries"), survived_ooms=out.get("survived_ooms"))

@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -33,9 +34,25 @@ class Workload:
     path: str
     build: Callable[[int], Mapping[str, Any]]
 
-    def spec(self, batch_size: int) -> WorkloadSpec:
+    def accepts_seq_len(self) -> bool:
+        """Whether build() takes `seq_len` (sequence models: `max-batch --dim seq`)."""
         try:
-            raw = self.build(batch_size)
+            params = inspect.signature(self.build).parameters
+        except (TypeError, ValueError):
+            return False
+        return "seq_len" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+    def spec(self, batch_size: int, seq_len: int | None = None) -> WorkloadSpec:
+        try:
+            if seq_len is None:
+                raw = self.build(batch_size)
+            else:
+                if not self.accepts_seq_len():
+                    raise InputError(f"{self.path}: build() takes no seq_len argument: define "
+                                     "build(batch_size, seq_len=DEFAULT) to search the sequence length")
+                raw = self.build(batch_size, seq_len=seq_len)
+        except InputError:
+            raise
         except SystemExit as exc:  # sys.exit() in build() must not become oomdoctor's exit status
             raise InputError(f"{self.path}: build({batch_size}) called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the user's code: report it, naming the file

@@ -29,6 +29,9 @@ DEFAULT_EVERY_MS = 500
 # with watch(history=20_000) / `oomdoctor record --history 20000` to get source lines at the OOM.
 DEFAULT_HISTORY = 0
 SUGGESTED_HISTORY = 20_000
+# Sampling right after CUDA comes up: FAST_TICKS samples every FAST_MS (3 s at most), then every_ms.
+FAST_MS = 50
+FAST_TICKS = 60
 MAX_OOM_DUMPS = 4  # the first observer call + up to 3 fatal exceptions (one per watch/excepthook)
 
 
@@ -150,9 +153,22 @@ class Recorder:
 
     # -- the sampler -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_ms / 1000.0):
+        # Until the job brings CUDA up, look every FAST_MS (a cheap check) so sampling starts at once;
+        # then, for FAST_TICKS samples, sample every FAST_MS: a short run (an evaluation loop that fills
+        # the GPU in a second) still has a curve to judge, and a fast-sampled start shows the
+        # forward/backward cycles the growth model infers steps from. After that, every `every_ms`.
+        fast = min(FAST_MS, self.every_ms) / 1000.0
+        fast_left = FAST_TICKS
+        last = time.monotonic()
+        while not self._stop.wait(fast if (not self._cuda_attached or fast_left > 0) else self.every_ms / 1000.0):
             if not self.active:
                 return
+            now = time.monotonic()
+            if not self._cuda_attached and now - last < self.every_ms / 1000.0 and probes.cuda_ready() is None:
+                continue
+            if self._cuda_attached and fast_left > 0:
+                fast_left -= 1
+            last = now
             self._tick()
 
     @_guard
