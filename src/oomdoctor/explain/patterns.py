@@ -206,6 +206,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "kernel_release": re.compile(r"\b([3-6]\.\d{1,2}\.\d{1,3}-[0-9][\w.\-]*?(?:el\d|generic|amzn|azure|aws|gcp|default|x86_64)[\w.\-]*)"),
     "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
     "hami": re.compile(r"HAMI-core|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
+    # WSL2: the kernel name, a Windows drive under /mnt, a default Windows host name in a prompt.
+    "wsl": re.compile(r"microsoft-standard-WSL2|\bWSL ?2?\b|/mnt/[c-h]/|@DESKTOP-[A-Z0-9]{5,}"),
     "vcuda": re.compile(r"\bvcuda\b|tencent\.com/vcuda|gpu-manager"),
     # nvidia-smi pasted into the log: --query-compute-apps=pid,used_memory CSV rows, the process table,
     # and --query-gpu=memory.used,memory.free rows.
@@ -223,7 +225,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
                                r"(?:not (?:been )?(?:released|freed))|leftover|zombie|orphan(?:ed)? process|"
-                               r"(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|runs?|workers?|ranks?)\b|"
+                               r"(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
+                               r"previous (?:run|training|session)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
                                r"(?:all|every|each) (?:\w+ ){0,3}(?:on|onto|to|in|use|uses|using) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0|same gpu)|"
@@ -248,6 +251,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "kernel_release": tuple(f"el{d}" for d in range(10)) + ("generic", "amzn", "azure", "aws", "gcp", "default", "x86_64"),
     "driver_version": ("Driver Version",),
     "hami": ("HAMI-core", "CUDA_DEVICE_MEMORY_LIMIT", "nvidia.com/gpumem", "libvgpu.so"),
+    "wsl": ("WSL", "/mnt/", "@DESKTOP-"),
     "vcuda": ("vcuda", "gpu-manager"),
     "smi_process": ("MiB",),
     "smi_used_free": ("MiB",),
@@ -414,6 +418,9 @@ _ADVICE_BEFORE = re.compile(
     r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
     r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
     r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*"
+    r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
+    # source code quoted by grep or docs: the message is an argument, not something that happened
+    r"|\b(?:raise|except|assert|warn|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60}"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?)$")
 _ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what)[\"']?\s*[:=(]\s*[\"']$")
 _QUOTES = "\"'`\u201c\u2018"

@@ -214,6 +214,19 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     if site is None:
         b.add("true_capacity", 0.9, "raised mid-run, the driver can also fail a library workspace when the "
               "caching allocator has taken the rest", _capacity_fix(None, None, None, None))
+    if "ggml" in ev.text or "llama" in ev.text.lower():
+        # ggml/llama.cpp call cudaMalloc directly (no caching allocator): "CUDA error 2 ... out of memory"
+        # is their ordinary OOM, the model + context (KV cache) not fitting.
+        if env.get("wsl"):
+            b.add("context_or_driver", 1.2, "under WSL2, ggml's pinned host buffers fail first (WSL limits "
+                  "pinned memory)", "GGML_CUDA_NO_PINNED=1, or more memory for WSL in .wslconfig")
+        else:
+            b.add("true_capacity", 2.2, "ggml (llama.cpp/ollama) allocates with cudaMalloc directly: this is its "
+                  "ordinary out-of-memory, the weights plus the context's KV cache do not fit",
+                  "offload fewer layers (-ngl / num_gpu), a smaller context (-c / num_ctx) or a smaller quantisation")
+    elif env.get("wsl"):
+        b.add("context_or_driver", 0.8, "the log is from WSL2, whose driver limits pinned and total memory",
+              "raise memory in .wslconfig; try pin_memory=False")
     if site and "pinned" in site:
         b.add("context_or_driver", 0.5, "pinned host memory is limited on WSL and by locked-memory limits",
               "try pin_memory=False in the DataLoader to confirm")
