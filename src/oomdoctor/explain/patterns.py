@@ -418,7 +418,7 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
-    r"|\b(?:raise|except|assert|warn|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60}"
+    r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?)$")
 _ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what)[\"']?\s*[:=(]\s*[\"']$")
 _QUOTES = "\"'`\u201c\u2018"

@@ -37,7 +37,7 @@ RECOVERY_BEFORE = 5  # fairseq logs "attempting to recover from OOM" in the same
 TEMPERATURE = 0.6
 NONE_SCORE = 1.1
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
-AMBIGUOUS_BELOW = 0.6
+AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
 
 
