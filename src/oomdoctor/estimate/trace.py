@@ -21,6 +21,7 @@ from typing import Any
 
 from oomdoctor.errors import InputError
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
+from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 from oomdoctor.estimate.workspaces import Workspaces
@@ -168,7 +169,7 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     rec, semantics = _modes(trace, workspaces, spec.amp is not None)
     info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
     try:
-        with fake, rec, semantics:
+        with fake, rec, semantics, fake_safe_apply():
             _load_to_device(spec, rec, info)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
@@ -209,7 +210,7 @@ def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> Wor
     from torch._subclasses.fake_tensor import DataDependentOutputException, FakeCopyMode
 
     try:
-        with fake:
+        with fake, fake_safe_apply():
             return make_spec()
     except InputError as exc:
         if not isinstance(exc.__cause__, DataDependentOutputException):
