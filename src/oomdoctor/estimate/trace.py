@@ -15,6 +15,7 @@ tensors derived only from them stay off the device (e.g. Adam's CPU `step` count
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
             self.workspace_threads: set[str] = set()
             self.lt_threads: set[str] = set()
             self.uses_conv = False
+            self.scalar_stub = False  # generate(): data-dependent stop checks read as "not finished"
 
         def _alloc(self, nbytes: int, category: str | None = None) -> int:
             sid = self.next_sid
@@ -96,6 +98,11 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if self.scalar_stub and func is aten._local_scalar_dense.default:
+                # fake tensors hold no values; generation runs to max_new_tokens (its memory peak),
+                # so every "are all sequences finished / any EOS" read answers no
+                dtype = args[0].dtype
+                return False if dtype == torch.bool else (0.0 if dtype.is_floating_point else 0)
             flat, _ = tree_flatten((args, kwargs))
             tensors = [a for a in flat if isinstance(a, torch.Tensor)]
             on_dev = any(self._on_device(t) for t in tensors) or kwargs.get("device") is not None
@@ -168,14 +175,19 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     spec = _build(make_spec, fake, source)
     rec, semantics = _modes(trace, workspaces, spec.amp is not None)
     info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
+    rec.scalar_stub = spec.generate is not None
+    if spec.generate is not None:
+        steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics, fake_safe_apply():
+        with fake, rec, semantics, fake_safe_apply(), _generation_runs_to_the_end(spec) as new_call:
             _load_to_device(spec, rec, info)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
             for i in range(1, steps + 1):
                 def mark(name: str, i: int = i) -> None:
                     rec.phase = name
+                    if name == "forward":
+                        new_call()
                     trace.marks.append((len(trace.events), f"step{i}/{name}"))
                     if name == "optimizer":
                         _label_grads(spec, rec, trace)
@@ -198,6 +210,37 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     info["train"] = spec.train
     info["torch_version"] = torch.__version__
     return trace, info
+
+
+@contextlib.contextmanager
+def _generation_runs_to_the_end(spec: WorkloadSpec):
+    """For a generate() step: its loop stops when max_new_tokens tokens are made, whatever the (fake)
+    tokens are; transformers' own check reads tensor values, which fake tensors do not have."""
+    if spec.generate is None:
+        yield lambda: None
+        return
+    steps = spec.generate.get("max_new_tokens")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise InputError(f"{spec.source}: generate needs max_new_tokens (an integer >= 1) to be estimated")
+    try:
+        from transformers.generation.utils import GenerationMixin
+    except ImportError as exc:
+        raise InputError(f"{spec.source}: generate needs transformers") from exc
+    calls = [0]
+    orig = GenerationMixin._has_unfinished_sequences
+
+    def unfinished(self, this_peer_finished, synced_gpus, device=None, **kw):
+        calls[0] += 1
+        return calls[0] <= steps
+
+    def new_call() -> None:
+        calls[0] = 0
+
+    GenerationMixin._has_unfinished_sequences = unfinished
+    try:
+        yield new_call
+    finally:
+        GenerationMixin._has_unfinished_sequences = orig
 
 
 def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> WorkloadSpec:
