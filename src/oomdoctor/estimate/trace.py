@@ -275,7 +275,8 @@ def _load_to_device(spec: WorkloadSpec, rec: Any, info: dict) -> None:
             visit(child)
         for p in module._parameters.values():
             if p is not None:
-                if rec.track(p.untyped_storage(), "parameters") is not None:
+                seen = id(p.untyped_storage()) in rec.live  # a tied weight counts once
+                if rec.track(p.untyped_storage(), "parameters") is not None and not seen:
                     info["parameter_count"] += p.numel()
                     info["parameter_bytes"] += p.untyped_storage().nbytes()
         for b in module._buffers.values():

@@ -1,0 +1,189 @@
+"""LLM-era recipes under the estimator (issue 18), on tiny Hugging Face configs: dtype conversion with
+tied embeddings, dtype loading, peft LoRA, checkpointing either way, encoder-decoders, generate() with
+its KV cache, gradient accumulation. Each check is one that a wrong trace fails."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oomdoctor.errors import InputError  # noqa: E402
+from oomdoctor.estimate.allocator import replay  # noqa: E402
+from oomdoctor.estimate.estimator import estimate  # noqa: E402
+from oomdoctor.estimate.fake_module import fake_safe_apply  # noqa: E402
+from oomdoctor.estimate.trace import trace_spec  # noqa: E402
+from oomdoctor.workload.load import WorkloadSpec  # noqa: E402
+
+V = 512
+
+
+def llama_cfg(**kw):
+    base = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, tie_word_embeddings=True)
+    base.update(kw)
+    return transformers.LlamaConfig(**base)
+
+
+def ids(b, n=32):
+    return torch.randint(0, V, (b, n))
+
+
+def _trace(build, b=2):
+    holder = {}
+
+    def make():
+        holder["spec"] = WorkloadSpec.from_dict(build(b))
+        return holder["spec"]
+    trace, info = trace_spec(make)
+    return trace, info, holder["spec"]
+
+
+def _bytes(trace, category):
+    """Bytes of every storage ever labelled `category` (labels are set on live storages only)."""
+    sizes = {sid: n for op, sid, n, _ in trace.events if op == "a"}
+    return sum(sizes[sid] for sid, cat in trace.categories.items() if cat == category)
+
+
+def _unique_param_bytes(model):
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def test_fake_safe_apply_keeps_tied_weights_tied_and_converts_grads():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), fake_safe_apply():
+        emb, head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+        head.weight = emb.weight
+        emb.weight.grad = torch.zeros(10, 4)
+        model = torch.nn.Sequential(emb, head).to(torch.bfloat16)
+        assert model[0].weight is model[1].weight
+        assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.grad.dtype == torch.bfloat16
+        assert isinstance(model[1].weight, torch.nn.Parameter) and model[1].weight.requires_grad
+    assert torch.nn.Module._apply is not None and "fake_module" not in torch.nn.Module._apply.__module__
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_dtype_conversion_with_tied_embeddings_traces_one_weight(arch):
+    def build(b):
+        if arch == "llama":
+            model = transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16)
+        elif arch == "gpt2":
+            model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=64, n_layer=2,
+                                                                         n_head=4, n_positions=64)).half()
+        else:
+            cfg = transformers.Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+            model = transformers.Qwen2ForCausalLM._from_config(cfg, dtype=torch.bfloat16)  # torch_dtype loading
+        x = ids(b)
+        return {"model": model, "inputs": {"input_ids": x, "labels": x}, "optimizer": "adamw"}
+
+    trace, info, spec = _trace(build)
+    model = spec.model
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert {p.dtype for p in model.parameters()} <= {torch.bfloat16, torch.float16}
+    assert info["parameter_bytes"] == _unique_param_bytes(model)  # the tied weight once, in 16 bits
+    # AdamW's exp_avg and exp_avg_sq: two per (unique) parameter, in the parameter's dtype
+    assert _bytes(trace, "optimizer_state") == 2 * _unique_param_bytes(model)
+
+
+def _lora_build(targets, input_grads=False, ckpt=None):
+    peft = pytest.importorskip("peft")
+
+    def build(b):
+        model = transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16)
+        if ckpt is not None:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ckpt})
+        if input_grads:
+            model.enable_input_require_grads()
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=targets))
+        x = ids(b, 64)
+        return {"model": model, "inputs": {"input_ids": x, "labels": x}, "optimizer": "adamw"}
+    return build
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], "all-linear"])
+def test_lora_optimizer_state_and_gradients_cover_only_the_adapters(targets):
+    trace, info, spec = _trace(_lora_build(targets))
+    trainable = [p for p in spec.model.parameters() if p.requires_grad]
+    frozen = [p for p in spec.model.parameters() if not p.requires_grad]
+    assert trainable and frozen
+    lora_bytes = sum(p.numel() * p.element_size() for p in trainable)
+    assert _bytes(trace, "optimizer_state") == 2 * lora_bytes
+    assert _bytes(trace, "gradients") == 3 * lora_bytes  # one set of gradients per step, three steps
+    assert info["parameter_bytes"] == _unique_param_bytes(spec.model)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_lora_with_checkpointing_either_way_lowers_the_activation_peak(reentrant):
+    plain = replay(_trace(_lora_build(["q_proj", "v_proj"], input_grads=True), b=4)[0].events).peak_allocated
+    ckpt = replay(_trace(_lora_build(["q_proj", "v_proj"], input_grads=True, ckpt=reentrant),
+                         b=4)[0].events).peak_allocated
+    assert ckpt < plain
+
+
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_encoder_decoders_train_with_every_parameter_once(arch):
+    def build(b):
+        if arch == "t5":
+            cfg = transformers.T5Config(vocab_size=V, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                        decoder_start_token_id=0, pad_token_id=0)
+            model = transformers.T5ForConditionalGeneration(cfg)
+        else:
+            cfg = transformers.BartConfig(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2,
+                                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                          decoder_ffn_dim=128, max_position_embeddings=64)
+            model = transformers.BartForConditionalGeneration(cfg)
+        return {"model": model, "inputs": {"input_ids": ids(b), "labels": ids(b, 16)}, "optimizer": "adamw",
+                "amp": "bf16" if arch == "bart" else None}
+
+    trace, info, spec = _trace(build)
+    assert info["parameter_bytes"] == _unique_param_bytes(spec.model)
+    assert _bytes(trace, "optimizer_state") == 2 * info["parameter_bytes"]
+
+
+def _gen_build(new_tokens, beams=1):
+    def build(b):
+        cfg = llama_cfg(hidden_size=512, num_attention_heads=8, num_key_value_heads=8, intermediate_size=256)
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+        return {"model": model, "inputs": {"input_ids": ids(b, 16), "attention_mask": torch.ones(b, 16, dtype=torch.long)},
+                "generate": {"max_new_tokens": new_tokens, "num_beams": beams, "do_sample": False, "pad_token_id": 0}}
+    return build
+
+
+def test_generate_kv_cache_grows_with_new_tokens_and_beams():
+    b = 4
+    short = estimate(_gen_build(24), b).peak_allocated_bytes
+    long = estimate(_gen_build(56), b).peak_allocated_bytes
+    # K and V, 2 layers, 8 heads x 64, bf16: 32 more tokens of cache at least
+    assert long - short >= 2 * 2 * b * 8 * 64 * 32 * 2
+    beams = estimate(_gen_build(24, beams=3), b).peak_allocated_bytes
+    assert beams > short
+
+
+def test_generate_needs_max_new_tokens():
+    def build(b):
+        return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": ids(b)}, "generate": {}}
+    with pytest.raises(InputError, match="max_new_tokens"):
+        estimate(build, 1)
+
+
+def test_gradient_accumulation_runs_every_micro_batch():
+    def build(accum):
+        def b_(b):
+            x = ids(b)
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": x, "labels": x},
+                    "optimizer": "adamw", "accumulation_steps": accum}
+        return b_
+    one, _, _ = _trace(build(1))
+    two, _, _ = _trace(build(2))
+    assert sum(1 for m in two.marks if m[1].endswith("/backward")) == 2 * sum(
+        1 for m in one.marks if m[1].endswith("/backward"))
+
+
+@pytest.mark.parametrize("raw, msg", [({"generate": 3}, "generate"), ({"accumulation_steps": 0}, "accumulation"),
+                                      ({"accumulation_steps": True}, "accumulation")])
+def test_new_workload_keys_are_checked(raw, msg):
+    with pytest.raises(InputError, match=msg):
+        WorkloadSpec.from_dict({"model": None, "inputs": None, **raw})
