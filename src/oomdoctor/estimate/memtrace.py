@@ -17,6 +17,12 @@ class MemTrace:
     events: list[tuple[str, int, int, int]] = field(default_factory=list)
     categories: dict[int, str] = field(default_factory=dict)
     marks: list[tuple[int, str]] = field(default_factory=list)  # (event index, "step1/forward")
+    numels: dict[int, int] = field(default_factory=dict)  # element count of optimizer-state storages
+
+    def resized(self, sizes: dict[int, int]) -> MemTrace:
+        """The same trace with some storages given another size (an analytic stand-in, e.g. 8-bit state)."""
+        events = [(op, sid, sizes.get(sid, n) if op == "a" else n, st) for op, sid, n, st in self.events]
+        return MemTrace(events, dict(self.categories), list(self.marks), dict(self.numels))
 
     def live_at(self, index: int) -> dict[int, int]:
         """Storages alive just after event `index`: sid -> bytes."""

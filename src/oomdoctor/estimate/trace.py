@@ -276,7 +276,10 @@ def _load_to_device(spec: WorkloadSpec, rec: Any, info: dict) -> None:
         for p in module._parameters.values():
             if p is not None:
                 seen = id(p.untyped_storage()) in rec.live  # a tied weight counts once
-                if rec.track(p.untyped_storage(), "parameters") is not None and not seen:
+                sid = rec.track(p.untyped_storage(), "parameters")
+                if sid is not None:
+                    info.setdefault("parameter_sids", {})[id(p)] = sid
+                if sid is not None and not seen:
                     info["parameter_count"] += p.numel()
                     info["parameter_bytes"] += p.untyped_storage().nbytes()
         for b in module._buffers.values():
@@ -306,3 +309,4 @@ def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
                 entry = rec.live.get(id(v.untyped_storage()))
                 if entry is not None:
                     trace.categories[entry[0]] = "optimizer_state"
+                    trace.numels[entry[0]] = v.numel()
