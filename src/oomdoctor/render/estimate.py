@@ -71,3 +71,34 @@ def estimate_html(est: Any, source: str) -> str:
     rows = [(k.replace("_", " "), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
     return render_page("estimate.html.j2", f"oomdoctor estimate: {source}", est=est, source=source, rows=rows,
                        fmt=format_bytes)
+
+
+def model_payload(est: Any, source: str, search: dict[str, int] | None) -> dict[str, Any]:
+    """estimate --model: the §4 estimate keys, plus the recipe, accelerate's figure and the fit search."""
+    out = estimate_payload(est)
+    d = est.details
+    out.update({"model": source, "task": d.get("task"), "seq_len": d.get("seq_len"), "dtype": d.get("dtype"),
+                "optimizer": d.get("optimizer"), "analytic": list(d.get("analytic") or []),
+                "accelerate_estimate_bytes": (d.get("accelerate") or {}).get("bytes"),
+                "accelerate_estimate": d.get("accelerate")})
+    if search is not None:
+        out.update(search)
+    return out
+
+
+def model_text(est: Any, source: str, search: dict[str, int] | None) -> str:
+    d = est.details
+    text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}, "
+                                  f"{d.get('optimizer')})")
+    lines = [text.rstrip("\n")]
+    if search is not None:
+        lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}")
+        lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}")
+    acc = d.get("accelerate") or {}
+    if acc:
+        lines.append("")
+        lines.append(f"  accelerate estimate-memory: {format_bytes(acc['bytes'])}  ({acc['row']}; {acc['source']}; "
+                     "weights, gradients and Adam state only: no activations, workspaces, allocator or context)")
+    for note in d.get("analytic") or []:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines) + "\n"
