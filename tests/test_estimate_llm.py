@@ -187,3 +187,83 @@ def test_gradient_accumulation_runs_every_micro_batch():
 def test_new_workload_keys_are_checked(raw, msg):
     with pytest.raises(InputError, match=msg):
         WorkloadSpec.from_dict({"model": None, "inputs": None, **raw})
+
+
+# --- estimate --model: the config front end --------------------------------------------------------
+
+import json  # noqa: E402
+
+from oomdoctor.cli import main  # noqa: E402
+from oomdoctor.estimate import hf  # noqa: E402
+
+CONFIG = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+          "max_position_embeddings": 256}
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    return tmp_path
+
+
+def _cli_json(capsys, *argv):
+    rc = main(["estimate", *argv, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("task, extra", [("train", []), ("lora", ["--lora-targets", "q_proj,v_proj"]),
+                                         ("infer", []), ("generate", ["--max-new-tokens", "4"])])
+def test_cli_model_tasks_report_breakdown_and_accelerate(capsys, model_dir, task, extra):
+    rc, out = _cli_json(capsys, "--model", str(model_dir), "--task", task, "--batch-size", "2", "--seq-len", "32",
+                        *extra)
+    assert rc == 0
+    assert out["task"] == task and out["peak_reserved_bytes"] > 0
+    for key in ("parameters", "gradients", "optimizer_state", "activations", "workspace", "context"):
+        assert key in out["breakdown"]
+    assert out["accelerate_estimate"]["source"].startswith("accelerate")
+    # accelerate counts fp32 weights; the tied embedding once: same parameter count as ours, 4 bytes each
+    if task == "infer":
+        assert out["accelerate_estimate_bytes"] == (out["parameter_count"] * 4 + 2 * 8 * 4) // 2  # + rotary buffers
+    if task == "lora":
+        assert out["breakdown"]["optimizer_state"] < out["breakdown"]["parameters"]
+
+
+def test_cli_model_analytic_recipes_are_labelled_and_smaller(capsys, model_dir):
+    _, lora = _cli_json(capsys, "--model", str(model_dir), "--task", "lora", "--batch-size", "2", "--seq-len", "32")
+    _, qlora = _cli_json(capsys, "--model", str(model_dir), "--task", "qlora", "--batch-size", "2", "--seq-len", "32")
+    assert not lora["analytic"] and "4-bit" in qlora["analytic"][0]
+    assert qlora["breakdown"]["parameters"] < lora["breakdown"]["parameters"]
+    _, full = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32")
+    _, b8 = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32",
+                      "--optimizer", "adamw-8bit")
+    assert "8-bit" in b8["analytic"][0] and b8["breakdown"]["optimizer_state"] < full["breakdown"]["optimizer_state"]
+
+
+def test_8bit_and_nf4_sizes():
+    assert hf._adam8bit_bytes(100, 400) == 400  # small tensors stay 32-bit
+    assert hf._adam8bit_bytes(4096 * 4, 4096 * 16) == 4096 * 4 + 4 * 8
+    assert hf._nf4_bytes(4096 * 4096) < 4096 * 4096 * 2 // 3
+
+
+def test_largest_search_is_exact():
+    for true in (0, 1, 5, 64, 100):
+        assert hf._largest(lambda n, t=true: n <= t, 4096) == true
+    assert hf._largest(lambda n: True, 300) == 300
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--model", "/nonexistent/dir"], "no such file"),
+    (["--model", "{cfg}", "--task", "pretrain"], "--task"),
+    (["--model", "{cfg}", "--dtype", "int3"], "--dtype"),
+    (["--model", "{cfg}", "--optimizer", "lion"], "--optimizer"),
+    (["--model", "{bad}"], "model_type"),
+    ([], "WORKLOAD.py or --model"),
+])
+def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, argv, msg):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hidden_size": 3}')
+    argv = [a.format(cfg=model_dir / "config.json", bad=bad) for a in argv]
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err
