@@ -276,10 +276,93 @@ def _version(dist: str) -> str:
         return "?"
 
 
+LAYER_ATTRS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers",
+               "decoder_layers")
+SAMPLE_DEPTHS = (4, 8)  # traced depths when composing; models up to 2 x 8 blocks are traced in full
+
+
+def model_depth(config: Any) -> int | None:
+    """The number of repeated blocks, when every stack of the model has the same depth; else None."""
+    depths = {int(getattr(config, a)) for a in LAYER_ATTRS if isinstance(getattr(config, a, None), int)}
+    return depths.pop() if len(depths) == 1 else None
+
+
+def with_depth(config: Any, depth: int) -> Any:
+    """A copy of `config` with `depth` blocks in every stack (per-layer lists cut to match)."""
+    import copy
+
+    cfg = copy.deepcopy(config)
+    for a in LAYER_ATTRS:
+        if isinstance(getattr(cfg, a, None), int):
+            setattr(cfg, a, depth)
+    for a in ("layer_types",):
+        v = getattr(cfg, a, None)
+        if isinstance(v, list):
+            setattr(cfg, a, v[:depth])
+    if isinstance(getattr(cfg, "max_window_layers", None), int):
+        cfg.max_window_layers = min(cfg.max_window_layers, depth)
+    return cfg
+
+
 def estimate_model(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
+                   memory_limit: int | None = None, alloc_conf: Any = None, reduced: bool | None = None) -> Any:
+    """Estimate the recipe at one batch size; Estimate.details carries the notes and accelerate's figure.
+    `reduced` (default: when the model has more than 16 blocks): trace 4 and 8 blocks and extend every
+    phase's peak linearly to the full depth (estimate/hf.py compose_depth), instead of tracing them all."""
+    depth = model_depth(config)
+    if reduced is None:
+        reduced = depth is not None and depth > 2 * SAMPLE_DEPTHS[1]
+    sd = SAMPLE_DEPTHS
+    if reduced and depth is not None and depth > sd[1]:
+        lo, hi = (estimate_model(with_depth(config, d), recipe, batch_size, gpu=gpu, memory_limit=memory_limit,
+                                 alloc_conf=alloc_conf, reduced=False) for d in sd)
+        est = compose_depth(lo, hi, sd, depth, memory_limit)
+        details = dict(est.details)
+        details["accelerate"] = accelerate_figure(config, recipe)
+        return replace(est, details=details)
+    return _estimate_full(config, recipe, batch_size, gpu=gpu, memory_limit=memory_limit, alloc_conf=alloc_conf)
+
+
+def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_limit: int | None) -> Any:
+    """Full-depth Estimate from two reduced-depth ones: each phase's allocated and reserved peak and
+    each breakdown term extended linearly in the number of blocks; the peak is the highest phase."""
+    d1, d2 = depths
+
+    def ext(a: float, b: float) -> int:
+        return max(0, int(round(b + (b - a) * (depth - d2) / (d2 - d1))))
+
+    p1, p2 = lo.details["phase_peaks"], hi.details["phase_peaks"]
+    phases = [p for p in p2 if p in p1]
+    allocated = {p: ext(p1[p][0], p2[p][0]) for p in phases}
+    # live bytes grow linearly with depth (within about 1% on the tests' models); the allocator's slack
+    # (segment rounding, cached blocks) mostly does, but not exactly: each phase's reserved peak is
+    # extended linearly too, and never put below the extended live bytes plus the deeper sample's slack
+    reserved = {p: max(ext(p1[p][1], p2[p][1]), allocated[p] + max(0, p2[p][1] - p2[p][0])) for p in phases}
+    top = max(phases, key=lambda p: (reserved[p], allocated[p]))
+    seg = 2 << 20
+    peak_reserved = -(-reserved[top] // seg) * seg
+    peak_allocated = max(allocated.values())
+    b2 = hi.details["phase_breakdowns"].get(top) or hi.breakdown
+    b1 = lo.details["phase_breakdowns"].get(top) or lo.breakdown
+    breakdown = {k: ext(b1.get(k, 0), b2[k]) for k in b2}
+    breakdown["allocator_cache"] = max(0, peak_reserved - sum(breakdown.values()))
+    breakdown["context"] = hi.breakdown["context"]
+    limit = hi.memory_limit_bytes if memory_limit is None else memory_limit
+    fits = None if limit is None else peak_reserved <= limit
+    details = dict(hi.details)
+    details["reduced_depth"] = {"traced_depths": list(depths), "depth": depth}
+    for k in ("phase_peaks", "phase_breakdowns"):
+        details.pop(k, None)
+    return replace(hi, peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
+                   process_total_bytes=peak_reserved + breakdown["context"], breakdown=breakdown,
+                   fits=fits, peak_phase=top,
+                   parameter_count=ext(lo.parameter_count, hi.parameter_count), details=details)
+
+
+def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
                    memory_limit: int | None = None, alloc_conf: Any = None) -> Any:
-    """Estimate the recipe at one batch size; Estimate.details carries the notes and accelerate's figure."""
     from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
+    from oomdoctor.estimate.allocator import phase_peaks, round_size
     from oomdoctor.estimate.estimator import _from_trace, trace_for
     from oomdoctor.knowledge.gpus import get_gpu
 
@@ -304,10 +387,14 @@ def estimate_model(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
             trace.categories[sid] = "workspace"
             trace.marks = [(i + 1, m) for i, m in trace.marks]
     est = _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, True)
+    peaks = phase_peaks(trace.events, trace.marks, conf)
     details = dict(est.details)
     details.update({"task": recipe.task, "seq_len": recipe.seq_len, "dtype": recipe.dtype,
                     "optimizer": recipe.optimizer, "analytic": notes,
-                    "accelerate": accelerate_figure(config, recipe)})
+                    "accelerate": accelerate_figure(config, recipe),
+                    "phase_peaks": {p: (v.allocated, v.reserved) for p, v in peaks.items()},
+                    "phase_breakdowns": {p: trace.breakdown_at(v.index, lambda n: round_size(n, conf))
+                                         for p, v in peaks.items() if v.index >= 0}})
     return replace(est, details=details)
 
 
