@@ -267,3 +267,17 @@ def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, arg
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err
+
+
+def test_reduced_depth_composition_matches_full_depth_on_a_small_model():
+    cfg = hf.load_config_dict(dict(CONFIG, num_hidden_layers=18))
+    recipe = hf.Recipe(task="train", seq_len=64)
+    assert hf.model_depth(cfg) == 18 and hf.model_depth(hf.with_depth(cfg, 4)) == 4
+    full = hf.estimate_model(cfg, recipe, 4, reduced=False)
+    red = hf.estimate_model(cfg, recipe, 4)  # default: deeper than 16 blocks -> traced at 4 and 8
+    assert red.details["reduced_depth"] == {"traced_depths": [4, 8], "depth": 18}
+    assert red.parameter_count == full.parameter_count
+    assert abs(red.peak_allocated_bytes / full.peak_allocated_bytes - 1) < 0.02
+    assert -0.03 < red.peak_reserved_bytes / full.peak_reserved_bytes - 1 < 0.10
+    assert abs(red.breakdown["optimizer_state"] - full.breakdown["optimizer_state"]) <= 0.02 * full.breakdown[
+        "optimizer_state"] or full.peak_phase != red.peak_phase

@@ -101,6 +101,13 @@ def load_config(source: str) -> Any:
     raise InputError(f"{source}: no such file or directory")
 
 
+def load_config_dict(raw: dict) -> Any:
+    """A transformers config from the dict a config.json holds."""
+    import transformers
+
+    return transformers.AutoConfig.for_model(**raw)
+
+
 def _first(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return (lines[0] if lines else type(exc).__name__)[:300]
