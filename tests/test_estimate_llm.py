@@ -281,3 +281,13 @@ def test_reduced_depth_composition_matches_full_depth_on_a_small_model():
     assert -0.03 < red.peak_reserved_bytes / full.peak_reserved_bytes - 1 < 0.10
     assert abs(red.breakdown["optimizer_state"] - full.breakdown["optimizer_state"]) <= 0.02 * full.breakdown[
         "optimizer_state"] or full.peak_phase != red.peak_phase
+
+
+def test_cli_model_parallel_per_rank_is_marked_not_validated(capsys, model_dir):
+    _, out = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32", "--parallel", "zero3",
+                       "--ranks", "4")
+    rank = out["per_rank"]
+    assert rank["validated_on_hardware"] is False and rank["ranks"] == 4
+    assert rank["breakdown"]["optimizer_state"] <= out["breakdown"]["optimizer_state"] // 4 + 1
+    assert main(["estimate", "--model", str(model_dir), "--parallel", "fsdp-hybrid", "--ranks", "6",
+                 "--shard-size", "4"]) == 2

@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-targets", metavar="A,B", help="with --model: LoRA target modules (or all-linear)")
     parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="with --task generate")
     parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
+    parser.add_argument("--parallel", metavar="STRATEGY",
+                        help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
+                             "(analytic, not validated on hardware)")
+    parser.add_argument("--ranks", type=int, default=8, metavar="N", help="with --parallel: number of ranks")
+    parser.add_argument("--shard-size", type=int, metavar="M", help="with --parallel fsdp-hybrid: ranks per shard group")
     parser.add_argument("--no-search", action="store_true",
                         help="with --model --gpu: skip the search for the largest batch and longest sequence")
     parser.add_argument("--batch-size", type=int, metavar="N", help="batch size to estimate")
@@ -114,6 +119,15 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
     batch = args.batch_size or 1
     if batch < 1:
         raise UsageError("--batch-size must be at least 1")
+    if args.parallel:
+        from oomdoctor.estimate.parallel import STRATEGIES
+
+        if args.parallel not in STRATEGIES:
+            raise UsageError(f"--parallel must be one of {', '.join(STRATEGIES)}, got {args.parallel!r}")
+        if args.ranks < 1 or (args.shard_size is not None and (args.shard_size < 1 or args.ranks % args.shard_size)):
+            raise UsageError("--ranks must be at least 1 and --shard-size must divide it")
+        if recipe.task in ("infer", "generate"):
+            raise UsageError("--parallel applies to training tasks (train, lora, qlora)")
     config = hf.load_config(args.model)
     with progress(f"tracing {args.model} ({recipe.task}) at batch size {batch}", args) as update:
         est = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf)
@@ -121,11 +135,19 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
         if args.gpu and not args.no_search:
             update("searching the largest batch and longest sequence")
             search = hf.search_fit(config, recipe, batch, args.gpu)
+    rank = None
+    if args.parallel:
+        from oomdoctor.estimate.parallel import per_rank
+
+        rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
+                        block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size)
+        if est.memory_limit_bytes is not None:
+            rank["fits"] = rank["peak_reserved_bytes"] <= est.memory_limit_bytes
     if args.format == "json":
         from oomdoctor.render.envelope import dumps
 
-        out = dumps(render.model_payload(est, args.model, search))
+        out = dumps(render.model_payload(est, args.model, search, rank))
     else:
-        out = render.model_text(est, args.model, search)
+        out = render.model_text(est, args.model, search, rank)
     emit(out, args)
     return EXIT_FINDINGS if est.fits is False else EXIT_OK

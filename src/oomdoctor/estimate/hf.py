@@ -395,10 +395,14 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
             trace.marks = [(i + 1, m) for i, m in trace.marks]
     est = _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, True)
     peaks = phase_peaks(trace.events, trace.marks, conf)
+    model = holder["model"]
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    block_bytes = max((sum(p.numel() * p.element_size() for p in m.parameters())
+                       for m in model.modules() if type(m).__name__ in blocks), default=0)
     details = dict(est.details)
     details.update({"task": recipe.task, "seq_len": recipe.seq_len, "dtype": recipe.dtype,
                     "optimizer": recipe.optimizer, "analytic": notes,
-                    "accelerate": accelerate_figure(config, recipe),
+                    "accelerate": accelerate_figure(config, recipe), "block_bytes": block_bytes,
                     "phase_peaks": {p: (v.allocated, v.reserved) for p, v in peaks.items()},
                     "phase_breakdowns": {p: trace.breakdown_at(v.index, lambda n: round_size(n, conf))
                                          for p, v in peaks.items() if v.index >= 0}})

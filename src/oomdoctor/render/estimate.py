@@ -73,7 +73,8 @@ def estimate_html(est: Any, source: str) -> str:
                        fmt=format_bytes)
 
 
-def model_payload(est: Any, source: str, search: dict[str, int] | None) -> dict[str, Any]:
+def model_payload(est: Any, source: str, search: dict[str, int] | None,
+                  rank: dict[str, Any] | None = None) -> dict[str, Any]:
     """estimate --model: the §4 estimate keys, plus the recipe, accelerate's figure and the fit search."""
     out = estimate_payload(est)
     d = est.details
@@ -81,12 +82,16 @@ def model_payload(est: Any, source: str, search: dict[str, int] | None) -> dict[
                 "optimizer": d.get("optimizer"), "analytic": list(d.get("analytic") or []),
                 "accelerate_estimate_bytes": (d.get("accelerate") or {}).get("bytes"),
                 "accelerate_estimate": d.get("accelerate")})
+    if d.get("reduced_depth"):
+        out["reduced_depth"] = d["reduced_depth"]
     if search is not None:
         out.update(search)
+    if rank is not None:
+        out["per_rank"] = rank
     return out
 
 
-def model_text(est: Any, source: str, search: dict[str, int] | None) -> str:
+def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[str, Any] | None = None) -> str:
     d = est.details
     text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}, "
                                   f"{d.get('optimizer')})")
@@ -94,6 +99,18 @@ def model_text(est: Any, source: str, search: dict[str, int] | None) -> str:
     if search is not None:
         lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}")
         lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}")
+    if rank is not None:
+        lines.append("")
+        lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED ON HARDWARE): "
+                     f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
+                     f"{format_bytes(rank['process_total_bytes'])}"
+                     + ("" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
+        for k in ("parameters", "gradients", "optimizer_state"):
+            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
+    red = d.get("reduced_depth")
+    if red:
+        lines.append(f"  traced at {red['traced_depths'][0]} and {red['traced_depths'][1]} of {red['depth']} blocks, "
+                     "each phase's peak extended linearly")
     acc = d.get("accelerate") or {}
     if acc:
         lines.append("")
