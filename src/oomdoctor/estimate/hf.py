@@ -161,7 +161,14 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
                 targets = "all-linear"
             lcfg = peft.LoraConfig(r=recipe.lora_r, lora_alpha=2 * recipe.lora_r, target_modules=targets,
                                    task_type="SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
-            model = peft.get_peft_model(model, lcfg)
+            try:
+                model = peft.get_peft_model(model, lcfg)
+            except ValueError as exc:
+                if targets is not None:
+                    raise InputError(f"LoRA targets {','.join(recipe.lora_targets or ())}: {_first(exc)}") from None
+                # peft knows no default targets for this architecture: every linear layer
+                lcfg = replace_lora(lcfg, target_modules="all-linear")
+                model = peft.get_peft_model(model, lcfg)
         vocab = int(getattr(cfg, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (batch_size, recipe.seq_len))
         mask = torch.ones(batch_size, recipe.seq_len, dtype=torch.long)
@@ -177,6 +184,15 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
                 "optimizer": _optimizer(recipe.optimizer), "amp": recipe.amp}
 
     return build
+
+
+def replace_lora(lcfg: Any, **changes: Any) -> Any:
+    import copy
+
+    out = copy.deepcopy(lcfg)
+    for k, v in changes.items():
+        setattr(out, k, v)
+    return out
 
 
 def _nf4_bytes(numel: int) -> int:
