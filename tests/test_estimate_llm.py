@@ -291,3 +291,21 @@ def test_cli_model_parallel_per_rank_is_marked_not_validated(capsys, model_dir):
     assert rank["breakdown"]["optimizer_state"] <= out["breakdown"]["optimizer_state"] // 4 + 1
     assert main(["estimate", "--model", str(model_dir), "--parallel", "fsdp-hybrid", "--ranks", "6",
                  "--shard-size", "4"]) == 2
+
+
+def test_llm_zoo_has_25_distinct_configs_whose_shapes_load():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "estimate_llm_zoo.py"
+    spec = importlib.util.spec_from_file_location("estimate_llm_zoo", path)
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    names = [z[0] for z in zoo.ZOO]
+    assert len(names) >= 25 and len(set(names)) == len(names)
+    assert {z[3]["task"] for z in zoo.ZOO} >= {"train", "lora", "infer", "generate"}
+    for shape in {z[1] for z in zoo.ZOO}:
+        cfg = zoo._config(shape)
+        assert hf.model_depth(cfg) is not None
+    for z in zoo.ZOO:
+        zoo._recipe(z[3]).check()
