@@ -227,6 +227,8 @@ def test_cli_model_tasks_report_breakdown_and_accelerate(capsys, model_dir, task
         assert out["accelerate_estimate_bytes"] == (out["parameter_count"] * 4 + 2 * 8 * 4) // 2  # + rotary buffers
     if task == "lora":
         assert out["breakdown"]["optimizer_state"] < out["breakdown"]["parameters"]
+    if task == "train":  # the (batch, seq, vocab) logits and their loss gradient are told apart
+        assert out["breakdown"]["logits"] >= 2 * 32 * V * 2
 
 
 def test_cli_model_analytic_recipes_are_labelled_and_smaller(capsys, model_dir):

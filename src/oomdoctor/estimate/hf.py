@@ -382,6 +382,28 @@ def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_
                    parameter_count=ext(lo.parameter_count, hi.parameter_count), details=details)
 
 
+def _labeler(config: Any, recipe: Recipe) -> Callable[[Any], str | None]:
+    """Breakdown labels by shape: (..., vocab) tensors are logits (and their loss gradient); in
+    inference and generation, (batch, kv_heads, tokens, head_dim) tensors are the KV cache."""
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
+        getattr(config, "n_head", None) or getattr(config, "decoder_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or getattr(config, "n_embd", None)
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "d_kv", None) or \
+        (hidden // heads if hidden and heads else None)
+    cache = recipe.task in ("infer", "generate") and kv and head_dim
+
+    def label(t: Any) -> str | None:
+        shape = tuple(t.shape)
+        if vocab and len(shape) >= 2 and shape[-1] == vocab:
+            return "logits"
+        if cache and len(shape) == 4 and shape[1] == kv and shape[3] == head_dim:
+            return "kv_cache"
+        return None
+    return label
+
+
 def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
                    memory_limit: int | None = None, alloc_conf: Any = None) -> Any:
     from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
@@ -400,7 +422,7 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
         holder["model"] = raw["model"]
         return raw
 
-    trace, info = trace_for(keep, batch_size, spec_gpu)
+    trace, info = trace_for(keep, batch_size, spec_gpu, labeler=_labeler(config, recipe))
     sizes, workspace, notes = analytic_resizes(trace, info, holder["model"], recipe)
     if sizes or workspace:
         trace = trace.resized(sizes)

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace")
+# set by a labeler (estimate --model) and present in a breakdown only then: the part of activations
+# that is the logits (and their loss and gradient) and the KV cache
+EXTRA_CATEGORIES = ("logits", "kv_cache")
 
 
 @dataclass
@@ -38,7 +41,8 @@ class MemTrace:
         """Bytes per category alive at `index` (sizes passed through the allocator's rounding)."""
         out = dict.fromkeys(CATEGORIES, 0)
         for sid, size in self.live_at(index).items():
-            out[self.categories.get(sid, "activations")] += rounding(size)
+            cat = self.categories.get(sid, "activations")
+            out[cat] = out.get(cat, 0) + rounding(size)
         return out
 
     def phase_at(self, index: int) -> str:

@@ -42,7 +42,7 @@ class OpNotTraceable(Exception):
         self.op, self.exc = op, exc
 
 
-def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
+def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -123,7 +123,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                 for i, t in enumerate(tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
-                            self.track(t.untyped_storage())
+                            self.track(t.untyped_storage(), labeler(t) if labeler is not None else None)
                         except Exception:  # noqa: BLE001
                             pass
                     if i in scratch:
@@ -162,8 +162,10 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
 
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
-               workspaces: Workspaces | None = None) -> tuple[MemTrace, dict]:
-    """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info)."""
+               workspaces: Workspaces | None = None,
+               labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
+    """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
+    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits")."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -173,7 +175,7 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     trace = MemTrace()
     spec = _build(make_spec, fake, source)
-    rec, semantics = _modes(trace, workspaces, spec.amp is not None)
+    rec, semantics = _modes(trace, workspaces, spec.amp is not None, labeler)
     info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
     rec.scalar_stub = spec.generate is not None
     if spec.generate is not None:

@@ -8,7 +8,8 @@ from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
 from oomdoctor.units import format_bytes
 
-ORDER = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "allocator_cache", "context")
+ORDER = ("parameters", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "workspace",
+         "allocator_cache", "context")
 
 
 def estimate_payload(est: Any) -> dict[str, Any]:
