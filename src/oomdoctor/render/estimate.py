@@ -94,8 +94,9 @@ def model_payload(est: Any, source: str, search: dict[str, int] | None,
 
 def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[str, Any] | None = None) -> str:
     d = est.details
-    text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}, "
-                                  f"{d.get('optimizer')})")
+    train = d.get("task") in ("train", "lora", "qlora")
+    text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}"
+                                  + (f", {d.get('optimizer')})" if train else ")"))
     lines = [text.rstrip("\n")]
     if search is not None:
         lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}")
@@ -115,8 +116,9 @@ def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[
     acc = d.get("accelerate") or {}
     if acc:
         lines.append("")
+        what = "weights, gradients and Adam state" if train else "weights"
         lines.append(f"  accelerate estimate-memory: {format_bytes(acc['bytes'])}  ({acc['row']}; {acc['source']}; "
-                     "weights, gradients and Adam state only: no activations, workspaces, allocator or context)")
+                     f"{what} only: no activations, workspaces, allocator or context)")
     for note in d.get("analytic") or []:
         lines.append(f"  note: {note}")
     return "\n".join(lines) + "\n"
