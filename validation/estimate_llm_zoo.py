@@ -10,7 +10,7 @@ empty_cache; the reserved memory before each one is recorded). Meanwhile CPU wor
 estimate (as `oomdoctor estimate --model` does, reduced depth included) and accelerate's
 estimate-memory figure for the same model. Results go to OUT/llm_zoo.json as they come.
 
-    PYTHONPATH=src python3 validation/estimate_llm_zoo.py --out $OUT [--deadline 420] [--only NAME,...]
+    PYTHONPATH=src python3 validation/estimate_llm_zoo.py --out $OUT [--deadline 330] [--only NAME,...]
     python3 validation/report_estimate_llm.py $OUT/llm_zoo.json     # the table for docs/validation
 
 Needs torch with CUDA, transformers, peft, accelerate. Every configuration fits in 80 GB.
@@ -208,7 +208,8 @@ def _versions() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--deadline", type=float, default=420, help="seconds: start no group after this")
+    ap.add_argument("--deadline", type=float, default=330,
+                    help="seconds: start no group after this; estimates still running at deadline + 100 are dropped")
     ap.add_argument("--groups", type=int, default=5)
     ap.add_argument("--workers", type=int, default=max(1, min(6, (os.cpu_count() or 2) // 2 - 1)))
     ap.add_argument("--only", default="", help="comma-separated names")
@@ -236,9 +237,13 @@ def main() -> int:
             if time.time() - t0 > a.deadline:
                 print(f"deadline: skipping {g}", flush=True)
                 continue
-            r = subprocess.run([sys.executable, __file__, "--out", str(out), "--child", *g], env=env,
-                               timeout=max(30, a.deadline + 60 - (time.time() - t0)))
-            print(f"group {g}: rc {r.returncode}, {time.time() - t0:.0f}s", flush=True)
+            try:
+                r = subprocess.run([sys.executable, __file__, "--out", str(out), "--child", *g], env=env,
+                                   timeout=max(30, a.deadline + 90 - (time.time() - t0)))
+                rc = r.returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            print(f"group {g}: rc {rc}, {time.time() - t0:.0f}s", flush=True)
     measured = {}
     if lines.exists():
         for ln in lines.read_text().splitlines():
@@ -247,7 +252,7 @@ def main() -> int:
     rows = []
     for n in names:
         try:
-            est = futures[n].result(timeout=max(1, a.deadline + 120 - (time.time() - t0)))
+            est = futures[n].result(timeout=max(1, a.deadline + 100 - (time.time() - t0)))
         except Exception as exc:  # noqa: BLE001
             est = {"name": n, "estimate_error": f"{type(exc).__name__}: {exc}"}
         _, shape, batch, fields = next(z for z in ZOO if z[0] == n)
@@ -264,7 +269,9 @@ def main() -> int:
             if row.get("measured_allocated") and row.get("estimated_allocated"):
                 row["err_allocated_pct"] = round(100 * (row["estimated_allocated"] / row["measured_allocated"] - 1), 2)
         rows.append(row)
-    pool.shutdown(cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in list(getattr(pool, "_processes", {}).values()):  # estimates past the deadline: stop them
+        proc.terminate()
     result = {"versions": _versions(), "seconds": round(time.time() - t0, 1), "rows": rows}
     (out / "llm_zoo.json").write_text(json.dumps(result, indent=1))
     ok = [r for r in rows if "err_reserved_pct" in r]
