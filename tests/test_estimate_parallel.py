@@ -41,3 +41,11 @@ def test_hybrid_shards_within_the_group():
         per_rank(BD, PEAK, "fsdp-hybrid", 16, shard_size=3)
     with pytest.raises(ValueError):
         per_rank(BD, PEAK, "pipeline", 4)
+
+
+def test_sharding_every_phase_can_move_the_peak():
+    backward = (PEAK, dict(BD, gradients=0))  # the single-GPU peak: gradients not made yet
+    optimizer = (PEAK - 300 * MiB, dict(BD, activations=0))
+    r = per_rank(BD, PEAK, "ddp", 8, phases={"step2/backward": backward, "step2/optimizer": optimizer})
+    # DDP's bucket copy of the gradients makes the optimizer step the per-rank peak
+    assert r["peak_phase"] == "step2/optimizer" and r["peak_reserved_bytes"] == PEAK + 500 * MiB

@@ -140,7 +140,8 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
         from oomdoctor.estimate.parallel import per_rank
 
         rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
-                        block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size)
+                        block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size,
+                        phases=est.details.get("phases"))
         if est.memory_limit_bytes is not None:
             rank["fits"] = rank["peak_reserved_bytes"] <= est.memory_limit_bytes
     if args.format == "json":

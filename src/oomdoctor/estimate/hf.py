@@ -365,9 +365,12 @@ def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_
     seg = 2 << 20
     peak_reserved = -(-reserved[top] // seg) * seg
     peak_allocated = max(allocated.values())
-    b2 = hi.details["phase_breakdowns"].get(top) or hi.breakdown
-    b1 = lo.details["phase_breakdowns"].get(top) or lo.breakdown
-    breakdown = {k: ext(b1.get(k, 0), b2[k]) for k in b2}
+    def ext_bd(p: str) -> dict[str, int]:
+        b2 = hi.details["phase_breakdowns"].get(p) or hi.breakdown
+        b1 = lo.details["phase_breakdowns"].get(p) or lo.breakdown
+        return {k: ext(b1.get(k, 0), b2[k]) for k in b2 if k not in ("allocator_cache", "context")}
+
+    breakdown = ext_bd(top)
     breakdown["allocator_cache"] = max(0, peak_reserved - sum(breakdown.values()))
     breakdown["context"] = hi.breakdown["context"]
     limit = hi.memory_limit_bytes if memory_limit is None else memory_limit
@@ -376,6 +379,7 @@ def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_
     details["reduced_depth"] = {"traced_depths": list(depths), "depth": depth}
     for k in ("phase_peaks", "phase_breakdowns"):
         details.pop(k, None)
+    details["phases"] = {p: (reserved[p], ext_bd(p)) for p in phases}
     return replace(hi, peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
                    process_total_bytes=peak_reserved + breakdown["context"], breakdown=breakdown,
                    fits=fits, peak_phase=top,
@@ -444,6 +448,7 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
                     "phase_peaks": {p: (v.allocated, v.reserved) for p, v in peaks.items()},
                     "phase_breakdowns": {p: trace.breakdown_at(v.index, lambda n: round_size(n, conf))
                                          for p, v in peaks.items() if v.index >= 0}})
+    details["phases"] = {p: (peaks[p].reserved, bd) for p, bd in details["phase_breakdowns"].items()}
     return replace(est, details=details)
 
 

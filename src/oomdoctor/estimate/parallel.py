@@ -25,8 +25,20 @@ SEGMENT = 2 << 20
 
 
 def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks: int, *,
-             block_bytes: int = 0, shard_size: int | None = None) -> dict[str, Any]:
-    """Per-rank peak reserved bytes and breakdown for `strategy` over `ranks` ranks."""
+             block_bytes: int = 0, shard_size: int | None = None,
+             phases: dict[str, tuple[int, dict[str, int]]] | None = None) -> dict[str, Any]:
+    """Per-rank peak reserved bytes and breakdown for `strategy` over `ranks` ranks. With `phases`
+    (phase -> (reserved peak, breakdown at it)) every phase is sharded and the highest one is the
+    answer: sharding can move the peak (e.g. from the backward pass to the optimizer step)."""
+    if phases:
+        best = None
+        for name, (res, bd) in phases.items():
+            bd = dict(bd, context=breakdown.get("context", 0))
+            r = per_rank(bd, res, strategy, ranks, block_bytes=block_bytes, shard_size=shard_size)
+            if best is None or r["peak_reserved_bytes"] > best["peak_reserved_bytes"]:
+                best = dict(r, peak_phase=name)
+        if best is not None:
+            return best
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if ranks < 1:

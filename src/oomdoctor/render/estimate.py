@@ -106,6 +106,7 @@ def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[
         lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED ON HARDWARE): "
                      f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
                      f"{format_bytes(rank['process_total_bytes'])}"
+                     + (f" (at {rank['peak_phase']})" if rank.get("peak_phase") else "")
                      + ("" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
         for k in ("parameters", "gradients", "optimizer_state"):
             lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
