@@ -260,12 +260,16 @@ def test_largest_search_is_exact():
     (["--model", "{cfg}", "--dtype", "int3"], "--dtype"),
     (["--model", "{cfg}", "--optimizer", "lion"], "--optimizer"),
     (["--model", "{bad}"], "model_type"),
+    (["--model", "{vit}"], "no causal language model"),
+    (["--model", "{cfg}", "--task", "lora", "--lora-targets", "nope_proj"], "nope_proj"),
     ([], "WORKLOAD.py or --model"),
 ])
 def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, argv, msg):
     bad = tmp_path / "bad.json"
     bad.write_text('{"hidden_size": 3}')
-    argv = [a.format(cfg=model_dir / "config.json", bad=bad) for a in argv]
+    vit = tmp_path / "vit.json"
+    vit.write_text('{"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}')
+    argv = [a.format(cfg=model_dir / "config.json", bad=bad, vit=vit) for a in argv]
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err

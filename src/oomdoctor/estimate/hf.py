@@ -144,9 +144,14 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
         seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
         auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM
         try:
-            model = auto.from_config(cfg, dtype=dtype)
-        except TypeError:  # transformers < 4.56 calls it torch_dtype
-            model = auto.from_config(cfg, torch_dtype=dtype)
+            try:
+                model = auto.from_config(cfg, dtype=dtype)
+            except TypeError:  # transformers < 4.56 calls it torch_dtype
+                model = auto.from_config(cfg, torch_dtype=dtype)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            kind = "sequence-to-sequence" if seq2seq else "causal"
+            raise InputError(f"model_type {getattr(cfg, 'model_type', '?')!r}: transformers builds no {kind} "
+                             f"language model from it ({_first(exc)[:120]})") from None
         if recipe.gradient_checkpointing and recipe.task in ("train", "lora", "qlora"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if recipe.task in ("lora", "qlora"):
