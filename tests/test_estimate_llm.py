@@ -315,3 +315,30 @@ def test_llm_zoo_has_25_distinct_configs_whose_shapes_load():
         assert hf.model_depth(cfg) is not None
     for z in zoo.ZOO:
         zoo._recipe(z[3]).check()
+
+
+def test_logits_to_keep_and_fused_adamw():
+    def infer(keep):
+        def build(b):
+            extra = {"logits_to_keep": keep} if keep else {}
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16),
+                    "inputs": {"input_ids": ids(b, 64), "use_cache": False, **extra}, "train": False}
+        return build
+    full, _, _ = _trace(infer(None), b=4)
+    last, _, _ = _trace(infer(1), b=4)
+    logits = 4 * 64 * V * 2
+    def largest(trace):
+        return max(n for op, sid, n, _ in trace.events if op == "a" and trace.categories.get(sid) != "workspace")
+    assert largest(full) >= logits > largest(last)
+
+    def train(optimizer):
+        def build(b):
+            x = ids(b)
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": x, "labels": x},
+                    "optimizer": optimizer}
+        return build
+    fused, _, spec = _trace(train(lambda p: torch.optim.AdamW(p, fused=True)))
+    foreach, _, _ = _trace(train("adamw"))
+    assert _bytes(foreach, "optimizer_state") == 2 * _unique_param_bytes(spec.model)
+    # fused AdamW keeps its float32 `step` counters on the device, one per parameter
+    assert _bytes(fused, "optimizer_state") == _bytes(foreach, "optimizer_state") + 4 * len(list(spec.model.parameters()))
