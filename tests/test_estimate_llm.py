@@ -342,3 +342,30 @@ def test_logits_to_keep_and_fused_adamw():
     assert _bytes(foreach, "optimizer_state") == 2 * _unique_param_bytes(spec.model)
     # fused AdamW keeps its float32 `step` counters on the device, one per parameter
     assert _bytes(fused, "optimizer_state") == _bytes(foreach, "optimizer_state") + 4 * len(list(spec.model.parameters()))
+
+
+def test_sdpa_mask_needing_grad_gets_an_expanded_gradient_like_cuda():
+    """T5's learned position bias reaches the memory-efficient kernel as an attn_mask that requires
+    grad; CUDA expands it to (batch, heads, L, S) first, so its gradient is batch-sized."""
+    b, h, n, d = 8, 4, 64, 32
+
+    def build(bias_grad):
+        class Attn(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = torch.nn.Linear(d, d)
+                self.bias = torch.nn.Parameter(torch.zeros(1, h, n, n), requires_grad=bias_grad)
+
+            def forward(self, x):
+                q = self.q(x).view(b, n, h, d // h).transpose(1, 2)
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.bias).sum()
+
+        def make(bs):
+            return {"model": Attn(), "inputs": (torch.randn(b, n, d),), "loss": lambda out: out, "optimizer": "sgd"}
+        return make
+
+    with_grad, _, _ = _trace(build(True))
+    sizes = [n_ for op, _, n_, _ in with_grad.events if op == "a"]
+    assert b * h * n * n * 4 in sizes  # the expanded bias gradient, fp32, 16-aligned last dim (64)
+    without, _, _ = _trace(build(False))
+    assert b * h * n * n * 4 not in [n_ for op, _, n_, _ in without.events if op == "a"]
