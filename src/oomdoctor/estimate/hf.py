@@ -179,8 +179,9 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
         mask = torch.ones(batch_size, recipe.seq_len, dtype=torch.long)
         if recipe.task == "generate":
             return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask},
-                    "generate": {"max_new_tokens": recipe.max_new_tokens, "num_beams": recipe.num_beams,
-                                 "do_sample": False, "pad_token_id": 0},
+                    # min_new_tokens: no early EOS, so a real run (the GPU zoo) makes every token too
+                    "generate": {"max_new_tokens": recipe.max_new_tokens, "min_new_tokens": recipe.max_new_tokens,
+                                 "num_beams": recipe.num_beams, "do_sample": False, "pad_token_id": 0},
                     "amp": recipe.amp}
         if recipe.task == "infer":
             return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask}, "train": False,
