@@ -18,7 +18,28 @@ HELP = "predict peak GPU memory of one training step, without a GPU"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", metavar="WORKLOAD.py", help="file defining build(batch_size) -> dict")
+    parser.add_argument("workload", metavar="WORKLOAD.py", nargs="?", help="file defining build(batch_size) -> dict")
+    parser.add_argument("--model", metavar="PATH",
+                        help="Hugging Face model directory or config.json instead of a workload file "
+                             "(a hub id only with huggingface_hub and the network)")
+    parser.add_argument("--task", default="train", help="with --model: train, lora, qlora, infer or generate")
+    parser.add_argument("--seq-len", type=int, default=512, metavar="N", help="with --model: tokens per sequence")
+    parser.add_argument("--dtype", default=None, help="with --model: weights' dtype fp32, bf16 or fp16 (default bf16)")
+    parser.add_argument("--amp", default=None, choices=("bf16", "fp16"), help="with --model: autocast dtype")
+    parser.add_argument("--optimizer", default="adamw",
+                        help="with --model: adamw, adam, sgd, sgd-momentum, adamw-fused, adamw-8bit")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="with --model: checkpoint layers")
+    parser.add_argument("--lora-r", type=int, default=16, metavar="R", help="with --model: LoRA rank")
+    parser.add_argument("--lora-targets", metavar="A,B", help="with --model: LoRA target modules (or all-linear)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="with --task generate")
+    parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
+    parser.add_argument("--parallel", metavar="STRATEGY",
+                        help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
+                             "(analytic, not validated on hardware)")
+    parser.add_argument("--ranks", type=int, default=8, metavar="N", help="with --parallel: number of ranks")
+    parser.add_argument("--shard-size", type=int, metavar="M", help="with --parallel fsdp-hybrid: ranks per shard group")
+    parser.add_argument("--no-search", action="store_true",
+                        help="with --model --gpu: skip the search for the largest batch and longest sequence")
     parser.add_argument("--batch-size", type=int, metavar="N", help="batch size to estimate")
     parser.add_argument("--gpu", metavar="NAME", help="check the whole process fits this GPU (h100, a100-40gb, l4, ...)")
     parser.add_argument("--memory-limit", metavar="SIZE",
@@ -45,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     from oomdoctor.estimate import estimator
     from oomdoctor.workload.load import load_workload
 
+    if args.model:
+        if args.workload:
+            raise UsageError("give either WORKLOAD.py or --model PATH, not both")
+        return _run_model(args, limit, conf)
+    if not args.workload:
+        raise UsageError("give WORKLOAD.py or --model PATH")
     workload = load_workload(args.workload)
     if args.max_batch:
         if limit is None and not args.gpu:
@@ -76,3 +103,52 @@ def run(args: argparse.Namespace) -> int:
 
 
 
+
+
+def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
+    from oomdoctor.estimate import hf
+    from oomdoctor.render import estimate as render
+
+    if args.max_batch:
+        raise UsageError("with --model, --gpu NAME already reports the largest batch and longest sequence")
+    targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()) if args.lora_targets else None
+    recipe = hf.Recipe(task=args.task, seq_len=args.seq_len, dtype=args.dtype or "bf16", amp=args.amp,
+                       optimizer=args.optimizer, gradient_checkpointing=args.gradient_checkpointing,
+                       lora_r=args.lora_r, lora_targets=targets, max_new_tokens=args.max_new_tokens,
+                       num_beams=args.num_beams).check()
+    batch = args.batch_size or 1
+    if batch < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if args.parallel:
+        from oomdoctor.estimate.parallel import STRATEGIES
+
+        if args.parallel not in STRATEGIES:
+            raise UsageError(f"--parallel must be one of {', '.join(STRATEGIES)}, got {args.parallel!r}")
+        if args.ranks < 1 or (args.shard_size is not None and (args.shard_size < 1 or args.ranks % args.shard_size)):
+            raise UsageError("--ranks must be at least 1 and --shard-size must divide it")
+        if recipe.task in ("infer", "generate"):
+            raise UsageError("--parallel applies to training tasks (train, lora, qlora)")
+    config = hf.load_config(args.model)
+    with progress(f"tracing {args.model} ({recipe.task}) at batch size {batch}", args) as update:
+        est = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf)
+        search = None
+        if args.gpu and not args.no_search:
+            update("searching the largest batch and longest sequence")
+            search = hf.search_fit(config, recipe, batch, args.gpu)
+    rank = None
+    if args.parallel:
+        from oomdoctor.estimate.parallel import per_rank
+
+        rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
+                        block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size,
+                        phases=est.details.get("phases"))
+        if est.memory_limit_bytes is not None:
+            rank["fits"] = rank["peak_reserved_bytes"] <= est.memory_limit_bytes
+    if args.format == "json":
+        from oomdoctor.render.envelope import dumps
+
+        out = dumps(render.model_payload(est, args.model, search, rank))
+    else:
+        out = render.model_text(est, args.model, search, rank)
+    emit(out, args)
+    return EXIT_FINDINGS if est.fits is False else EXIT_OK

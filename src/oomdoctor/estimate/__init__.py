@@ -1,11 +1,14 @@
 """`oomdoctor estimate`: peak GPU memory of a step, predicted on the CPU.
 
+    hf            `estimate --model`: LLM recipes from a Hugging Face config, reduced-depth composition
     estimator     entry points (estimate, estimate_module, max_batch) and the breakdown
     trace         run the workload under fake tensors and record every allocation (torch)
     cuda_semantics, workspace_ops
                   what a CUDA kernel would allocate that a CPU trace cannot see (torch)
+    fake_module   Module._apply (.to(dtype), .half()) for fake parameters, tied weights kept (torch)
     memtrace, allocator, alloc_conf
                   replay the trace through a model of PyTorch's caching allocator (pure)
     workspaces, reduce_staging, cudnn_splitk_h100
                   measured knowledge of library workspaces (pure tables)
+    parallel      per-rank DDP/ZeRO/FSDP arithmetic on a traced breakdown (pure; not validated on hardware)
 """

@@ -314,3 +314,44 @@ def replay(events: Iterable[tuple[str, int, int, int]], conf: AllocConf | None =
             model.free(addr_of.pop(sid))
     st = model.state
     return ReplayResult(st.peak_allocated, st.peak_reserved, oom, peak_index, st.num_alloc_retries)
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    allocated: int
+    reserved: int
+    index: int  # event index of the phase's allocated peak
+
+
+def phase_peaks(events: list[tuple[str, int, int, int]], marks: list[tuple[int, str]],
+                conf: AllocConf | None = None) -> dict[str, PhasePeak]:
+    """Replay once and report, per phase mark ("step2/backward"), the highest allocated and reserved
+    memory reached inside it (the reserved a phase starts with counts for it)."""
+    model = CachingAllocatorModel(conf, None)
+    addr_of: dict[int, int] = {}
+    bounds = sorted(marks)
+    out: dict[str, PhasePeak] = {}
+    name, k = "setup", 0
+    alloc, res, idx = 0, 0, -1
+    for i, (op, sid, size, stream) in enumerate(events):
+        while k < len(bounds) and bounds[k][0] <= i:
+            if idx >= 0 or res:
+                out[name] = _merge(out.get(name), PhasePeak(alloc, res, idx))
+            name, k = bounds[k][1], k + 1
+            alloc, res, idx = model.state.allocated, model.state.reserved, -1
+        if op == "a":
+            addr_of[sid] = model.malloc(size, stream)
+            if model.state.allocated > alloc or idx < 0:
+                alloc, idx = max(alloc, model.state.allocated), i
+            res = max(res, model.state.reserved)
+        elif sid in addr_of:
+            model.free(addr_of.pop(sid))
+    out[name] = _merge(out.get(name), PhasePeak(alloc, res, idx))
+    return out
+
+
+def _merge(a: PhasePeak | None, b: PhasePeak) -> PhasePeak:
+    if a is None:
+        return b
+    best = a if a.allocated >= b.allocated else b
+    return PhasePeak(best.allocated, max(a.reserved, b.reserved), best.index)

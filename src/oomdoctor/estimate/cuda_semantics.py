@@ -49,9 +49,26 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                 query, key, value, dropout_p, is_causal, scale=scale)[0]
         if attn_mask is not None and attn_mask.dim() != 4:
             return None
+        if attn_mask is not None:
+            attn_mask = _preprocess_mask(attn_mask, query, key)
         grad = query.requires_grad or key.requires_grad or value.requires_grad
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+def _preprocess_mask(mask, query, key):
+    """sdp_utils' preprocess_mask before the memory-efficient kernel (attention.cu): a mask whose
+    strides are not 8-aligned is copied into a last dimension padded to a multiple of 8, then it is
+    expanded to (batch, heads, L, S). The expansion matters in backward: a mask that requires grad
+    (T5's learned position bias) gets a gradient of the expanded, 16-aligned size before autograd
+    sums it back to the mask's shape."""
+    import torch
+
+    aligned = all(mask.stride(i) % 8 == 0 for i in range(mask.dim() - 1)) and mask.stride(-1) == 1
+    if not aligned:
+        last = mask.shape[-1]
+        mask = torch.nn.functional.pad(mask, (0, 8 - last % 8))[..., :last]
+    return mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
 
 
 def _up(a):

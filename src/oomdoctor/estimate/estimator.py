@@ -61,7 +61,8 @@ def _limit(memory_limit: int | None, gpu: GpuSpec | None, context: int) -> int |
     return None
 
 
-def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None) -> tuple[MemTrace, dict]:
+def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None,
+              labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
     from oomdoctor.estimate.trace import trace_spec
 
     if batch_size < 1:
@@ -70,7 +71,7 @@ def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None) -
     # no GPU named: the H100 the workspace rules were measured on (132 SMs, 2048 threads per SM)
     ws = Workspaces(cublas=cublas_workspace_for(gpu.capability[0] if gpu else 9),
                     reduce_device=ReduceDevice(gpu.sm_count, gpu.max_threads_per_sm) if gpu else ReduceDevice())
-    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws)
+    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws, labeler=labeler)
 
 
 def estimate(workload_or_spec_factory: SpecSource, batch_size: int, *, memory_limit: int | None = None,

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace")
+# set by a labeler (estimate --model) and present in a breakdown only then: the part of activations
+# that is the logits (and their loss and gradient) and the KV cache
+EXTRA_CATEGORIES = ("logits", "kv_cache")
 
 
 @dataclass
@@ -17,6 +20,12 @@ class MemTrace:
     events: list[tuple[str, int, int, int]] = field(default_factory=list)
     categories: dict[int, str] = field(default_factory=dict)
     marks: list[tuple[int, str]] = field(default_factory=list)  # (event index, "step1/forward")
+    numels: dict[int, int] = field(default_factory=dict)  # element count of optimizer-state storages
+
+    def resized(self, sizes: dict[int, int]) -> MemTrace:
+        """The same trace with some storages given another size (an analytic stand-in, e.g. 8-bit state)."""
+        events = [(op, sid, sizes.get(sid, n) if op == "a" else n, st) for op, sid, n, st in self.events]
+        return MemTrace(events, dict(self.categories), list(self.marks), dict(self.numels))
 
     def live_at(self, index: int) -> dict[int, int]:
         """Storages alive just after event `index`: sid -> bytes."""
@@ -32,7 +41,8 @@ class MemTrace:
         """Bytes per category alive at `index` (sizes passed through the allocator's rounding)."""
         out = dict.fromkeys(CATEGORIES, 0)
         for sid, size in self.live_at(index).items():
-            out[self.categories.get(sid, "activations")] += rounding(size)
+            cat = self.categories.get(sid, "activations")
+            out[cat] = out.get(cat, 0) + rounding(size)
         return out
 
     def phase_at(self, index: int) -> str:

@@ -15,12 +15,14 @@ tensors derived only from them stay off the device (e.g. Adam's CPU `step` count
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.errors import InputError
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
+from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 from oomdoctor.estimate.workspaces import Workspaces
@@ -40,7 +42,7 @@ class OpNotTraceable(Exception):
         self.op, self.exc = op, exc
 
 
-def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
+def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -61,6 +63,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
             self.workspace_threads: set[str] = set()
             self.lt_threads: set[str] = set()
             self.uses_conv = False
+            self.scalar_stub = False  # generate(): data-dependent stop checks read as "not finished"
 
         def _alloc(self, nbytes: int, category: str | None = None) -> int:
             sid = self.next_sid
@@ -95,6 +98,11 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if self.scalar_stub and func is aten._local_scalar_dense.default:
+                # fake tensors hold no values; generation runs to max_new_tokens (its memory peak),
+                # so every "are all sequences finished / any EOS" read answers no
+                dtype = args[0].dtype
+                return False if dtype == torch.bool else (0.0 if dtype.is_floating_point else 0)
             flat, _ = tree_flatten((args, kwargs))
             tensors = [a for a in flat if isinstance(a, torch.Tensor)]
             on_dev = any(self._on_device(t) for t in tensors) or kwargs.get("device") is not None
@@ -115,7 +123,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
                 for i, t in enumerate(tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
-                            self.track(t.untyped_storage())
+                            self.track(t.untyped_storage(), labeler(t) if labeler is not None else None)
                         except Exception:  # noqa: BLE001
                             pass
                     if i in scratch:
@@ -154,8 +162,10 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool):
 
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
-               workspaces: Workspaces | None = None) -> tuple[MemTrace, dict]:
-    """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info)."""
+               workspaces: Workspaces | None = None,
+               labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
+    """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
+    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits")."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -165,16 +175,21 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     trace = MemTrace()
     spec = _build(make_spec, fake, source)
-    rec, semantics = _modes(trace, workspaces, spec.amp is not None)
+    rec, semantics = _modes(trace, workspaces, spec.amp is not None, labeler)
     info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
+    rec.scalar_stub = spec.generate is not None
+    if spec.generate is not None:
+        steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics:
+        with fake, rec, semantics, fake_safe_apply(), _generation_runs_to_the_end(spec) as new_call:
             _load_to_device(spec, rec, info)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
             for i in range(1, steps + 1):
                 def mark(name: str, i: int = i) -> None:
                     rec.phase = name
+                    if name == "forward":
+                        new_call()
                     trace.marks.append((len(trace.events), f"step{i}/{name}"))
                     if name == "optimizer":
                         _label_grads(spec, rec, trace)
@@ -199,6 +214,37 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     return trace, info
 
 
+@contextlib.contextmanager
+def _generation_runs_to_the_end(spec: WorkloadSpec):
+    """For a generate() step: its loop stops when max_new_tokens tokens are made, whatever the (fake)
+    tokens are; transformers' own check reads tensor values, which fake tensors do not have."""
+    if spec.generate is None:
+        yield lambda: None
+        return
+    steps = spec.generate.get("max_new_tokens")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise InputError(f"{spec.source}: generate needs max_new_tokens (an integer >= 1) to be estimated")
+    try:
+        from transformers.generation.utils import GenerationMixin
+    except ImportError as exc:
+        raise InputError(f"{spec.source}: generate needs transformers") from exc
+    calls = [0]
+    orig = GenerationMixin._has_unfinished_sequences
+
+    def unfinished(self, this_peer_finished, synced_gpus, device=None, **kw):
+        calls[0] += 1
+        return calls[0] <= steps
+
+    def new_call() -> None:
+        calls[0] = 0
+
+    GenerationMixin._has_unfinished_sequences = unfinished
+    try:
+        yield new_call
+    finally:
+        GenerationMixin._has_unfinished_sequences = orig
+
+
 def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> WorkloadSpec:
     """build() under fake tensors; if its initialisation needs real values (e.g. .item() in an init
     function), build it for real on the CPU and convert model and batch to fake tensors."""
@@ -209,7 +255,7 @@ def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> Wor
     from torch._subclasses.fake_tensor import DataDependentOutputException, FakeCopyMode
 
     try:
-        with fake:
+        with fake, fake_safe_apply():
             return make_spec()
     except InputError as exc:
         if not isinstance(exc.__cause__, DataDependentOutputException):
@@ -231,7 +277,11 @@ def _load_to_device(spec: WorkloadSpec, rec: Any, info: dict) -> None:
             visit(child)
         for p in module._parameters.values():
             if p is not None:
-                if rec.track(p.untyped_storage(), "parameters") is not None:
+                seen = id(p.untyped_storage()) in rec.live  # a tied weight counts once
+                sid = rec.track(p.untyped_storage(), "parameters")
+                if sid is not None:
+                    info.setdefault("parameter_sids", {})[id(p)] = sid
+                if sid is not None and not seen:
                     info["parameter_count"] += p.numel()
                     info["parameter_bytes"] += p.untyped_storage().nbytes()
         for b in module._buffers.values():
@@ -261,3 +311,4 @@ def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
                 entry = rec.live.get(id(v.untyped_storage()))
                 if entry is not None:
                     trace.categories[entry[0]] = "optimizer_state"
+                    trace.numels[entry[0]] = v.numel()

@@ -8,7 +8,8 @@ from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
 from oomdoctor.units import format_bytes
 
-ORDER = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "allocator_cache", "context")
+ORDER = ("parameters", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "workspace",
+         "allocator_cache", "context")
 
 
 def estimate_payload(est: Any) -> dict[str, Any]:
@@ -71,3 +72,54 @@ def estimate_html(est: Any, source: str) -> str:
     rows = [(k.replace("_", " "), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
     return render_page("estimate.html.j2", f"oomdoctor estimate: {source}", est=est, source=source, rows=rows,
                        fmt=format_bytes)
+
+
+def model_payload(est: Any, source: str, search: dict[str, int] | None,
+                  rank: dict[str, Any] | None = None) -> dict[str, Any]:
+    """estimate --model: the §4 estimate keys, plus the recipe, accelerate's figure and the fit search."""
+    out = estimate_payload(est)
+    d = est.details
+    out.update({"model": source, "task": d.get("task"), "seq_len": d.get("seq_len"), "dtype": d.get("dtype"),
+                "optimizer": d.get("optimizer"), "analytic": list(d.get("analytic") or []),
+                "accelerate_estimate_bytes": (d.get("accelerate") or {}).get("bytes"),
+                "accelerate_estimate": d.get("accelerate")})
+    if d.get("reduced_depth"):
+        out["reduced_depth"] = d["reduced_depth"]
+    if search is not None:
+        out.update(search)
+    if rank is not None:
+        out["per_rank"] = rank
+    return out
+
+
+def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[str, Any] | None = None) -> str:
+    d = est.details
+    train = d.get("task") in ("train", "lora", "qlora")
+    text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}"
+                                  + (f", {d.get('optimizer')})" if train else ")"))
+    lines = [text.rstrip("\n")]
+    if search is not None:
+        lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}")
+        lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}")
+    if rank is not None:
+        lines.append("")
+        lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED ON HARDWARE): "
+                     f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
+                     f"{format_bytes(rank['process_total_bytes'])}"
+                     + (f" (at {rank['peak_phase']})" if rank.get("peak_phase") else "")
+                     + ("" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
+        for k in ("parameters", "gradients", "optimizer_state"):
+            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
+    red = d.get("reduced_depth")
+    if red:
+        lines.append(f"  traced at {red['traced_depths'][0]} and {red['traced_depths'][1]} of {red['depth']} blocks, "
+                     "each phase's peak extended linearly")
+    acc = d.get("accelerate") or {}
+    if acc:
+        lines.append("")
+        what = "weights, gradients and Adam state" if train else "weights"
+        lines.append(f"  accelerate estimate-memory: {format_bytes(acc['bytes'])}  ({acc['row']}; {acc['source']}; "
+                     f"{what} only: no activations, workspaces, allocator or context)")
+    for note in d.get("analytic") or []:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines) + "\n"

@@ -69,8 +69,10 @@ class WorkloadSpec:
     optimizer: Any = "sgd"
     amp: str | None = None
     train: bool = True
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: Any = False  # True, or gradient_checkpointing_kwargs ({"use_reentrant": False})
     source: str = "<workload>"
+    generate: Any = None  # kwargs for model.generate() (max_new_tokens, num_beams...): the step is generation
+    accumulation_steps: int = 1  # forward+backward this many times per optimizer step
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "<workload>") -> WorkloadSpec:
@@ -79,7 +81,7 @@ class WorkloadSpec:
         if "model" not in raw or "inputs" not in raw:
             raise InputError(f"{source}: build() must return at least 'model' and 'inputs'")
         unknown = set(raw) - {"model", "inputs", "target", "loss", "optimizer", "amp", "train",
-                              "gradient_checkpointing"}
+                              "gradient_checkpointing", "generate", "accumulation_steps"}
         if unknown:
             raise InputError(f"{source}: unknown workload keys {sorted(unknown)}")
         opt = raw.get("optimizer", "sgd")
@@ -88,10 +90,21 @@ class WorkloadSpec:
         amp = raw.get("amp")
         if amp not in AMP_MODES:
             raise InputError(f"{source}: amp must be None, 'bf16' or 'fp16', got {amp!r}")
+        ckpt = raw.get("gradient_checkpointing", False)
+        if not isinstance(ckpt, Mapping):
+            ckpt = bool(ckpt)
+        gen = raw.get("generate")
+        if gen is not None and not isinstance(gen, Mapping):
+            raise InputError(f"{source}: generate must be None or a dict of model.generate() arguments, got "
+                             f"{type(gen).__name__}")
+        accum = raw.get("accumulation_steps", 1)
+        if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+            raise InputError(f"{source}: accumulation_steps must be an integer >= 1, got {accum!r}")
+        train = bool(raw.get("train", True)) and gen is None
         return cls(
             model=raw["model"], inputs=raw["inputs"], target=raw.get("target"), loss=raw.get("loss"),
-            optimizer=opt, amp=amp, train=bool(raw.get("train", True)),
-            gradient_checkpointing=bool(raw.get("gradient_checkpointing", False)), source=source,
+            optimizer=opt, amp=amp, train=train, gradient_checkpointing=ckpt, source=source,
+            generate=dict(gen) if gen is not None else None, accumulation_steps=accum,
         )
 
 

@@ -77,7 +77,11 @@ class StepRunner:
             enable = getattr(spec.model, "gradient_checkpointing_enable", None)
             if enable is None:
                 raise ValueError("gradient_checkpointing=True but the model has no gradient_checkpointing_enable()")
-            enable()
+            ckpt = spec.gradient_checkpointing
+            if isinstance(ckpt, Mapping):
+                enable(gradient_checkpointing_kwargs=dict(ckpt))
+            else:
+                enable()
         if spec.train:
             spec.model.train()
             self.optimizer = make_optimizer(spec, [p for p in spec.model.parameters() if p.requires_grad],
@@ -94,19 +98,33 @@ class StepRunner:
 
         spec = self.spec
         self._phase("forward")
+        if spec.generate is not None:
+            with torch.no_grad(), _autocast(spec, self.device_type):
+                inputs = spec.inputs
+                if isinstance(inputs, Mapping):
+                    output = spec.model.generate(**inputs, **spec.generate)
+                else:
+                    output = spec.model.generate(*(inputs if isinstance(inputs, (tuple, list)) else (inputs,)),
+                                                 **spec.generate)
+            del output
+            self._phase("end")
+            return
         if not spec.train:
             with torch.no_grad(), _autocast(spec, self.device_type):
                 output = _call_model(spec.model, spec.inputs)
             del output
             self._phase("end")
             return
-        with _autocast(spec, self.device_type):
-            output = _call_model(spec.model, spec.inputs)
-            loss = _loss(spec, output)
-        del output
-        self._phase("backward")
-        loss.backward()
-        del loss
+        for micro in range(spec.accumulation_steps):
+            if micro:
+                self._phase("forward")
+            with _autocast(spec, self.device_type):
+                output = _call_model(spec.model, spec.inputs)
+                loss = _loss(spec, output)
+            del output
+            self._phase("backward")
+            loss.backward()
+            del loss
         self._phase("optimizer")
         self.optimizer.step()
         self._phase("zero_grad")

@@ -1,0 +1,493 @@
+"""`oomdoctor estimate --model PATH`: the common LLM recipes from a Hugging Face config, no Python to write.
+
+PATH is a model directory holding config.json, or a config.json (offline); a hub id ("org/name") only
+when huggingface_hub is installed and the network answers. The model is built from its config under
+fake tensors (never materialised, no weights read) and the recipe's step is traced like a workload
+file's (estimate/trace.py):
+
+    train     full fine-tuning: weights in --dtype (fp32 + --amp bf16 is HF Trainer's bf16=True)
+    lora      peft LoRA (rank --lora-r on --lora-targets, peft's default targets otherwise) on a frozen
+              base in --dtype; adapters in fp32 as peft keeps them
+    qlora     lora on a 4-bit base: bitsandbytes kernels cannot run under fake tensors, so the frozen
+              Linear weights of the traced bf16 base are resized to NF4 storage (0.5 byte a weight +
+              double-quantised absmax) and the largest dequantised weight is added as a workspace:
+              an analytic estimate, labelled so
+    infer     one forward under no_grad, (batch, seq_len) tokens
+    generate  model.generate() of --max-new-tokens after a seq_len prompt, --num-beams, KV cache
+
+`--optimizer adamw-8bit` is bitsandbytes' 8-bit AdamW: the traced AdamW state is resized to one byte
+an element plus a float32 absmax per 2048 (tensors under 4096 elements stay 32-bit, as bitsandbytes
+does): analytic, labelled so. Beside the answer, accelerate's `estimate-memory` figure for the same
+model, computed by accelerate's own code when it is importable (else its formula, said so).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from oomdoctor.errors import InputError, UsageError
+
+TASKS = ("train", "lora", "qlora", "infer", "generate")
+DTYPES = ("fp32", "bf16", "fp16")
+MODEL_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adamw-fused", "adamw-8bit")
+NF4_BLOCK = 64  # bitsandbytes 4-bit blocksize
+BNB_8BIT_BLOCK = 2048
+BNB_MIN_8BIT_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class Recipe:
+    task: str = "train"
+    seq_len: int = 512
+    dtype: str = "bf16"
+    amp: str | None = None
+    optimizer: str = "adamw"
+    gradient_checkpointing: bool = False
+    lora_r: int = 16
+    lora_targets: tuple[str, ...] | None = None
+    max_new_tokens: int = 128
+    num_beams: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    def check(self) -> Recipe:
+        if self.task not in TASKS:
+            raise UsageError(f"--task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.optimizer not in MODEL_OPTIMIZERS:
+            raise UsageError(f"--optimizer must be one of {', '.join(MODEL_OPTIMIZERS)}, got {self.optimizer!r}")
+        for name in ("seq_len", "lora_r", "max_new_tokens", "num_beams"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        return self
+
+
+def load_config(source: str) -> Any:
+    """A transformers config from a model directory, a config.json, or (network permitting) a hub id."""
+    try:
+        import transformers
+    except ImportError as exc:
+        raise UsageError("estimate --model needs transformers: pip install transformers") from exc
+    p = Path(source)
+    if p.is_dir():
+        p = p / "config.json"
+        if not p.is_file():
+            raise InputError(f"{source}: no config.json in this directory")
+    if p.is_file():
+        try:
+            raw = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{source}: not a readable JSON config: {exc}") from None
+        if not isinstance(raw, dict) or "model_type" not in raw:
+            raise InputError(f"{source}: a Hugging Face config.json has a model_type")
+        try:
+            return transformers.AutoConfig.for_model(**raw)
+        except Exception as exc:  # noqa: BLE001 - unknown model_type, bad values
+            raise InputError(f"{source}: transformers cannot read this config: {_first(exc)}") from None
+    if source.count("/") == 1 and not source.startswith((".", "/")):
+        try:
+            import huggingface_hub  # noqa: F401
+        except ImportError:
+            raise InputError(f"{source}: no such file or directory (a hub id needs huggingface_hub)") from None
+        try:
+            return transformers.AutoConfig.from_pretrained(source)
+        except Exception as exc:  # noqa: BLE001 - offline, gated, missing
+            raise InputError(f"{source}: cannot fetch its config from the hub: {_first(exc)}") from None
+    raise InputError(f"{source}: no such file or directory")
+
+
+def load_config_dict(raw: dict) -> Any:
+    """A transformers config from the dict a config.json holds."""
+    import transformers
+
+    return transformers.AutoConfig.for_model(**raw)
+
+
+def _first(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _optimizer(name: str) -> Any:
+    import torch
+
+    if name == "adamw-fused":
+        return lambda params: torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if name == "adamw-8bit":
+        return "adamw"  # traced as AdamW, its state resized afterwards (analytic)
+    return name
+
+
+def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
+    """build(batch_size) -> workload dict for the recipe (docs/contracts.md §6)."""
+    recipe.check()
+
+    def build(batch_size: int) -> dict:
+        import copy
+
+        import torch
+        import transformers
+
+        cfg = copy.deepcopy(config)
+        dtype = _torch_dtype("bf16" if recipe.task == "qlora" else recipe.dtype)
+        seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
+        auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM
+        try:
+            try:
+                model = auto.from_config(cfg, dtype=dtype)
+            except TypeError:  # transformers < 4.56 calls it torch_dtype
+                model = auto.from_config(cfg, torch_dtype=dtype)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            kind = "sequence-to-sequence" if seq2seq else "causal"
+            raise InputError(f"model_type {getattr(cfg, 'model_type', '?')!r}: transformers builds no {kind} "
+                             f"language model from it ({_first(exc)[:120]})") from None
+        if recipe.gradient_checkpointing and recipe.task in ("train", "lora", "qlora"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if recipe.task in ("lora", "qlora"):
+            try:
+                import peft
+            except ImportError as exc:
+                raise UsageError("--task lora/qlora needs peft: pip install peft") from exc
+            if recipe.gradient_checkpointing:
+                model.enable_input_require_grads()
+            targets = list(recipe.lora_targets) if recipe.lora_targets else None
+            if targets == ["all-linear"]:
+                targets = "all-linear"
+            lcfg = peft.LoraConfig(r=recipe.lora_r, lora_alpha=2 * recipe.lora_r, target_modules=targets,
+                                   task_type="SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
+            try:
+                model = peft.get_peft_model(model, lcfg)
+            except ValueError as exc:
+                if targets is not None:
+                    raise InputError(f"LoRA targets {','.join(recipe.lora_targets or ())}: {_first(exc)}") from None
+                # peft knows no default targets for this architecture: every linear layer
+                lcfg = replace_lora(lcfg, target_modules="all-linear")
+                model = peft.get_peft_model(model, lcfg)
+        vocab = int(getattr(cfg, "vocab_size", 32000))
+        ids = torch.randint(0, vocab, (batch_size, recipe.seq_len))
+        mask = torch.ones(batch_size, recipe.seq_len, dtype=torch.long)
+        if recipe.task == "generate":
+            return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask},
+                    # min_new_tokens: no early EOS, so a real run (the GPU zoo) makes every token too
+                    "generate": {"max_new_tokens": recipe.max_new_tokens, "min_new_tokens": recipe.max_new_tokens,
+                                 "num_beams": recipe.num_beams, "do_sample": False, "pad_token_id": 0},
+                    "amp": recipe.amp}
+        if recipe.task == "infer":
+            return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask}, "train": False,
+                    "amp": recipe.amp}
+        return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask, "labels": ids},
+                "optimizer": _optimizer(recipe.optimizer), "amp": recipe.amp}
+
+    return build
+
+
+def replace_lora(lcfg: Any, **changes: Any) -> Any:
+    import copy
+
+    out = copy.deepcopy(lcfg)
+    for k, v in changes.items():
+        setattr(out, k, v)
+    return out
+
+
+def _nf4_bytes(numel: int) -> int:
+    """bitsandbytes NF4 with double quantisation: 4-bit codes, uint8 absmax per 64, fp32 per 256 absmax."""
+    blocks = math.ceil(numel / NF4_BLOCK)
+    return math.ceil(numel / 2) + blocks + 4 * math.ceil(blocks / 256) + 64
+
+
+def _adam8bit_bytes(numel: int, size: int) -> int:
+    if numel < BNB_MIN_8BIT_SIZE:
+        return size
+    return numel + 4 * math.ceil(numel / BNB_8BIT_BLOCK)
+
+
+def analytic_resizes(trace: Any, info: dict, model: Any, recipe: Recipe) -> tuple[dict[int, int], int, list[str]]:
+    """Sizes the traced storages take under the analytic stand-ins (QLoRA's 4-bit base, 8-bit AdamW),
+    and the extra workspace (QLoRA's dequantised weight). Returns (sizes by sid, workspace, notes)."""
+    import torch
+
+    sizes: dict[int, int] = {}
+    notes: list[str] = []
+    workspace = 0
+    if recipe.task == "qlora":
+        sids = info.get("parameter_sids", {})
+        largest = 0
+        for name, mod in model.named_modules():
+            if type(mod) is not torch.nn.Linear or "lm_head" in name or "lora_" in name:
+                continue
+            w = mod.weight
+            if w.requires_grad or id(w) not in sids:
+                continue
+            sizes[sids[id(w)]] = _nf4_bytes(w.numel())
+            largest = max(largest, w.numel() * 2)
+        workspace = largest
+        notes.append("qlora: analytic 4-bit base (NF4 + double quantisation sizes replace the traced bf16 "
+                      "Linear weights; largest dequantised weight added as workspace); bitsandbytes kernels "
+                      "do not run under fake tensors")
+    if recipe.optimizer == "adamw-8bit":
+        for sid, cat in trace.categories.items():
+            if cat == "optimizer_state" and sid in trace.numels:
+                size = next(n for op, s, n, _ in trace.events if op == "a" and s == sid)
+                sizes[sid] = _adam8bit_bytes(trace.numels[sid], size)
+        notes.append("adamw-8bit: analytic (traced AdamW state resized to bitsandbytes' 8-bit blockwise "
+                      "layout)")
+    return sizes, workspace, notes
+
+
+def accelerate_figure(config: Any, recipe: Recipe) -> dict[str, Any]:
+    """What `accelerate estimate-memory` prints for this model: its 'Total Size' for inference, its
+    'Training using Adam' for training (accelerate knows no batch, sequence, LoRA or activations)."""
+    import torch
+    import transformers
+
+    seq2seq = bool(getattr(config, "is_encoder_decoder", False))
+    auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(config, dtype=torch.float32) if _has_dtype_kw() else \
+            auto.from_config(config, torch_dtype=torch.float32)
+    acc_dtype = {"fp32": "float32", "bf16": "float16", "fp16": "float16"}[recipe.dtype]
+    if recipe.task == "qlora":
+        acc_dtype = "float16"  # accelerate has no 4-bit training row; its float16 one is what users read
+    try:
+        from accelerate.commands.estimate import estimate_training_usage
+        from accelerate.utils import calculate_maximum_sizes
+
+        total, _largest = calculate_maximum_sizes(model)
+        source = "accelerate " + _version("accelerate")
+    except ImportError:
+        seen: dict[int, Any] = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+        total = sum(t.numel() * t.element_size() for t in seen.values())
+        estimate_training_usage = _training_usage
+        source = "accelerate's formula, re-implemented (accelerate not installed)"
+    if recipe.task in ("infer", "generate"):
+        factor = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}[acc_dtype]
+        value = int(total / factor)
+        what = f"Total Size ({acc_dtype})"
+    else:
+        value = int(max(estimate_training_usage(total, acc_dtype).values()))
+        what = f"Training using Adam ({acc_dtype})"
+    return {"bytes": value, "row": what, "source": source}
+
+
+def _training_usage(nbytes: int, mixed_precision: str) -> dict:
+    """accelerate.commands.estimate.estimate_training_usage (accelerate 1.x), for when it is absent."""
+    if mixed_precision == "float32":
+        return {"model": nbytes, "gradients": nbytes, "optimizer": 2 * nbytes, "step": 4 * nbytes}
+    return {"model": nbytes, "gradients": nbytes + nbytes // 2, "optimizer": 2 * nbytes, "step": 2 * nbytes}
+
+
+def _has_dtype_kw() -> bool:
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    minor = int(transformers.__version__.split(".")[1])
+    return (major, minor) >= (4, 56)
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+LAYER_ATTRS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers",
+               "decoder_layers")
+SAMPLE_DEPTHS = (4, 8)  # traced depths when composing; models up to 2 x 8 blocks are traced in full
+
+
+def model_depth(config: Any) -> int | None:
+    """The number of repeated blocks, when every stack of the model has the same depth; else None."""
+    depths = {int(getattr(config, a)) for a in LAYER_ATTRS if isinstance(getattr(config, a, None), int)}
+    return depths.pop() if len(depths) == 1 else None
+
+
+def with_depth(config: Any, depth: int) -> Any:
+    """A copy of `config` with `depth` blocks in every stack (per-layer lists cut to match)."""
+    import copy
+
+    cfg = copy.deepcopy(config)
+    for a in LAYER_ATTRS:
+        if isinstance(getattr(cfg, a, None), int):
+            setattr(cfg, a, depth)
+    for a in ("layer_types",):
+        v = getattr(cfg, a, None)
+        if isinstance(v, list):
+            setattr(cfg, a, v[:depth])
+    if isinstance(getattr(cfg, "max_window_layers", None), int):
+        cfg.max_window_layers = min(cfg.max_window_layers, depth)
+    return cfg
+
+
+def estimate_model(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
+                   memory_limit: int | None = None, alloc_conf: Any = None, reduced: bool | None = None) -> Any:
+    """Estimate the recipe at one batch size; Estimate.details carries the notes and accelerate's figure.
+    `reduced` (default: when the model has more than 16 blocks): trace 4 and 8 blocks and extend every
+    phase's peak linearly to the full depth (estimate/hf.py compose_depth), instead of tracing them all."""
+    depth = model_depth(config)
+    if reduced is None:
+        reduced = depth is not None and depth > 2 * SAMPLE_DEPTHS[1]
+    sd = SAMPLE_DEPTHS
+    if reduced and depth is not None and depth > sd[1]:
+        lo, hi = (estimate_model(with_depth(config, d), recipe, batch_size, gpu=gpu, memory_limit=memory_limit,
+                                 alloc_conf=alloc_conf, reduced=False) for d in sd)
+        est = compose_depth(lo, hi, sd, depth, memory_limit)
+        details = dict(est.details)
+        details["accelerate"] = accelerate_figure(config, recipe)
+        return replace(est, details=details)
+    return _estimate_full(config, recipe, batch_size, gpu=gpu, memory_limit=memory_limit, alloc_conf=alloc_conf)
+
+
+def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_limit: int | None) -> Any:
+    """Full-depth Estimate from two reduced-depth ones: each phase's allocated and reserved peak and
+    each breakdown term extended linearly in the number of blocks; the peak is the highest phase."""
+    d1, d2 = depths
+
+    def ext(a: float, b: float) -> int:
+        return max(0, int(round(b + (b - a) * (depth - d2) / (d2 - d1))))
+
+    p1, p2 = lo.details["phase_peaks"], hi.details["phase_peaks"]
+    phases = [p for p in p2 if p in p1]
+    allocated = {p: ext(p1[p][0], p2[p][0]) for p in phases}
+    # live bytes grow linearly with depth (within about 1% on the tests' models); the allocator's slack
+    # (segment rounding, cached blocks) mostly does, but not exactly: each phase's reserved peak is
+    # extended linearly too, and never put below the extended live bytes plus the deeper sample's slack
+    reserved = {p: max(ext(p1[p][1], p2[p][1]), allocated[p] + max(0, p2[p][1] - p2[p][0])) for p in phases}
+    top = max(phases, key=lambda p: (reserved[p], allocated[p]))
+    seg = 2 << 20
+    peak_reserved = -(-reserved[top] // seg) * seg
+    peak_allocated = max(allocated.values())
+    def ext_bd(p: str) -> dict[str, int]:
+        b2 = hi.details["phase_breakdowns"].get(p) or hi.breakdown
+        b1 = lo.details["phase_breakdowns"].get(p) or lo.breakdown
+        return {k: ext(b1.get(k, 0), b2[k]) for k in b2 if k not in ("allocator_cache", "context")}
+
+    breakdown = ext_bd(top)
+    breakdown["allocator_cache"] = max(0, peak_reserved - sum(breakdown.values()))
+    breakdown["context"] = hi.breakdown["context"]
+    limit = hi.memory_limit_bytes if memory_limit is None else memory_limit
+    fits = None if limit is None else peak_reserved <= limit
+    details = dict(hi.details)
+    details["reduced_depth"] = {"traced_depths": list(depths), "depth": depth}
+    for k in ("phase_peaks", "phase_breakdowns"):
+        details.pop(k, None)
+    details["phases"] = {p: (reserved[p], ext_bd(p)) for p in phases}
+    return replace(hi, peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
+                   process_total_bytes=peak_reserved + breakdown["context"], breakdown=breakdown,
+                   fits=fits, peak_phase=top,
+                   parameter_count=ext(lo.parameter_count, hi.parameter_count), details=details)
+
+
+def _labeler(config: Any, recipe: Recipe) -> Callable[[Any], str | None]:
+    """Breakdown labels by shape: (..., vocab) tensors are logits (and their loss gradient); in
+    inference and generation, (batch, kv_heads, tokens, head_dim) tensors are the KV cache."""
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
+        getattr(config, "n_head", None) or getattr(config, "decoder_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or getattr(config, "n_embd", None)
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "d_kv", None) or \
+        (hidden // heads if hidden and heads else None)
+    cache = recipe.task in ("infer", "generate") and kv and head_dim
+
+    def label(t: Any) -> str | None:
+        shape = tuple(t.shape)
+        if vocab and len(shape) >= 2 and shape[-1] == vocab:
+            return "logits"
+        if cache and len(shape) == 4 and shape[1] == kv and shape[3] == head_dim:
+            return "kv_cache"
+        return None
+    return label
+
+
+def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
+                   memory_limit: int | None = None, alloc_conf: Any = None) -> Any:
+    from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
+    from oomdoctor.estimate.allocator import phase_peaks, round_size
+    from oomdoctor.estimate.estimator import _from_trace, trace_for
+    from oomdoctor.knowledge.gpus import get_gpu
+
+    recipe.check()
+    spec_gpu = get_gpu(gpu) if gpu else None
+    conf = alloc_conf if isinstance(alloc_conf, AllocConf) else parse_alloc_conf(alloc_conf)
+    build = make_build(config, recipe)
+    holder: dict[str, Any] = {}
+
+    def keep(b: int) -> dict:
+        raw = build(b)
+        holder["model"] = raw["model"]
+        return raw
+
+    trace, info = trace_for(keep, batch_size, spec_gpu, labeler=_labeler(config, recipe))
+    sizes, workspace, notes = analytic_resizes(trace, info, holder["model"], recipe)
+    if sizes or workspace:
+        trace = trace.resized(sizes)
+        if workspace:
+            sid = -1
+            trace.events.insert(0, ("a", sid, workspace, 0))
+            trace.categories[sid] = "workspace"
+            trace.marks = [(i + 1, m) for i, m in trace.marks]
+    est = _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, True)
+    peaks = phase_peaks(trace.events, trace.marks, conf)
+    model = holder["model"]
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    block_bytes = max((sum(p.numel() * p.element_size() for p in m.parameters())
+                       for m in model.modules() if type(m).__name__ in blocks), default=0)
+    details = dict(est.details)
+    details.update({"task": recipe.task, "seq_len": recipe.seq_len, "dtype": recipe.dtype,
+                    "optimizer": recipe.optimizer, "analytic": notes,
+                    "accelerate": accelerate_figure(config, recipe), "block_bytes": block_bytes,
+                    "phase_peaks": {p: (v.allocated, v.reserved) for p, v in peaks.items()},
+                    "phase_breakdowns": {p: trace.breakdown_at(v.index, lambda n: round_size(n, conf))
+                                         for p, v in peaks.items() if v.index >= 0}})
+    details["phases"] = {p: (peaks[p].reserved, bd) for p, bd in details["phase_breakdowns"].items()}
+    return replace(est, details=details)
+
+
+def search_fit(config: Any, recipe: Recipe, batch_size: int, gpu: str, *, upper_batch: int = 4096,
+               upper_seq: int | None = None) -> dict[str, int]:
+    """Largest batch (at recipe.seq_len) and longest sequence (at batch_size) that fit `gpu`:
+    doubling, then bisection, each point a full trace. 0 when even 1 does not fit."""
+    def fits_batch(b: int) -> bool:
+        return bool(estimate_model(config, recipe, b, gpu=gpu).fits)
+
+    def fits_seq(n: int) -> bool:
+        return bool(estimate_model(config, replace(recipe, seq_len=n), batch_size, gpu=gpu).fits)
+
+    limit_seq = upper_seq or int(getattr(config, "max_position_embeddings", 0) or 1 << 17)
+    return {"max_batch_size": _largest(fits_batch, upper_batch), "max_seq_len": _largest(fits_seq, limit_seq)}
+
+
+def _largest(fits: Callable[[int], bool], upper: int) -> int:
+    if not fits(1):
+        return 0
+    lo, hi = 1, None
+    while hi is None:
+        nxt = min(lo * 2, upper)
+        if nxt == lo:
+            return lo
+        if fits(nxt):
+            lo = nxt
+        else:
+            hi = nxt
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,69 @@
+"""Per-rank memory of data-parallel training, from the traced single-GPU breakdown (pure arithmetic).
+
+NOT VALIDATED ON HARDWARE: no multi-GPU machine has measured these yet. The single-rank step is traced
+(batch size = per-rank micro-batch); each strategy then shards or adds terms at the peak:
+
+    ddp          everything replicated, plus DDP's gradient buckets (a second copy of the gradients,
+                 gradient_as_bucket_view=False, PyTorch's default)
+    zero2        DeepSpeed ZeRO-2: gradients and optimizer state / N
+    zero3, fsdp  ZeRO-3 / FSDP2 full shard: parameters, gradients and optimizer state / N, plus the
+                 unsharded parameters and gradients of two blocks (the one running and the prefetched)
+    fsdp-hybrid  FSDP2 hybrid shard (HSDP): as fsdp within a shard group of `shard_size` ranks,
+                 replicated across groups
+
+Activations, workspaces and the allocator's slack stay as traced; NCCL's own buffers live outside
+PyTorch's caching allocator and are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
+SEGMENT = 2 << 20
+
+
+def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks: int, *,
+             block_bytes: int = 0, shard_size: int | None = None,
+             phases: dict[str, tuple[int, dict[str, int]]] | None = None) -> dict[str, Any]:
+    """Per-rank peak reserved bytes and breakdown for `strategy` over `ranks` ranks. With `phases`
+    (phase -> (reserved peak, breakdown at it)) every phase is sharded and the highest one is the
+    answer: sharding can move the peak (e.g. from the backward pass to the optimizer step)."""
+    if phases:
+        best = None
+        for name, (res, bd) in phases.items():
+            bd = dict(bd, context=breakdown.get("context", 0))
+            r = per_rank(bd, res, strategy, ranks, block_bytes=block_bytes, shard_size=shard_size)
+            if best is None or r["peak_reserved_bytes"] > best["peak_reserved_bytes"]:
+                best = dict(r, peak_phase=name)
+        if best is not None:
+            return best
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if ranks < 1:
+        raise ValueError("ranks must be at least 1")
+    n = ranks
+    if strategy == "fsdp-hybrid":
+        n = shard_size or ranks
+        if n < 1 or ranks % n:
+            raise ValueError(f"shard size {n} must divide the number of ranks {ranks}")
+    p, g, o = (int(breakdown.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
+    out = dict(breakdown)
+    if strategy == "ddp":
+        out["gradients"] = g + (g if ranks > 1 else 0)  # the bucket copy of the gradients
+    elif strategy == "zero2":
+        out["gradients"] = math.ceil(g / n)
+        out["optimizer_state"] = math.ceil(o / n)
+    else:  # zero3, fsdp, fsdp-hybrid
+        gathered = 2 * block_bytes if n > 1 else 0
+        out["parameters"] = math.ceil(p / n) + gathered
+        out["gradients"] = math.ceil(g / n) + (gathered if g else 0)
+        out["optimizer_state"] = math.ceil(o / n)
+    delta = sum(out[k] - int(breakdown.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
+    reserved = max(0, -(-(peak_reserved + delta) // SEGMENT) * SEGMENT)
+    out["allocator_cache"] = max(0, reserved - sum(v for k, v in out.items() if k not in ("allocator_cache",
+                                                                                            "context")))
+    return {"strategy": strategy, "ranks": ranks, "shard_size": n if strategy == "fsdp-hybrid" else None,
+            "peak_reserved_bytes": reserved, "process_total_bytes": reserved + int(breakdown.get("context", 0)),
+            "breakdown": out, "validated_on_hardware": False}

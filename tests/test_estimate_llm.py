@@ -1,0 +1,371 @@
+"""LLM-era recipes under the estimator (issue 18), on tiny Hugging Face configs: dtype conversion with
+tied embeddings, dtype loading, peft LoRA, checkpointing either way, encoder-decoders, generate() with
+its KV cache, gradient accumulation. Each check is one that a wrong trace fails."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oomdoctor.errors import InputError  # noqa: E402
+from oomdoctor.estimate.allocator import replay  # noqa: E402
+from oomdoctor.estimate.estimator import estimate  # noqa: E402
+from oomdoctor.estimate.fake_module import fake_safe_apply  # noqa: E402
+from oomdoctor.estimate.trace import trace_spec  # noqa: E402
+from oomdoctor.workload.load import WorkloadSpec  # noqa: E402
+
+V = 512
+
+
+def llama_cfg(**kw):
+    base = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, tie_word_embeddings=True)
+    base.update(kw)
+    return transformers.LlamaConfig(**base)
+
+
+def ids(b, n=32):
+    return torch.randint(0, V, (b, n))
+
+
+def _trace(build, b=2):
+    holder = {}
+
+    def make():
+        holder["spec"] = WorkloadSpec.from_dict(build(b))
+        return holder["spec"]
+    trace, info = trace_spec(make)
+    return trace, info, holder["spec"]
+
+
+def _bytes(trace, category):
+    """Bytes of every storage ever labelled `category` (labels are set on live storages only)."""
+    sizes = {sid: n for op, sid, n, _ in trace.events if op == "a"}
+    return sum(sizes[sid] for sid, cat in trace.categories.items() if cat == category)
+
+
+def _unique_param_bytes(model):
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def test_fake_safe_apply_keeps_tied_weights_tied_and_converts_grads():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), fake_safe_apply():
+        emb, head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+        head.weight = emb.weight
+        emb.weight.grad = torch.zeros(10, 4)
+        model = torch.nn.Sequential(emb, head).to(torch.bfloat16)
+        assert model[0].weight is model[1].weight
+        assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.grad.dtype == torch.bfloat16
+        assert isinstance(model[1].weight, torch.nn.Parameter) and model[1].weight.requires_grad
+    assert torch.nn.Module._apply is not None and "fake_module" not in torch.nn.Module._apply.__module__
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_dtype_conversion_with_tied_embeddings_traces_one_weight(arch):
+    def build(b):
+        if arch == "llama":
+            model = transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16)
+        elif arch == "gpt2":
+            model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=64, n_layer=2,
+                                                                         n_head=4, n_positions=64)).half()
+        else:
+            cfg = transformers.Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+            model = transformers.Qwen2ForCausalLM._from_config(cfg, dtype=torch.bfloat16)  # torch_dtype loading
+        x = ids(b)
+        return {"model": model, "inputs": {"input_ids": x, "labels": x}, "optimizer": "adamw"}
+
+    trace, info, spec = _trace(build)
+    model = spec.model
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert {p.dtype for p in model.parameters()} <= {torch.bfloat16, torch.float16}
+    assert info["parameter_bytes"] == _unique_param_bytes(model)  # the tied weight once, in 16 bits
+    # AdamW's exp_avg and exp_avg_sq: two per (unique) parameter, in the parameter's dtype
+    assert _bytes(trace, "optimizer_state") == 2 * _unique_param_bytes(model)
+
+
+def _lora_build(targets, input_grads=False, ckpt=None):
+    peft = pytest.importorskip("peft")
+
+    def build(b):
+        model = transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16)
+        if ckpt is not None:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ckpt})
+        if input_grads:
+            model.enable_input_require_grads()
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=targets))
+        x = ids(b, 64)
+        return {"model": model, "inputs": {"input_ids": x, "labels": x}, "optimizer": "adamw"}
+    return build
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], "all-linear"])
+def test_lora_optimizer_state_and_gradients_cover_only_the_adapters(targets):
+    trace, info, spec = _trace(_lora_build(targets))
+    trainable = [p for p in spec.model.parameters() if p.requires_grad]
+    frozen = [p for p in spec.model.parameters() if not p.requires_grad]
+    assert trainable and frozen
+    lora_bytes = sum(p.numel() * p.element_size() for p in trainable)
+    assert _bytes(trace, "optimizer_state") == 2 * lora_bytes
+    assert _bytes(trace, "gradients") == 3 * lora_bytes  # one set of gradients per step, three steps
+    assert info["parameter_bytes"] == _unique_param_bytes(spec.model)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_lora_with_checkpointing_either_way_lowers_the_activation_peak(reentrant):
+    plain = replay(_trace(_lora_build(["q_proj", "v_proj"], input_grads=True), b=4)[0].events).peak_allocated
+    ckpt = replay(_trace(_lora_build(["q_proj", "v_proj"], input_grads=True, ckpt=reentrant),
+                         b=4)[0].events).peak_allocated
+    assert ckpt < plain
+
+
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_encoder_decoders_train_with_every_parameter_once(arch):
+    def build(b):
+        if arch == "t5":
+            cfg = transformers.T5Config(vocab_size=V, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                        decoder_start_token_id=0, pad_token_id=0)
+            model = transformers.T5ForConditionalGeneration(cfg)
+        else:
+            cfg = transformers.BartConfig(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2,
+                                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                          decoder_ffn_dim=128, max_position_embeddings=64)
+            model = transformers.BartForConditionalGeneration(cfg)
+        return {"model": model, "inputs": {"input_ids": ids(b), "labels": ids(b, 16)}, "optimizer": "adamw",
+                "amp": "bf16" if arch == "bart" else None}
+
+    trace, info, spec = _trace(build)
+    assert info["parameter_bytes"] == _unique_param_bytes(spec.model)
+    assert _bytes(trace, "optimizer_state") == 2 * info["parameter_bytes"]
+
+
+def _gen_build(new_tokens, beams=1):
+    def build(b):
+        cfg = llama_cfg(hidden_size=512, num_attention_heads=8, num_key_value_heads=8, intermediate_size=256)
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+        return {"model": model, "inputs": {"input_ids": ids(b, 16), "attention_mask": torch.ones(b, 16, dtype=torch.long)},
+                "generate": {"max_new_tokens": new_tokens, "num_beams": beams, "do_sample": False, "pad_token_id": 0}}
+    return build
+
+
+def test_generate_kv_cache_grows_with_new_tokens_and_beams():
+    b = 4
+    short = estimate(_gen_build(24), b).peak_allocated_bytes
+    long = estimate(_gen_build(56), b).peak_allocated_bytes
+    # K and V, 2 layers, 8 heads x 64, bf16: 32 more tokens of cache at least
+    assert long - short >= 2 * 2 * b * 8 * 64 * 32 * 2
+    beams = estimate(_gen_build(24, beams=3), b).peak_allocated_bytes
+    assert beams > short
+
+
+def test_generate_needs_max_new_tokens():
+    def build(b):
+        return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": ids(b)}, "generate": {}}
+    with pytest.raises(InputError, match="max_new_tokens"):
+        estimate(build, 1)
+
+
+def test_gradient_accumulation_runs_every_micro_batch():
+    def build(accum):
+        def b_(b):
+            x = ids(b)
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": x, "labels": x},
+                    "optimizer": "adamw", "accumulation_steps": accum}
+        return b_
+    one, _, _ = _trace(build(1))
+    two, _, _ = _trace(build(2))
+    assert sum(1 for m in two.marks if m[1].endswith("/backward")) == 2 * sum(
+        1 for m in one.marks if m[1].endswith("/backward"))
+
+
+@pytest.mark.parametrize("raw, msg", [({"generate": 3}, "generate"), ({"accumulation_steps": 0}, "accumulation"),
+                                      ({"accumulation_steps": True}, "accumulation")])
+def test_new_workload_keys_are_checked(raw, msg):
+    with pytest.raises(InputError, match=msg):
+        WorkloadSpec.from_dict({"model": None, "inputs": None, **raw})
+
+
+# --- estimate --model: the config front end --------------------------------------------------------
+
+import json  # noqa: E402
+
+from oomdoctor.cli import main  # noqa: E402
+from oomdoctor.estimate import hf  # noqa: E402
+
+CONFIG = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+          "max_position_embeddings": 256}
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    return tmp_path
+
+
+def _cli_json(capsys, *argv):
+    rc = main(["estimate", *argv, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("task, extra", [("train", []), ("lora", ["--lora-targets", "q_proj,v_proj"]),
+                                         ("infer", []), ("generate", ["--max-new-tokens", "4"])])
+def test_cli_model_tasks_report_breakdown_and_accelerate(capsys, model_dir, task, extra):
+    rc, out = _cli_json(capsys, "--model", str(model_dir), "--task", task, "--batch-size", "2", "--seq-len", "32",
+                        *extra)
+    assert rc == 0
+    assert out["task"] == task and out["peak_reserved_bytes"] > 0
+    for key in ("parameters", "gradients", "optimizer_state", "activations", "workspace", "context"):
+        assert key in out["breakdown"]
+    assert out["accelerate_estimate"]["source"].startswith("accelerate")
+    # accelerate counts fp32 weights; the tied embedding once: same parameter count as ours, 4 bytes each
+    if task == "infer":
+        assert out["accelerate_estimate_bytes"] == (out["parameter_count"] * 4 + 2 * 8 * 4) // 2  # + rotary buffers
+    if task == "lora":
+        assert out["breakdown"]["optimizer_state"] < out["breakdown"]["parameters"]
+    if task == "train":  # the (batch, seq, vocab) logits and their loss gradient are told apart
+        assert out["breakdown"]["logits"] >= 2 * 32 * V * 2
+
+
+def test_cli_model_analytic_recipes_are_labelled_and_smaller(capsys, model_dir):
+    _, lora = _cli_json(capsys, "--model", str(model_dir), "--task", "lora", "--batch-size", "2", "--seq-len", "32")
+    _, qlora = _cli_json(capsys, "--model", str(model_dir), "--task", "qlora", "--batch-size", "2", "--seq-len", "32")
+    assert not lora["analytic"] and "4-bit" in qlora["analytic"][0]
+    assert qlora["breakdown"]["parameters"] < lora["breakdown"]["parameters"]
+    _, full = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32")
+    _, b8 = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32",
+                      "--optimizer", "adamw-8bit")
+    assert "8-bit" in b8["analytic"][0] and b8["breakdown"]["optimizer_state"] < full["breakdown"]["optimizer_state"]
+
+
+def test_8bit_and_nf4_sizes():
+    assert hf._adam8bit_bytes(100, 400) == 400  # small tensors stay 32-bit
+    assert hf._adam8bit_bytes(4096 * 4, 4096 * 16) == 4096 * 4 + 4 * 8
+    assert hf._nf4_bytes(4096 * 4096) < 4096 * 4096 * 2 // 3
+
+
+def test_largest_search_is_exact():
+    for true in (0, 1, 5, 64, 100):
+        assert hf._largest(lambda n, t=true: n <= t, 4096) == true
+    assert hf._largest(lambda n: True, 300) == 300
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--model", "/nonexistent/dir"], "no such file"),
+    (["--model", "{cfg}", "--task", "pretrain"], "--task"),
+    (["--model", "{cfg}", "--dtype", "int3"], "--dtype"),
+    (["--model", "{cfg}", "--optimizer", "lion"], "--optimizer"),
+    (["--model", "{bad}"], "model_type"),
+    (["--model", "{vit}"], "no causal language model"),
+    (["--model", "{cfg}", "--task", "lora", "--lora-targets", "nope_proj"], "nope_proj"),
+    ([], "WORKLOAD.py or --model"),
+])
+def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, argv, msg):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hidden_size": 3}')
+    vit = tmp_path / "vit.json"
+    vit.write_text('{"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}')
+    argv = [a.format(cfg=model_dir / "config.json", bad=bad, vit=vit) for a in argv]
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err
+
+
+def test_reduced_depth_composition_matches_full_depth_on_a_small_model():
+    cfg = hf.load_config_dict(dict(CONFIG, num_hidden_layers=18))
+    recipe = hf.Recipe(task="train", seq_len=64)
+    assert hf.model_depth(cfg) == 18 and hf.model_depth(hf.with_depth(cfg, 4)) == 4
+    full = hf.estimate_model(cfg, recipe, 4, reduced=False)
+    red = hf.estimate_model(cfg, recipe, 4)  # default: deeper than 16 blocks -> traced at 4 and 8
+    assert red.details["reduced_depth"] == {"traced_depths": [4, 8], "depth": 18}
+    assert red.parameter_count == full.parameter_count
+    assert abs(red.peak_allocated_bytes / full.peak_allocated_bytes - 1) < 0.02
+    assert -0.03 < red.peak_reserved_bytes / full.peak_reserved_bytes - 1 < 0.10
+    assert abs(red.breakdown["optimizer_state"] - full.breakdown["optimizer_state"]) <= 0.02 * full.breakdown[
+        "optimizer_state"] or full.peak_phase != red.peak_phase
+
+
+def test_cli_model_parallel_per_rank_is_marked_not_validated(capsys, model_dir):
+    _, out = _cli_json(capsys, "--model", str(model_dir), "--batch-size", "2", "--seq-len", "32", "--parallel", "zero3",
+                       "--ranks", "4")
+    rank = out["per_rank"]
+    assert rank["validated_on_hardware"] is False and rank["ranks"] == 4
+    assert rank["breakdown"]["optimizer_state"] <= out["breakdown"]["optimizer_state"] // 4 + 1
+    assert main(["estimate", "--model", str(model_dir), "--parallel", "fsdp-hybrid", "--ranks", "6",
+                 "--shard-size", "4"]) == 2
+
+
+def test_llm_zoo_has_25_distinct_configs_whose_shapes_load():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "estimate_llm_zoo.py"
+    spec = importlib.util.spec_from_file_location("estimate_llm_zoo", path)
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    names = [z[0] for z in zoo.ZOO]
+    assert len(names) >= 25 and len(set(names)) == len(names)
+    assert {z[3]["task"] for z in zoo.ZOO} >= {"train", "lora", "infer", "generate"}
+    for shape in {z[1] for z in zoo.ZOO}:
+        cfg = zoo._config(shape)
+        assert hf.model_depth(cfg) is not None
+    for z in zoo.ZOO:
+        zoo._recipe(z[3]).check()
+
+
+def test_logits_to_keep_and_fused_adamw():
+    def infer(keep):
+        def build(b):
+            extra = {"logits_to_keep": keep} if keep else {}
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()).to(torch.bfloat16),
+                    "inputs": {"input_ids": ids(b, 64), "use_cache": False, **extra}, "train": False}
+        return build
+    full, _, _ = _trace(infer(None), b=4)
+    last, _, _ = _trace(infer(1), b=4)
+    logits = 4 * 64 * V * 2
+    def largest(trace):
+        return max(n for op, sid, n, _ in trace.events if op == "a" and trace.categories.get(sid) != "workspace")
+    assert largest(full) >= logits > largest(last)
+
+    def train(optimizer):
+        def build(b):
+            x = ids(b)
+            return {"model": transformers.LlamaForCausalLM(llama_cfg()), "inputs": {"input_ids": x, "labels": x},
+                    "optimizer": optimizer}
+        return build
+    fused, _, spec = _trace(train(lambda p: torch.optim.AdamW(p, fused=True)))
+    foreach, _, _ = _trace(train("adamw"))
+    assert _bytes(foreach, "optimizer_state") == 2 * _unique_param_bytes(spec.model)
+    # fused AdamW keeps its float32 `step` counters on the device, one per parameter
+    assert _bytes(fused, "optimizer_state") == _bytes(foreach, "optimizer_state") + 4 * len(list(spec.model.parameters()))
+
+
+def test_sdpa_mask_needing_grad_gets_an_expanded_gradient_like_cuda():
+    """T5's learned position bias reaches the memory-efficient kernel as an attn_mask that requires
+    grad; CUDA expands it to (batch, heads, L, S) first, so its gradient is batch-sized."""
+    b, h, n, d = 8, 4, 64, 32
+
+    def build(bias_grad):
+        class Attn(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = torch.nn.Linear(d, d)
+                self.bias = torch.nn.Parameter(torch.zeros(1, h, n, n), requires_grad=bias_grad)
+
+            def forward(self, x):
+                q = self.q(x).view(b, n, h, d // h).transpose(1, 2)
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.bias).sum()
+
+        def make(bs):
+            return {"model": Attn(), "inputs": (torch.randn(b, n, d),), "loss": lambda out: out, "optimizer": "sgd"}
+        return make
+
+    with_grad, _, _ = _trace(build(True))
+    sizes = [n_ for op, _, n_, _ in with_grad.events if op == "a"]
+    assert b * h * n * n * 4 in sizes  # the expanded bias gradient, fp32, 16-aligned last dim (64)
+    without, _, _ = _trace(build(False))
+    assert b * h * n * n * 4 not in [n_ for op, _, n_, _ in without.events if op == "a"]

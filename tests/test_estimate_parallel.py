@@ -1,0 +1,51 @@
+"""Per-rank sharding arithmetic (estimate/parallel.py): analytic, not validated on hardware."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomdoctor.estimate.parallel import per_rank
+
+MiB = 1 << 20
+BD = {"parameters": 800 * MiB, "gradients": 800 * MiB, "optimizer_state": 1600 * MiB, "activations": 300 * MiB,
+      "workspace": 64 * MiB, "allocator_cache": 36 * MiB, "context": 700 * MiB}
+PEAK = sum(v for k, v in BD.items() if k != "context")
+
+
+def test_ddp_adds_the_bucket_copy_of_the_gradients():
+    r = per_rank(BD, PEAK, "ddp", 8)
+    assert r["peak_reserved_bytes"] == PEAK + 800 * MiB and r["validated_on_hardware"] is False
+    assert per_rank(BD, PEAK, "ddp", 1)["peak_reserved_bytes"] == PEAK
+
+
+def test_zero2_shards_gradients_and_state_only():
+    r = per_rank(BD, PEAK, "zero2", 8)
+    assert r["breakdown"]["parameters"] == 800 * MiB
+    assert r["breakdown"]["gradients"] == 100 * MiB and r["breakdown"]["optimizer_state"] == 200 * MiB
+    assert r["peak_reserved_bytes"] == PEAK - 700 * MiB - 1400 * MiB
+
+
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
+def test_full_shard_keeps_two_gathered_blocks(strategy):
+    r = per_rank(BD, PEAK, strategy, 8, block_bytes=50 * MiB)
+    assert r["breakdown"]["parameters"] == 100 * MiB + 100 * MiB
+    assert r["breakdown"]["gradients"] == 100 * MiB + 100 * MiB
+    assert r["peak_reserved_bytes"] < per_rank(BD, PEAK, "zero2", 8)["peak_reserved_bytes"]
+
+
+def test_hybrid_shards_within_the_group():
+    hy = per_rank(BD, PEAK, "fsdp-hybrid", 16, block_bytes=50 * MiB, shard_size=8)
+    full8 = per_rank(BD, PEAK, "fsdp", 8, block_bytes=50 * MiB)
+    assert hy["peak_reserved_bytes"] == full8["peak_reserved_bytes"] and hy["shard_size"] == 8
+    with pytest.raises(ValueError):
+        per_rank(BD, PEAK, "fsdp-hybrid", 16, shard_size=3)
+    with pytest.raises(ValueError):
+        per_rank(BD, PEAK, "pipeline", 4)
+
+
+def test_sharding_every_phase_can_move_the_peak():
+    backward = (PEAK, dict(BD, gradients=0))  # the single-GPU peak: gradients not made yet
+    optimizer = (PEAK - 300 * MiB, dict(BD, activations=0))
+    r = per_rank(BD, PEAK, "ddp", 8, phases={"step2/backward": backward, "step2/optimizer": optimizer})
+    # DDP's bucket copy of the gradients makes the optimizer step the per-rank peak
+    assert r["peak_phase"] == "step2/optimizer" and r["peak_reserved_bytes"] == PEAK + 500 * MiB
