@@ -1,5 +1,10 @@
 """Validate `oomdoctor record`'s verdicts on a GPU: 12 healthy and 12 leaking jobs (validation/record_jobs).
 
+--jobs DIR runs another set of jobs instead, e.g. validation/record_jobs_heldout (6 healthy, 6 leaking,
+written without looking at the detector, to check it on scripts it was not tuned on). A job is any
+`*.py` in DIR not starting with `_`, with `expect: healthy|leak` in its docstring; a docstring line
+`record: --history` records it with allocation history (as the HISTORY names below are).
+
 Each job runs the way a user would run it: `python -m oomdoctor record --dir RUN [--history N] -- python
 JOB.py` (most without step markers), then the run directory is analysed exactly as `oomdoctor report`
 does. A healthy job passes when the verdict is not `leak_in_code` (and no OOM); a leaking job passes
@@ -11,6 +16,7 @@ suite takes about 3-5 minutes on one H100. Writes to --out (default $OUT):
   record_runs.tar.gz  the run directories (timelines, final/oom evidence), to keep as test fixtures
 
     PYTHONPATH=src python validation/record_suite.py --out $OUT
+    PYTHONPATH=src python validation/record_suite.py --jobs validation/record_jobs_heldout --out $OUT
     PYTHONPATH=src python validation/render_record_suite.py $OUT/record_suite.json   # -> docs/validation/record.md
 """
 
@@ -48,10 +54,14 @@ def expectation(path: Path) -> str:
     return m.group(1)
 
 
+def wants_history(path: Path) -> bool:
+    return path.stem in HISTORY or re.search(r"^record:\s*--history\b", path.read_text(), re.M) is not None
+
+
 def run_job(job: Path, work: Path, python: str) -> dict:
     name = job.stem
     run = work / name
-    flags = ["--history", "20000"] if name in HISTORY else []
+    flags = ["--history", "20000"] if wants_history(job) else []
     cmd = [python, "-m", "oomdoctor", "record", "--dir", str(run), *flags, "--", python, str(job)]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
@@ -88,22 +98,45 @@ def run_job(job: Path, work: Path, python: str) -> dict:
     return entry
 
 
+def shown_dir(path: Path) -> str:
+    """The jobs dir as recorded in the JSON: relative to the repository when inside it."""
+    path = path.resolve()
+    try:
+        return path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--jobs-dir", default=str(HERE / "record_jobs"))
+    ap.add_argument("--jobs", "--jobs-dir", dest="jobs_dir", default=str(HERE / "record_jobs"),
+                    help="directory of job scripts (default validation/record_jobs)")
     ap.add_argument("--only", nargs="*", help="job names (stems) to run")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
-    jobs = sorted(p for p in Path(args.jobs_dir).glob("*.py") if not p.name.startswith("_"))
+    jobs_dir = Path(args.jobs_dir)
+    if not jobs_dir.is_dir():
+        print(f"record_suite: {jobs_dir}: not a directory", file=sys.stderr)
+        return 2
+    jobs = sorted(p for p in jobs_dir.glob("*.py") if not p.name.startswith("_"))
     if args.only:
         jobs = [j for j in jobs if j.stem in set(args.only)]
+    if not jobs:
+        print(f"record_suite: no jobs in {jobs_dir}", file=sys.stderr)
+        return 2
+    for j in jobs:  # a job without its expectation is refused before anything runs
+        try:
+            expectation(j)
+        except SystemExit as exc:
+            print(f"record_suite: {exc}", file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="record-suite-"))
-    # the slowest first (the 1.1B model, the long runs), so the parallel slots finish together
-    jobs.sort(key=lambda j: (not j.stem.startswith("h09"), j.stem))
+    # the slowest first (the 1.1B model, torch.compile, the long runs), so the parallel slots finish together
+    jobs.sort(key=lambda j: (not (j.stem.startswith("h09") or "compile" in j.stem), j.stem))
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         results = list(pool.map(lambda j: run_job(j, work, args.python), jobs))
@@ -124,7 +157,7 @@ def main() -> int:
                   "torch": torch.__version__, "cuda": torch.version.cuda}
     except Exception:  # noqa: BLE001
         device = {}
-    doc = {"suite": "record", "device": device, "summary": summary, "jobs": results}
+    doc = {"suite": "record", "jobs_dir": shown_dir(jobs_dir), "device": device, "summary": summary, "jobs": results}
     (out / "record_suite.json").write_text(json.dumps(doc, indent=1, default=str))
     with tarfile.open(out / "record_runs.tar.gz", "w:gz") as tar:
         tar.add(work, arcname="record_runs")

@@ -1,6 +1,9 @@
 """Render validation/record_suite.py's JSON as the table in docs/validation/record.md.
 
     python validation/render_record_suite.py $OUT/record_suite.json [--page docs/validation/record.md]
+
+A suite run with --jobs DIR (e.g. the held-out jobs) goes to its own block of the page
+(`record-suite-heldout`), so it does not replace the main table.
 """
 
 from __future__ import annotations
@@ -47,13 +50,21 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def block_name(doc: dict) -> str:
+    jobs_dir = Path(doc.get("jobs_dir") or "validation/record_jobs").name
+    if jobs_dir == "record_jobs":
+        return "record-suite"
+    return "record-suite-" + jobs_dir.removeprefix("record_jobs_").replace("_", "-")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--page", default=str(ROOT / "docs" / "validation" / "record.md"))
+    ap.add_argument("--block", help="the page's generated block to replace (default from the suite's jobs dir)")
     args = ap.parse_args()
     doc = json.loads(Path(args.json).read_text())
-    replace_block(Path(args.page), "record-suite", table(doc))
+    replace_block(Path(args.page), args.block or block_name(doc), table(doc))
     print(f"updated {args.page}")
     return 0
 
