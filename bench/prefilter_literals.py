@@ -47,7 +47,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "vLLM cache blocks": b"No available memory for the cache blocks", "vLLM free memory": b"Free memory on device ",
     "TensorRT": b"Requested amount of GPU memory (", "error": b"rror", "ERROR": b"RROR", "oom-kill": b"oom-kill",
     "killed": b"illed", "SIGKILL": b"died with <Signals.SIGKILL", "driver": b"river", "Xid": b"NVRM: Xid (",
-    "cuBLAS/cuDNN status": b"_STATUS_", "NVML assert": b"NVML_SUCCESS == r INTERNAL ASSERT FAILED at ",
+    "cuBLAS/cuDNN status": b"_STATUS_", "NVML assert": b"NVML_SUCCESS == ",
     "Tried to allocate": b"Tried to allocate ", "KV cache": b"KV cache",
     "batch finder": b"No executable batch size found, reached zero", "shm file": b"</torch_",
     "no space": b"No space left on device", "status -9": b"exit status -9", "bad_alloc": b"std::bad_alloc",
@@ -57,6 +57,10 @@ REQUIREMENTS: dict[str, bytes] = {
     "unsatisfied condition": b"unsatisfied condition: cuda>=", "no CUDA device": b"no CUDA-capable device is detected",
     "vcuda": b"vcuda", "hijack": b"hijack_call.c", "cuda-control": b"cuda-control",
     "exit": b"exit", "Exit": b"Exit", "EXIT": b"EXIT", "return": b"eturn", "RETURN": b"ETURN",
+    # issue 17's shapes
+    "eviction": b"low on resource: memory", "batch-size finder retry": b"failed, trying batch size",
+    "DSO mismatch": b"does not match DSO version", "ROCm access fault": b"Memory access fault",
+    "RMM": b"rmm::", "memory leak": b"memory leak", "Colab RAM": b"using all available RAM",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

@@ -270,7 +270,7 @@ def main() -> int:
                 row["err_allocated_pct"] = round(100 * (row["estimated_allocated"] / row["measured_allocated"] - 1), 2)
         rows.append(row)
     pool.shutdown(wait=False, cancel_futures=True)
-    for proc in list(getattr(pool, "_processes", {}).values()):  # estimates past the deadline: stop them
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):  # estimates past the deadline: stop them
         proc.terminate()
     result = {"versions": _versions(), "seconds": round(time.time() - t0, 1), "rows": rows}
     (out / "llm_zoo.json").write_text(json.dumps(result, indent=1))

@@ -88,6 +88,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "not_oom" if isinstance(x, int) and (x in XID_PROGRAM or x in XID_HEALTH) else "context_or_driver"
     if kind == "tf_oom" and ("device:CPU" in text or "by allocator cpu" in text):
         return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
+    if kind == "cuda_driver_oom" and ("ggml" in text or "llama" in text.lower()):
+        return "true_capacity"  # ggml/llama.cpp's ordinary OOM (cudaMalloc directly, no caching allocator)
     if kind == "tf_oom" and "memory fragmentation" in text:
         return "fragmentation"  # BFC's own hint: its free bytes would cover the request
     if kind == "torch_oom_nvml" and "nvmlInit" in text:
