@@ -35,6 +35,7 @@ TAU = 0.5
 JUMP_NOISE = 8.0  # a jump is this many times the median step-to-step change
 MAX_SHIFTS_FRACTION = 0.10
 SHORT_MIN_GROWTH = 256 * MiB
+IDLE_TOLERANCE = 1 * MiB
 
 
 def _num(rec: dict[str, Any], key: str) -> float | None:
@@ -55,10 +56,40 @@ def baselines(records: list[dict[str, Any]], key: str = "allocated") -> tuple[li
             groups.setdefault(s, []).append((t, v))
         return [(float(s), g[0][0], min(v for _, v in g)) for s, g in sorted(groups.items())], "markers"
     ts, ys = [r[0] for r in rows], [r[1] for r in rows]
+    first = idle_start(ts, ys)
+    ts, ys = ts[first:], ys[first:]
     cyc = infer_cycles(ts, ys)
     if cyc is not None:
         return [(float(i + 1), ts[j], ys[j]) for i, j in enumerate(cyc)], "cycles"
     return [(t, t, v) for t, v in time_minima(ts, ys)], "time"
+
+
+def idle_start(ts: list[float], ys: list[float]) -> int:
+    """Index where the job's active phase begins: the last sample of its idle start, else 0.
+
+    Without step markers the recorder starts before the job's loop: imports, CUDA and library
+    initialisation, data preparation. Memory then holds one value (to the MiB) for seconds, often for a
+    third of a short run. That stretch is not the job's steady state: measured with it, a leak that
+    starts after it rises in only half the run, and the zero step-to-step noise of the flat start makes
+    every later change look like a jump. The idle start is the longest stretch of one value (within
+    1 MiB) that begins in the first half of the run and lasts at least 10% of it and 5 samples; the
+    active phase begins at its last sample (the level the loop starts from).
+    """
+    n = len(ys)
+    if n < 2 or ts[-1] <= ts[0]:
+        return 0
+    duration = ts[-1] - ts[0]
+    best, best_len, i = 0, 0.0, 0
+    while i < n - 1:
+        j = i
+        while j + 1 < n and abs(ys[j + 1] - ys[i]) <= IDLE_TOLERANCE:
+            j += 1
+        if ts[i] - ts[0] <= 0.5 * duration and j - i + 1 >= 5 and j < n - 1:
+            length = ts[j] - ts[i]
+            if length >= 0.1 * duration and length > best_len:
+                best, best_len = j, length
+        i = j + 1
+    return best
 
 
 def time_minima(ts: list[float], ys: list[float]) -> list[tuple[float, float]]:
