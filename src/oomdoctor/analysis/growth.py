@@ -35,6 +35,7 @@ TAU = 0.5
 JUMP_NOISE = 8.0  # a jump is this many times the median step-to-step change
 MAX_SHIFTS_FRACTION = 0.10
 SHORT_MIN_GROWTH = 256 * MiB
+SUSTAINED = 0.5  # the second half's slope, at least this fraction of the run's
 IDLE_TOLERANCE = 1 * MiB
 
 
@@ -148,9 +149,20 @@ def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
     jumps = [i for i, d in enumerate(diffs) if abs(d) > thr]
     # consecutive jumps (a cache filled over two samples) are one shift
     clusters = [j for k, j in enumerate(jumps) if k == 0 or jumps[k - 1] != j - 1]
+    js = set(jumps)
+    # a shift is a jump to a new level that then holds: jumps running into the end of the run (the
+    # last two baselines) were never seen to settle, and stay in the trend
+    for c in list(clusters):
+        end = c
+        while end + 1 in js:
+            end += 1
+        if end + 1 >= len(ys) - 2:
+            clusters.remove(c)
+            js -= set(range(c, end + 1))
+    jumps = sorted(js)
     if not jumps or len(clusters) > max(2, MAX_SHIFTS_FRACTION * len(ys)):
         return ys, [], noise
-    out, offset, js = [ys[0]], 0.0, set(jumps)
+    out, offset = [ys[0]], 0.0
     for i, d in enumerate(diffs):
         if i in js:
             offset += d
@@ -162,6 +174,12 @@ def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
             end += 1
         shifts.append({"index": c + 1, "bytes": sum(diffs[c:end + 1])})
     return out, shifts, noise
+
+
+def _late_slope(xs: list[float], ys: list[float]) -> float:
+    """Theil-Sen slope of the second half of the baselines: a leak still grows there, a warm-up has ended."""
+    h = len(xs) // 2
+    return theil_sen(xs[h:], ys[h:])[0] if len(xs) - h >= 3 else 0.0
 
 
 def _coverage(ys: list[float], noise: float) -> tuple[int, int]:
@@ -200,7 +218,9 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
     rises, pairs = _coverage(adj, noise)
     covered = rises >= max(1, pairs - 1) and rises * 2 > pairs
     big = growth >= max(min_growth, min_fraction * level) and growth > 4 * noise
-    flagged = tau >= TAU and big and covered
+    late = _late_slope(xs, adj)
+    sustained = slope > 0 and late >= SUSTAINED * slope
+    flagged = tau >= TAU and big and covered and sustained
     if flagged:
         pattern = "steady_growth"
     elif shifts:
@@ -215,7 +235,7 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
            "noise_bytes": noise, "points": len(body), "span": span, "leak": bool(flagged), "first": ys[0],
            "last": ys[-1], "intercept": intercept, "coverage": [rises, pairs],
            "level_shifts": [{"at": xs[s["index"]], "bytes": s["bytes"]} for s in shifts],
-           "rate_per_step": slope if unit == "step" else None, "rate_per_s": per_s,
+           "late_slope_bytes": late, "rate_per_step": slope if unit == "step" else None, "rate_per_s": per_s,
            "minima": [[x, y] for x, y in zip(xs, ys)],
            "minima_without_shifts": [[x, y] for x, y in zip(xs, adj)] if shifts else None}
     out["confidence"] = _confidence(out) if flagged else None
@@ -228,7 +248,10 @@ def _short(pts: list[tuple[float, float, float]], min_growth: int, device_total:
     ys = [p[2] for p in pts]
     ts = [p[1] for p in pts]
     start, end = ys[0], ys[-1]
-    rising = all(b >= a for a, b in zip(ys, ys[1:])) and len(ys) >= 3
+    steps = list(zip(ys, ys[1:]))
+    # rose at (nearly) every sample and never fell: a plateau after a model load is not growth
+    rising = (len(ys) >= 3 and all(b >= a - IDLE_TOLERANCE for a, b in steps)
+              and sum(b - a > IDLE_TOLERANCE for a, b in steps) >= 0.75 * len(steps) and steps[-1][1] > steps[-1][0])
     growth = end - start
     flagged = rising and growth >= max(SHORT_MIN_GROWTH, min_growth) and end >= 2 * max(start, 1.0)
     elapsed = ts[-1] - ts[0]
