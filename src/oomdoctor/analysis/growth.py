@@ -9,17 +9,21 @@ curve up and down. A leak is growth of what survives from one step to the next, 
 
 1. Baselines: the low-water mark of each step (step markers), else of each cycle inferred from the
    allocation pattern (forward raises, backward and the step lower it: local minima recurring at a
-   regular interval), else of time windows.
+   regular interval), else of time windows. Without markers the idle start (imports, library loading:
+   one value for seconds) is left out first (idle_start).
 2. Warm-up: the first baselines (at least 3 steps or 5% of them, at most 20%; 10% of time without steps)
    are dropped.
 3. Step changes: jumps of the baseline far above its step-to-step noise, if they are few (at most 2 or
-   10% of the steps), are level shifts: they are taken out before the trend is measured. Many jumps are
-   a staircase (a leak that keeps one tensor every few steps) and stay in.
+   10% of the steps), are level shifts when the new level holds: they are taken out before the trend is
+   measured. Many jumps are a staircase (a leak that keeps one tensor every few steps) and stay in, and
+   so do jumps into the last two baselines (never seen to settle).
 4. Steady growth: a Theil-Sen slope on what is left, Kendall's tau >= 0.5, growth >= max(8 MiB, 2% of
-   the level) and > 4x the residual noise, and rising in most chunks of the run (coverage), so one jump
-   or a plateau is never a leak.
-5. Short runs (too few baselines): memory at the end against the start: a leak only when every point
-   after the first rose, to at least twice the start and by >= 256 MiB; confidence "low".
+   the level) and > 4x the residual noise, rising in most chunks of the run (coverage), and still
+   growing in the second half (its slope at least half the run's), so one jump, a plateau or a warm-up
+   ramp that then holds is never a leak.
+5. Short runs (too few baselines): memory at the end against the start: a leak only when memory never
+   fell and rose at nearly every sample and at the last, to at least twice the start and by >= 256 MiB;
+   confidence "low".
 """
 
 from __future__ import annotations
