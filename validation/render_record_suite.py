@@ -1,6 +1,10 @@
 """Render validation/record_suite.py's JSON as the table in docs/validation/record.md.
 
     python validation/render_record_suite.py $OUT/record_suite.json [--page docs/validation/record.md]
+        [--block record-suite-run2]
+
+The first GPU run's table (held-out, before tuning) is in the block `record-suite`; later runs go into
+their own block (`--block`) so that the first run's numbers are never overwritten.
 """
 
 from __future__ import annotations
@@ -51,9 +55,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--page", default=str(ROOT / "docs" / "validation" / "record.md"))
+    ap.add_argument("--block", default="record-suite", help="the marked block of the page to write")
     args = ap.parse_args()
     doc = json.loads(Path(args.json).read_text())
-    replace_block(Path(args.page), "record-suite", table(doc))
+    replace_block(Path(args.page), args.block, table(doc))
     print(f"updated {args.page}")
     return 0
 
