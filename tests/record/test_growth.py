@@ -249,3 +249,71 @@ def test_an_oom_in_the_first_forward_pass_is_not_a_leak(tmp_path):
     doc = timeline.analyse(rundir.load(run))
     assert doc["processes"][0]["leak"]["leak"] is True  # it did grow ...
     assert doc["verdict"]["category"] == "true_capacity"  # ... but that is not why it died
+
+
+# -- the idle start, sustained growth, short runs (from the first GPU suite run, docs/validation/record.md) --
+
+def idle_then(active, idle_s=7.0, active_s=10.0, level=300 * MiB, seed=4):
+    """The recorder's start: 50 ms samples, the job idle at one level (imports, the first backward's
+    library loading), then 500 ms samples of `active(t)` (t from the end of the idle start)."""
+    rnd = random.Random(seed)
+    recs, t = [], 0.0
+    while t < idle_s:
+        recs.append({"kind": "sample", "t": 1000 + t, "step": 0, "allocated": level})
+        t += 0.05 if t < 3 else 0.5
+    while t < idle_s + active_s:
+        recs.append({"kind": "sample", "t": 1000 + t, "step": 0,
+                     "allocated": level + active(t - idle_s) + rnd.randint(0, 8 * MiB)})
+        t += 0.5
+    return recs
+
+
+def test_idle_start_is_found_and_left_out():
+    recs = idle_then(lambda t: 0)
+    ts, ys = [r["t"] for r in recs], [r["allocated"] for r in recs]
+    i = growth.idle_start(ts, ys)
+    assert ts[i] - ts[0] == pytest.approx(7.0, abs=0.6)
+
+
+def test_no_idle_start_when_memory_moves_from_the_start():
+    ts = [1000 + 0.1 * i for i in range(100)]
+    assert growth.idle_start(ts, [GiB + i * MiB * 3 for i in range(100)]) == 0
+
+
+def test_leak_after_a_long_idle_start_is_caught():
+    # l01's shape: 7 s idle, then 10 s of 300 MiB/s: measured with the idle start it rose in half the run
+    g = verdict(idle_then(lambda t: t * 300 * MiB))
+    assert g["leak"] is True and g["rate_per_s"] == pytest.approx(300 * MiB, rel=0.15)
+
+
+def test_healthy_run_after_a_long_idle_start_is_not_a_leak():
+    rnd = random.Random(5)
+    g = verdict(idle_then(lambda t: GiB + rnd.randint(0, 600 * MiB)))
+    assert g["leak"] is False
+
+
+def test_warmup_ramp_then_plateau_is_not_a_leak_even_when_it_fills_most_of_the_run():
+    # cuDNN autotuning: memory climbs for 6.5 s, then holds for 3.5 s; the second half hardly grows
+    g = verdict(idle_then(lambda t: min(t, 6.5) * 100 * MiB))
+    assert g["leak"] is False
+
+
+def test_short_run_that_steps_up_then_holds_is_not_a_leak():
+    recs = [{"kind": "sample", "t": 1000 + 0.5 * i, "step": 0, "allocated": v}
+            for i, v in enumerate([400 * MiB, 2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB])]
+    g = verdict(recs)
+    assert g["pattern"] == "short_run" and g["leak"] is False
+
+
+def test_short_run_still_rising_at_the_end_is_growth():
+    recs = [{"kind": "sample", "t": 1000 + 0.5 * i, "step": 0, "allocated": v}
+            for i, v in enumerate([400 * MiB, 2 * GiB, 5 * GiB, 9 * GiB, 12 * GiB])]
+    assert verdict(recs)["pattern"] == "short_run_growth"
+
+
+def test_jumps_running_into_the_end_are_not_a_level_shift():
+    ys = [GiB] * 20 + [3 * GiB, 6 * GiB]
+    adj, shifts, _ = growth._shifts(ys)
+    assert shifts == [] and adj == ys
+    ys = [GiB] * 20 + [3 * GiB] * 5
+    assert [s["index"] for s in growth._shifts(ys)[1]] == [20]

@@ -9,17 +9,21 @@ curve up and down. A leak is growth of what survives from one step to the next, 
 
 1. Baselines: the low-water mark of each step (step markers), else of each cycle inferred from the
    allocation pattern (forward raises, backward and the step lower it: local minima recurring at a
-   regular interval), else of time windows.
+   regular interval), else of time windows. Without markers the idle start (imports, library loading:
+   one value for seconds) is left out first (idle_start).
 2. Warm-up: the first baselines (at least 3 steps or 5% of them, at most 20%; 10% of time without steps)
    are dropped.
 3. Step changes: jumps of the baseline far above its step-to-step noise, if they are few (at most 2 or
-   10% of the steps), are level shifts: they are taken out before the trend is measured. Many jumps are
-   a staircase (a leak that keeps one tensor every few steps) and stay in.
+   10% of the steps), are level shifts when the new level holds: they are taken out before the trend is
+   measured. Many jumps are a staircase (a leak that keeps one tensor every few steps) and stay in, and
+   so do jumps into the last two baselines (never seen to settle).
 4. Steady growth: a Theil-Sen slope on what is left, Kendall's tau >= 0.5, growth >= max(8 MiB, 2% of
-   the level) and > 4x the residual noise, and rising in most chunks of the run (coverage), so one jump
-   or a plateau is never a leak.
-5. Short runs (too few baselines): memory at the end against the start: a leak only when every point
-   after the first rose, to at least twice the start and by >= 256 MiB; confidence "low".
+   the level) and > 4x the residual noise, rising in most chunks of the run (coverage), and still
+   growing in the second half (its slope at least half the run's), so one jump, a plateau or a warm-up
+   ramp that then holds is never a leak.
+5. Short runs (too few baselines): memory at the end against the start: a leak only when memory never
+   fell and rose at nearly every sample and at the last, to at least twice the start and by >= 256 MiB;
+   confidence "low".
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ TAU = 0.5
 JUMP_NOISE = 8.0  # a jump is this many times the median step-to-step change
 MAX_SHIFTS_FRACTION = 0.10
 SHORT_MIN_GROWTH = 256 * MiB
+SUSTAINED = 0.5  # the second half's slope, at least this fraction of the run's
+IDLE_TOLERANCE = 1 * MiB
 
 
 def _num(rec: dict[str, Any], key: str) -> float | None:
@@ -55,10 +61,40 @@ def baselines(records: list[dict[str, Any]], key: str = "allocated") -> tuple[li
             groups.setdefault(s, []).append((t, v))
         return [(float(s), g[0][0], min(v for _, v in g)) for s, g in sorted(groups.items())], "markers"
     ts, ys = [r[0] for r in rows], [r[1] for r in rows]
+    first = idle_start(ts, ys)
+    ts, ys = ts[first:], ys[first:]
     cyc = infer_cycles(ts, ys)
     if cyc is not None:
         return [(float(i + 1), ts[j], ys[j]) for i, j in enumerate(cyc)], "cycles"
     return [(t, t, v) for t, v in time_minima(ts, ys)], "time"
+
+
+def idle_start(ts: list[float], ys: list[float]) -> int:
+    """Index where the job's active phase begins: the last sample of its idle start, else 0.
+
+    Without step markers the recorder starts before the job's loop: imports, CUDA and library
+    initialisation, data preparation. Memory then holds one value (to the MiB) for seconds, often for a
+    third of a short run. That stretch is not the job's steady state: measured with it, a leak that
+    starts after it rises in only half the run, and the zero step-to-step noise of the flat start makes
+    every later change look like a jump. The idle start is the longest stretch of one value (within
+    1 MiB) that begins in the first half of the run and lasts at least 10% of it and 5 samples; the
+    active phase begins at its last sample (the level the loop starts from).
+    """
+    n = len(ys)
+    if n < 2 or ts[-1] <= ts[0]:
+        return 0
+    duration = ts[-1] - ts[0]
+    best, best_len, i = 0, 0.0, 0
+    while i < n - 1:
+        j = i
+        while j + 1 < n and abs(ys[j + 1] - ys[i]) <= IDLE_TOLERANCE:
+            j += 1
+        if ts[i] - ts[0] <= 0.5 * duration and j - i + 1 >= 5 and j < n - 1:
+            length = ts[j] - ts[i]
+            if length >= 0.1 * duration and length > best_len:
+                best, best_len = j, length
+        i = j + 1
+    return best
 
 
 def time_minima(ts: list[float], ys: list[float]) -> list[tuple[float, float]]:
@@ -117,9 +153,20 @@ def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
     jumps = [i for i, d in enumerate(diffs) if abs(d) > thr]
     # consecutive jumps (a cache filled over two samples) are one shift
     clusters = [j for k, j in enumerate(jumps) if k == 0 or jumps[k - 1] != j - 1]
+    js = set(jumps)
+    # a shift is a jump to a new level that then holds: jumps running into the end of the run (the
+    # last two baselines) were never seen to settle, and stay in the trend
+    for c in list(clusters):
+        end = c
+        while end + 1 in js:
+            end += 1
+        if end + 1 >= len(ys) - 2:
+            clusters.remove(c)
+            js -= set(range(c, end + 1))
+    jumps = sorted(js)
     if not jumps or len(clusters) > max(2, MAX_SHIFTS_FRACTION * len(ys)):
         return ys, [], noise
-    out, offset, js = [ys[0]], 0.0, set(jumps)
+    out, offset = [ys[0]], 0.0
     for i, d in enumerate(diffs):
         if i in js:
             offset += d
@@ -131,6 +178,12 @@ def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
             end += 1
         shifts.append({"index": c + 1, "bytes": sum(diffs[c:end + 1])})
     return out, shifts, noise
+
+
+def _late_slope(xs: list[float], ys: list[float]) -> float:
+    """Theil-Sen slope of the second half of the baselines: a leak still grows there, a warm-up has ended."""
+    h = len(xs) // 2
+    return theil_sen(xs[h:], ys[h:])[0] if len(xs) - h >= 3 else 0.0
 
 
 def _coverage(ys: list[float], noise: float) -> tuple[int, int]:
@@ -169,7 +222,9 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
     rises, pairs = _coverage(adj, noise)
     covered = rises >= max(1, pairs - 1) and rises * 2 > pairs
     big = growth >= max(min_growth, min_fraction * level) and growth > 4 * noise
-    flagged = tau >= TAU and big and covered
+    late = _late_slope(xs, adj)
+    sustained = slope > 0 and late >= SUSTAINED * slope
+    flagged = tau >= TAU and big and covered and sustained
     if flagged:
         pattern = "steady_growth"
     elif shifts:
@@ -184,7 +239,7 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
            "noise_bytes": noise, "points": len(body), "span": span, "leak": bool(flagged), "first": ys[0],
            "last": ys[-1], "intercept": intercept, "coverage": [rises, pairs],
            "level_shifts": [{"at": xs[s["index"]], "bytes": s["bytes"]} for s in shifts],
-           "rate_per_step": slope if unit == "step" else None, "rate_per_s": per_s,
+           "late_slope_bytes": late, "rate_per_step": slope if unit == "step" else None, "rate_per_s": per_s,
            "minima": [[x, y] for x, y in zip(xs, ys)],
            "minima_without_shifts": [[x, y] for x, y in zip(xs, adj)] if shifts else None}
     out["confidence"] = _confidence(out) if flagged else None
@@ -197,7 +252,10 @@ def _short(pts: list[tuple[float, float, float]], min_growth: int, device_total:
     ys = [p[2] for p in pts]
     ts = [p[1] for p in pts]
     start, end = ys[0], ys[-1]
-    rising = all(b >= a for a, b in zip(ys, ys[1:])) and len(ys) >= 3
+    steps = list(zip(ys, ys[1:]))
+    # rose at (nearly) every sample and never fell: a plateau after a model load is not growth
+    rising = (len(ys) >= 3 and all(b >= a - IDLE_TOLERANCE for a, b in steps)
+              and sum(b - a > IDLE_TOLERANCE for a, b in steps) >= 0.75 * len(steps) and steps[-1][1] > steps[-1][0])
     growth = end - start
     flagged = rising and growth >= max(SHORT_MIN_GROWTH, min_growth) and end >= 2 * max(start, 1.0)
     elapsed = ts[-1] - ts[0]
