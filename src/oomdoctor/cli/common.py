@@ -59,6 +59,13 @@ def progress(text: str, args: argparse.Namespace) -> Iterator[Callable[[str], No
     yield lambda msg: None
 
 
+def warn_skipped(bundle: str, notes: list[str]) -> None:
+    """One stderr line saying what a bundle's safe copy left out (links, FIFOs, logs past the cap)."""
+    if notes:
+        name = bundle if len(bundle) <= 200 else bundle[:197] + "..."
+        print(f"oomdoctor: bundle {name}: skipped " + "; ".join(notes), file=sys.stderr)
+
+
 def terminal_width() -> int:
     try:
         return max(60, min(os.get_terminal_size().columns, 160))

@@ -55,13 +55,13 @@ def read_json_report(path: str) -> Any:
         raise InputError(f"{path}: not a JSON doctor report (line {exc.lineno}: {exc.msg})") from None
 
 
-def collect_bundle_facts(path: str):
+def collect_bundle_facts(path: str, notes: list[str] | None = None):
     try:
         from oomdoctor.collectors.machine import collect_bundle
     except ImportError:
         raise InputError(f"{path}: reading bundles needs oomdoctor.collectors.machine, which this build lacks; "
                          "pass `doctor --format json` reports instead") from None
-    return collect_bundle(path)
+    return collect_bundle(path, notes)
 
 
 def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:

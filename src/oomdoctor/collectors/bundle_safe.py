@@ -1,0 +1,271 @@
+"""Copy a hostile bundle (a .tar.gz or a directory) into a private directory, within budgets.
+
+Bundles come from strangers (docs/security.md). Everything a bundle command reads is first copied
+here, once, into a fresh temporary directory that holds only regular files and directories; every
+collector then reads that copy. So no link, FIFO or device of the bundle is ever opened, and no
+later read can leave the copy.
+
+Archives are streamed: a counting reader caps the *decompressed* bytes (headers included), and a
+TarInfo subclass refuses PAX (`x`/`g`) and GNU long-name (`L`/`K`) headers over MAX_HEADER_BYTES
+before tarfile reads their payload (tarfile reads those whole, and a 1 MB archive can carry 1 GiB
+of header). Directories are walked without following links; each file is opened with O_NOFOLLOW |
+O_NONBLOCK and kept only if fstat says it is a regular file. Logs and manifests past a count are
+skipped and counted, not read (20 000 tiny logs would otherwise take a minute to scan).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import stat
+import tarfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from oomdoctor.errors import InputError
+
+MAX_MEMBERS = 5_000  # a real bundle has ~40 files plus the user's logs and manifests
+MAX_MEMBER_BYTES = 64 * 1024 * 1024  # `bundle --log` keeps 32 MiB of a log
+MAX_TOTAL_BYTES = 512 * 1024 * 1024  # decompressed archive stream, headers included
+MAX_HEADER_BYTES = 64 * 1024  # a PAX or GNU long-name header; real ones are a few hundred bytes
+MAX_DEPTH = 32
+MAX_PER_FOLDER = {"logs": 64, "k8s": 64}  # files read from these top folders; the rest are skipped
+NAME_SHOWN = 120  # characters of a member name in an error line
+
+_GNU_LONG = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+_PAX = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+_KEPT_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
+
+
+class _Refused(Exception):
+    """A budget or rule was broken; the message is one short line."""
+
+
+def shown(name: str, limit: int = NAME_SHOWN) -> str:
+    """A name as it may appear in an error line: printable, one line, at most `limit` characters."""
+    text = "".join(c if c.isprintable() else "?" for c in str(name))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class Copied:
+    """What a copy kept and what it skipped (shown to the user as a count, never silently)."""
+
+    files: int = 0
+    bytes: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def notes(self) -> list[str]:
+        return [f"{n} {why}" for why, n in sorted(self.skipped.items())]
+
+
+class _CappedReader:
+    """A read-only stream that raises once more than `cap` bytes came through it."""
+
+    def __init__(self, raw: IO[bytes], cap: int) -> None:
+        self.raw, self.cap, self.count = raw, cap, 0
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > (1 << 20):
+            size = 1 << 20  # never one unbounded read
+        data = self.raw.read(size)
+        self.count += len(data)
+        if self.count > self.cap:
+            raise _Refused(f"more than {self.cap >> 20} MiB once decompressed")
+        return data
+
+    def close(self) -> None:  # tarfile closes what it was given; the caller closes the file
+        pass
+
+
+class _SafeTarInfo(tarfile.TarInfo):
+    """Refuses oversized extended headers from their 512-byte header block, before the payload is read."""
+
+    def _proc_member(self, tarfile_: Any) -> Any:
+        if self.type in _GNU_LONG + _PAX and self.size > MAX_HEADER_BYTES:
+            kind = "GNU long-name" if self.type in _GNU_LONG else "PAX extended"
+            raise _Refused(f"{kind} header of {self.size} bytes (at most {MAX_HEADER_BYTES} allowed)")
+        return super()._proc_member(tarfile_)  # type: ignore[misc]
+
+
+def _decompressor(fh: IO[bytes]) -> IO[bytes]:
+    head = fh.read(6)
+    fh.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(fh, "rb")  # type: ignore[return-value]
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(fh, "rb")  # type: ignore[return-value]
+    return fh
+
+
+def _safe_name(name: str) -> PurePosixPath | None:
+    if "\x00" in name or "\\" in name:
+        return None
+    p = PurePosixPath(name)
+    parts = [part for part in p.parts if part not in ("", ".")]
+    if p.is_absolute() or not parts or any(part == ".." for part in parts) or len(parts) > MAX_DEPTH:
+        return None
+    return PurePosixPath(*parts)
+
+
+class _Budget:
+    def __init__(self, dest: Path) -> None:
+        self.dest, self.copied, self.per_folder = dest, Copied(), dict.fromkeys(MAX_PER_FOLDER, 0)
+        self.top: str | None = None  # the single top folder (`oomdoctor-bundle/`), if there is one
+        self.entries = 0
+
+    def admit(self, rel: PurePosixPath) -> bool:
+        """Counts an entry; False when its folder (logs/, k8s/) already has enough files."""
+        self.entries += 1
+        if self.entries > MAX_MEMBERS:
+            raise _Refused(f"more than {MAX_MEMBERS} entries")
+        parts = rel.parts
+        folder = parts[1] if len(parts) > 2 and parts[0] not in MAX_PER_FOLDER else parts[0]
+        if folder in self.per_folder and len(parts) > 1:
+            self.per_folder[folder] += 1
+            if self.per_folder[folder] > MAX_PER_FOLDER[folder]:
+                self.copied.skip(f"file(s) in {folder}/ beyond the first {MAX_PER_FOLDER[folder]}")
+                return False
+        return True
+
+    def write(self, rel: PurePosixPath, src: IO[bytes] | int, size: int | None) -> None:
+        if size is not None and size > MAX_MEMBER_BYTES:
+            raise _Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
+        target = self.dest.joinpath(*rel.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                want = 1 << 20 if size is None else min(1 << 20, size - written)
+                if want <= 0:
+                    break
+                chunk = os.read(src, want) if isinstance(src, int) else src.read(want)
+                if not chunk:
+                    if size is not None:
+                        raise _Refused(f"truncated archive ({shown(str(rel))} is cut short)")
+                    break
+                written += len(chunk)
+                if written > MAX_MEMBER_BYTES:
+                    raise _Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
+                self.copied.bytes += len(chunk)
+                if self.copied.bytes > MAX_TOTAL_BYTES:
+                    raise _Refused(f"more than {MAX_TOTAL_BYTES >> 20} MiB of files")
+                out.write(chunk)
+        self.copied.files += 1
+
+
+def _copy_tar(path: Path, budget: _Budget) -> None:
+    with open(path, "rb") as fh:
+        stream = _CappedReader(_decompressor(fh), MAX_TOTAL_BYTES)
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_SafeTarInfo) as tar:  # type: ignore[arg-type]
+            for member in tar:
+                rel = _safe_name(member.name)
+                if rel is None:
+                    budget.copied.skip("entries with an absolute or escaping path")
+                    continue
+                if member.type not in _KEPT_TYPES:
+                    budget.copied.skip("links, devices or other special entries")
+                    continue
+                if not budget.admit(rel):
+                    continue
+                target = budget.dest.joinpath(*rel.parts)
+                if member.type == tarfile.DIRTYPE:
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                if os.path.lexists(target):
+                    budget.copied.skip("duplicate entries")
+                    continue
+                src = tar.extractfile(member)
+                if src is not None:
+                    budget.write(rel, src, member.size)
+
+
+def _copy_dir(root: Path, budget: _Budget, rel: PurePosixPath = PurePosixPath(), depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise _Refused(f"{shown(str(rel))}: directories nested deeper than {MAX_DEPTH}")
+    try:
+        with os.scandir(root / rel) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        if depth == 0:
+            raise
+        budget.copied.skip(f"unreadable directories ({exc.strerror or 'error'})")
+        return
+    for entry in entries:
+        sub = rel / entry.name
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            budget.copied.skip("unreadable entries")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if budget.admit(sub):
+                (budget.dest / sub).mkdir(parents=True, exist_ok=True)
+                _copy_dir(root, budget, sub, depth + 1)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            budget.copied.skip("links, FIFOs, sockets or devices (never followed or opened)")
+            continue
+        if not budget.admit(sub):
+            continue
+        _copy_file(root / sub, sub, budget)
+
+
+def _copy_file(src: Path, rel: PurePosixPath, budget: _Budget) -> None:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(src, flags)
+    except OSError as exc:
+        budget.copied.skip(f"unreadable files ({exc.strerror or 'error'})")
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or link since the listing
+            budget.copied.skip("links, FIFOs, sockets or devices (never followed or opened)")
+            return
+        if st.st_nlink > 1:  # a hard link may be one of the reader's own files
+            budget.copied.skip("hard-linked files")
+            return
+        budget.write(rel, fd, None)
+    finally:
+        os.close(fd)
+
+
+def copy_bundle(path: Path, dest: Path) -> Copied:
+    """Copy the bundle at `path` (directory or archive) into the empty directory `dest`.
+
+    Raises InputError (one line naming the bundle) when a rule or budget is broken.
+    """
+    budget = _Budget(dest)
+    label = shown(str(path), 200)
+    try:
+        if path.is_dir():
+            _copy_dir(path, budget)
+        else:
+            _copy_tar(path, budget)
+    except _Refused as exc:
+        raise InputError(f"bundle {label}: {exc}") from None
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"bundle {label}: {_reason(exc)}") from None
+    return budget.copied
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, EOFError):
+        return f"cannot read or copy an entry ({exc.strerror})"  # never the temporary path
+    reason = shown(" ".join(str(exc).split()) or type(exc).__name__, 200)
+    if isinstance(exc, EOFError) or "end-of-stream" in reason or "unexpected end" in reason:
+        return f"truncated archive ({reason})"
+    if isinstance(exc, tarfile.ReadError):
+        return "not a tar or .tar.gz archive (or a damaged one)"
+    return reason
