@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
-from oomdoctor.cli.common import warn_skipped, add_output_options, emit, terminal_width, wants_color
+from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color, warn_skipped
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 NAME = "doctor"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from oomdoctor.cli.common import add_output_options, emit, warn_skipped, progress, terminal_width, wants_color
+from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color, warn_skipped
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from oomdoctor.explain.events import LogScanner, index_block
 from oomdoctor.explain.rank import Explanation, explain_scan

@@ -10,7 +10,6 @@ a FIFO in one is never followed or opened. A corrupt or hostile bundle is an Inp
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import tempfile

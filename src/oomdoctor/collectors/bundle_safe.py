@@ -190,7 +190,7 @@ def _copy_tar(path: Path, budget: _Budget) -> None:
                     budget.write(rel, src, member.size)
 
 
-def _copy_dir(root: Path, budget: _Budget, rel: PurePosixPath = PurePosixPath(), depth: int = 0) -> None:
+def _copy_dir(root: Path, budget: _Budget, rel: PurePosixPath = PurePosixPath("."), depth: int = 0) -> None:  # noqa: B008
     if depth > MAX_DEPTH:
         raise _Refused(f"{shown(str(rel))}: directories nested deeper than {MAX_DEPTH}")
     try:
