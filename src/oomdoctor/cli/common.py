@@ -74,7 +74,14 @@ def terminal_width() -> int:
 
 
 def emit(content: str, args: argparse.Namespace) -> None:
-    """Write a rendered report to -o PATH or stdout."""
+    """Write a rendered report to -o PATH or stdout, redacted.
+
+    Every report leaves through here, so this is where secrets are hidden once more, whatever a
+    collector or renderer forgot (oomdoctor.redact.redact_rendered, docs/security.md).
+    """
+    from oomdoctor.redact import redact_rendered
+
+    content = redact_rendered(content, getattr(args, "format", None) or "text")
     out = getattr(args, "output", None)
     if out and out != "-":
         from pathlib import Path  # lazily: ~5 ms of every command's start-up
