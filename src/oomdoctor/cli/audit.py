@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from oomdoctor.cli.common import write_stdout
-from oomdoctor.redact import redact_rendered
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError, UsageError
+from oomdoctor.redact import redact_rendered
 
 NAME = "audit"
 HELP = "find OOM risks in Kubernetes manifests, compose files and docker run lines"
