@@ -107,14 +107,15 @@ def _decompressor(fh: IO[bytes]) -> IO[bytes]:
     return fh
 
 
-def _safe_name(name: str) -> PurePosixPath | None:
-    if "\x00" in name or "\\" in name:
-        return None
+def _safe_name(name: str) -> tuple[PurePosixPath | None, str]:
+    """(path inside the bundle, "") or (None, why it is never extracted)."""
     p = PurePosixPath(name)
     parts = [part for part in p.parts if part not in ("", ".")]
-    if p.is_absolute() or not parts or any(part == ".." for part in parts) or len(parts) > MAX_DEPTH:
-        return None
-    return PurePosixPath(*parts)
+    if "\x00" in name or p.is_absolute() or any(part == ".." for part in parts):
+        return None, "entries with an absolute or escaping path"
+    if len(parts) > MAX_DEPTH:
+        return None, f"entries nested deeper than {MAX_DEPTH} directories"
+    return PurePosixPath(*parts), ""
 
 
 class _Budget:
@@ -123,11 +124,13 @@ class _Budget:
         self.top: str | None = None  # the single top folder (`oomdoctor-bundle/`), if there is one
         self.entries = 0
 
-    def admit(self, rel: PurePosixPath) -> bool:
-        """Counts an entry; False when its folder (logs/, k8s/) already has enough files."""
+    def count(self) -> None:
         self.entries += 1
         if self.entries > MAX_MEMBERS:
             raise _Refused(f"more than {MAX_MEMBERS} entries")
+
+    def admit(self, rel: PurePosixPath) -> bool:
+        """False when the entry's folder (logs/, k8s/) already has enough files."""
         parts = rel.parts
         folder = parts[1] if len(parts) > 2 and parts[0] not in MAX_PER_FOLDER else parts[0]
         if folder in self.per_folder and len(parts) > 1:
@@ -169,10 +172,13 @@ def _copy_tar(path: Path, budget: _Budget) -> None:
         stream = _CappedReader(_decompressor(fh), MAX_TOTAL_BYTES)
         with tarfile.open(fileobj=stream, mode="r|", tarinfo=_SafeTarInfo) as tar:  # type: ignore[arg-type]
             for member in tar:
-                rel = _safe_name(member.name)
+                budget.count()
+                rel, why = _safe_name(member.name)
                 if rel is None:
-                    budget.copied.skip("entries with an absolute or escaping path")
+                    budget.copied.skip(why)
                     continue
+                if not rel.parts:
+                    continue  # `./`
                 if member.type not in _KEPT_TYPES:
                     budget.copied.skip("links, devices or other special entries")
                     continue
@@ -208,6 +214,7 @@ def _copy_dir(root: Path, budget: _Budget, rel: PurePosixPath = PurePosixPath(".
         except OSError:
             budget.copied.skip("unreadable entries")
             continue
+        budget.count()
         if stat.S_ISDIR(st.st_mode):
             if budget.admit(sub):
                 (budget.dest / sub).mkdir(parents=True, exist_ok=True)
