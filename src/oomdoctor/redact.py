@@ -223,10 +223,25 @@ def redact_strings(value: Any) -> Any:
             container[k] = copy
             stack.extend((copy, key) for key in copy)
         elif isinstance(item, list):
-            copy_list = list(item)
+            copy_list = _mask_key_lines(list(item))
             container[k] = copy_list
             stack.extend((copy_list, i) for i in range(len(copy_list)))
     return root[0]
+
+
+def _mask_key_lines(items: list[Any]) -> list[Any]:
+    """A private key split over list items (a log quoted line by line): the lines between its BEGIN
+    and END lines are masked too, not only the BEGIN line the token pattern sees."""
+    inside = False
+    for i, v in enumerate(items):
+        if not isinstance(v, str):
+            continue
+        if inside:
+            items[i] = MASK
+            inside = "-----END " not in v
+        elif "-----BEGIN " in v and "PRIVATE KEY" in v and "-----END " not in v:
+            inside = True
+    return items
 
 
 _HTML_PIECES = re.compile(r"(<[^>]*>)")
