@@ -26,10 +26,10 @@ CANARY = "oomdoctor-canary-7f3a9c"  # put in the reader's environment and files:
 _RUNNER = """
 import json, os, resource, sys
 caps = json.loads(os.environ.pop("HOSTILE_CAPS", "{}"))
-if caps:
-    import oomdoctor.collectors.bundle_safe as safe
-    for k, v in caps.items():
-        setattr(safe, k, v)
+import importlib
+for k, v in caps.items():  # "NAME" (collectors.bundle_safe) or "module.path.NAME"
+    mod, _, name = k.rpartition(".")
+    setattr(importlib.import_module(mod or "oomdoctor.collectors.bundle_safe"), name, v)
 from oomdoctor.cli import main
 rc = main(sys.argv[1:])
 sys.stdout.flush()

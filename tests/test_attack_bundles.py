@@ -118,10 +118,17 @@ def test_member_names_with_newlines_and_long_names_give_one_bounded_line(tmp_pat
 
 def test_too_many_entries_is_refused_quickly(tmp_path):
     def build(tar):
-        for i in range(6000):
+        for i in range(700):
             hostile._add(tar, f"oomdoctor-bundle/x/{i}", b"")
-    res = run_measured(["doctor", "--bundle", str(hostile.tgz(tmp_path / "b.tgz", build))], tmp_path)
-    _refused(res, "more than 5000 entries")
+    res = run_measured(["doctor", "--bundle", str(hostile.tgz(tmp_path / "b.tgz", build))], tmp_path,
+                       caps={"MAX_MEMBERS": 500})
+    _refused(res, "more than 500 entries")
+
+
+def test_the_entry_cap_is_a_few_thousand():
+    from oomdoctor.collectors import bundle_safe
+
+    assert bundle_safe.MAX_MEMBERS <= 5000
 
 
 @pytest.mark.parametrize("folder", ["logs", "k8s"])
@@ -269,8 +276,11 @@ def test_yaml_self_referencing_alias_and_deep_nesting(tmp_path):
 def test_bundle_inputs_are_read_capped(tmp_path, option):
     big = tmp_path / "big"
     with open(big, "wb") as fh:
-        fh.truncate(48 << 20)  # 48 MiB of sparse zeros (caps: 32 MiB log, 4 MiB manifest): cheap on disk, expensive if read whole
-    res = run_measured(["bundle", "-o", str(tmp_path / "out.tgz"), option, str(big)], tmp_path)
+        fh.truncate(256 << 20)  # 256 MiB of sparse zeros; caps patched to 1 MiB: cheap on disk, expensive if read whole
+    caps = {"oomdoctor.collectors.bundle_write.MAX_LOG_BYTES": 1 << 20,
+            "oomdoctor.collectors.bundle_write.MAX_MANIFEST_BYTES": 1 << 20}
+    res = run_measured(["bundle", "-o", str(tmp_path / "out.tgz"), option, str(big)], tmp_path, caps=caps)
+    assert res.maxrss_mib < 200  # the 48 MiB file was never read whole
     _bounded(res)
     if option == "--manifest":
         assert res.one_line_error and "larger than" in res.stderr

@@ -88,7 +88,10 @@ def read_bundle(path: str | Path) -> Iterator[OpenedBundle]:
     with tempfile.TemporaryDirectory(prefix="oomdoctor-bundle-") as tmp:
         os.chmod(tmp, 0o700)
         copied = copy_bundle(p, Path(tmp))
-        yield OpenedBundle(_check_is_bundle(_bundle_root(Path(tmp)), label), copied.notes())
+        try:
+            yield OpenedBundle(_check_is_bundle(_bundle_root(Path(tmp)), label), copied.notes())
+        finally:
+            copied.close()
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 Bundles come from strangers (docs/security.md). Everything a bundle command reads is first copied
 here, once, into a fresh temporary directory that holds only regular files and directories; every
 collector then reads that copy. So no link, FIFO or device of the bundle is ever opened, and no
-later read can leave the copy.
+later read can leave the copy. (One exception: a directory bundle's logs, up to 2 GiB each by
+design, are not copied but held open after the same checks and linked as /proc/self/fd/N.)
 
 Archives are streamed: a counting reader caps the *decompressed* bytes (headers included), and a
 TarInfo subclass refuses PAX (`x`/`g`) and GNU long-name (`L`/`K`) headers over MAX_HEADER_BYTES
@@ -26,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from oomdoctor.collectors.context import PINNED_PREFIX
 from oomdoctor.errors import InputError
 
 MAX_MEMBERS = 5_000  # a real bundle has ~40 files plus the user's logs and manifests
-MAX_MEMBER_BYTES = 64 * 1024 * 1024  # `bundle --log` keeps 32 MiB of a log
-MAX_TOTAL_BYTES = 512 * 1024 * 1024  # decompressed archive stream, headers included
+MAX_MEMBER_BYTES = 256 * 1024 * 1024  # `bundle --log` keeps 32 MiB of a log
+MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # decompressed archive stream, headers included
 MAX_HEADER_BYTES = 64 * 1024  # a PAX or GNU long-name header; real ones are a few hundred bytes
 MAX_DEPTH = 32
 MAX_PER_FOLDER = {"logs": 64, "k8s": 64}  # files read from these top folders; the rest are skipped
@@ -58,6 +60,11 @@ class Copied:
     files: int = 0
     bytes: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    pinned: list[int] = field(default_factory=list)  # open descriptors of a directory bundle's logs
+
+    def close(self) -> None:
+        while self.pinned:
+            os.close(self.pinned.pop())
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -243,13 +250,40 @@ def _copy_file(src: Path, rel: PurePosixPath, budget: _Budget) -> None:
         if st.st_nlink > 1:  # a hard link may be one of the reader's own files
             budget.copied.skip("hard-linked files")
             return
+        if _is_log(rel) and _pin(fd, rel, budget):
+            fd = -1  # kept open until the command ends
+            return
         budget.write(rel, fd, None)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+
+
+def _is_log(rel: PurePosixPath) -> bool:
+    parts = rel.parts
+    return len(parts) >= 2 and (parts[-2] == "logs") and len(parts) <= 3
+
+
+def _pin(fd: int, rel: PurePosixPath, budget: _Budget) -> bool:
+    """A directory bundle's log (up to 2 GiB by design, docs/benchmarks.md) is not copied: the copy
+    gets a link to /proc/self/fd/N, the descriptor this check opened, so readers reach exactly the
+    regular file checked here even if the bundle's entry is swapped for a link or a FIFO later."""
+    proc = f"{PINNED_PREFIX}{fd}"
+    if not os.path.exists(proc):
+        return False  # no /proc: copy it like any other file
+    target = budget.dest.joinpath(*rel.parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(proc, target)
+    budget.copied.pinned.append(fd)
+    budget.copied.files += 1
+    return True
 
 
 def copy_bundle(path: Path, dest: Path) -> Copied:
     """Copy the bundle at `path` (directory or archive) into the empty directory `dest`.
+
+    The caller closes the result (`Copied.close`) when it is done reading: a directory bundle's logs
+    are held open rather than copied.
 
     Raises InputError (one line naming the bundle) when a rule or budget is broken.
     """
@@ -261,8 +295,10 @@ def copy_bundle(path: Path, dest: Path) -> Copied:
         else:
             _copy_tar(path, budget)
     except _Refused as exc:
+        budget.copied.close()
         raise InputError(f"bundle {label}: {exc}") from None
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError, RecursionError) as exc:
+        budget.copied.close()
         raise InputError(f"bundle {label}: {_reason(exc)}") from None
     return budget.copied
 
