@@ -243,3 +243,10 @@ def test_environment_canary_never_in_a_live_report(capsys, monkeypatch):
         del os.environ["CI_HOOK"]
     out, err = capsys.readouterr()
     _no_secrets(out + err, "live doctor")
+
+
+def test_error_lines_are_one_bounded_redacted_line():
+    from oomdoctor.cli import _one_line
+
+    line = _one_line("bundle x: entry\nPGPASSWORD=pgsecret1a \x1b[31m" + "n" * 100_000)
+    assert "\n" not in line and "\x1b" not in line and len(line) <= 1000 and "pgsecret1a" not in line
