@@ -80,11 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(message: str, limit: int = 1000) -> str:
-    """Error lines are one line of bounded length and redacted, whatever the input put into them."""
-    from oomdoctor.redact import redact_text  # an error may quote the input (a YAML line, a log line)
-
+    """Error lines are one line of bounded length, whatever the input put into them (member names, paths)."""
     text = " ".join(message.split()) if ("\n" in message or "\r" in message) else message
-    text = redact_text("".join(c if c.isprintable() else "?" for c in text[: limit * 4]))
+    text = "".join(c if c.isprintable() else "?" for c in text[: limit * 4])
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
