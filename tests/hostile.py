@@ -3,8 +3,8 @@
 Each builder writes one bundle an attacker could send to support, small on disk. `run_measured`
 runs `oomdoctor ARGS` in a fresh interpreter with TMPDIR, HOME and the working directory inside
 the test's temporary directory, and reports exit code, output, wall time, and the child's CPU time
-and peak RSS (resource.getrusage inside that child, so other processes and a busy machine do not
-count; a hang is caught by the wall-clock timeout).
+and peak RSS (getrusage and /proc/self/status VmHWM inside that child, so other processes and a
+busy machine do not count; a hang is caught by the wall-clock timeout).
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ rc = main(sys.argv[1:])
 sys.stdout.flush()
 with open(os.environ["HOSTILE_STATS"], "w") as fh:
     use = resource.getrusage(resource.RUSAGE_SELF)
-    json.dump({"rc": rc, "maxrss_kib": use.ru_maxrss, "cpu_s": use.ru_utime + use.ru_stime}, fh)
+    peak = use.ru_maxrss  # kept across execve from the forking parent (a big pytest worker): prefer VmHWM
+    try:
+        with open("/proc/self/status") as st:
+            peak = next(int(l.split()[1]) for l in st if l.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    json.dump({"rc": rc, "maxrss_kib": peak, "cpu_s": use.ru_utime + use.ru_stime}, fh)
 sys.exit(rc)
 """
 
