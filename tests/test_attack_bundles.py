@@ -291,3 +291,15 @@ def test_the_reader_never_calls_extract():
     """Regression guard: members are copied one by one, never with tarfile's extract/extractall."""
     src = (hostile.ROOT / "src" / "oomdoctor" / "collectors" / "bundle_safe.py").read_text()
     assert "extractall" not in src and ".extract(" not in src
+
+
+@pytest.mark.parametrize("argv", [["explain", "--bundle"], ["doctor", "--bundle"]])
+def test_a_bundle_is_copied_once_per_command(monkeypatch, capsys, argv):
+    from oomdoctor.cli import main
+    from oomdoctor.collectors import bundle_read
+
+    calls = []
+    real = bundle_read.copy_bundle
+    monkeypatch.setattr(bundle_read, "copy_bundle", lambda p, d: calls.append(p) or real(p, d))
+    assert main([*argv, str(hostile.SEED)]) in (0, 1)
+    assert len(calls) == 1

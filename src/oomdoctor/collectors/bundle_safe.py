@@ -128,7 +128,6 @@ def _safe_name(name: str) -> tuple[PurePosixPath | None, str]:
 class _Budget:
     def __init__(self, dest: Path) -> None:
         self.dest, self.copied, self.per_folder = dest, Copied(), dict.fromkeys(MAX_PER_FOLDER, 0)
-        self.top: str | None = None  # the single top folder (`oomdoctor-bundle/`), if there is one
         self.entries = 0
 
     def count(self) -> None:
