@@ -6,6 +6,7 @@ temporary files left behind; nothing of the reader's own machine read through th
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 
@@ -92,7 +93,6 @@ def test_traversal_absolute_links_devices_are_never_extracted(tmp_path):
         hostile._add(tar, "oomdoctor-bundle/logs/x.log", type=tarfile.LNKTYPE, linkname=str(outside))
         hostile._add(tar, "oomdoctor-bundle/dev/evil", type=tarfile.CHRTYPE, devmajor=1, devminor=5)
         hostile._add(tar, "oomdoctor-bundle/dev/fifo", type=tarfile.FIFOTYPE)
-        hostile._add(tar, "oomdoctor-bundle/sparse", type=tarfile.GNUTYPE_SPARSE)
     bundle = hostile.tgz(tmp_path / "b.tar.gz", build)
     (tmp_path / "tmpdir").mkdir()
     before = sorted(os.listdir(tmp_path))
@@ -102,6 +102,23 @@ def test_traversal_absolute_links_devices_are_never_extracted(tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1
     assert sorted(os.listdir(tmp_path)) == before  # abs.txt, escape.txt: never written
     assert not (tmp_path.parent / "escape.txt").exists() and not (tmp_path.parent / "escape2.txt").exists()
+
+
+@pytest.mark.parametrize("pax", [None, {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "x",
+                                          "GNU.sparse.realsize": "10"},
+                                  {"GNU.sparse.map": "0,10", "GNU.sparse.size": "10"}])
+def test_sparse_entries_are_refused(tmp_path, pax):
+    def build(tar):
+        info = tarfile.TarInfo("oomdoctor-bundle/logs/sparse.log")
+        if pax is None:
+            info.type = tarfile.GNUTYPE_SPARSE
+        else:
+            info.pax_headers = pax
+            info.size = 512
+        tar.addfile(info, None if pax is None else io.BytesIO(b"1\n" + b"9" * 510))
+    fmt = tarfile.GNU_FORMAT if pax is None else tarfile.PAX_FORMAT
+    res = run_measured(["doctor", "--bundle", str(hostile.tgz(tmp_path / "b.tgz", build, fmt=fmt))], tmp_path)
+    _refused(res, "sparse")
 
 
 def test_member_names_with_newlines_and_long_names_give_one_bounded_line(tmp_path):
