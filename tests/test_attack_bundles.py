@@ -320,3 +320,19 @@ def test_a_bundle_is_copied_once_per_command(monkeypatch, capsys, argv):
     monkeypatch.setattr(bundle_read, "copy_bundle", lambda p, d: calls.append(p) or real(p, d))
     assert main([*argv, str(hostile.SEED)]) in (0, 1)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dict_mib,refused", [(1536, True), (8, False)])
+def test_xz_dictionary_size_is_limited(tmp_path, dict_mib, refused):
+    import lzma
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        hostile.seed_members(tar)
+    data = lzma.compress(buf.getvalue(), filters=[{"id": lzma.FILTER_LZMA2, "dict_size": dict_mib << 20}])
+    (tmp_path / "b.tar.xz").write_bytes(data)
+    res = run_measured(["doctor", "--bundle", str(tmp_path / "b.tar.xz")], tmp_path)
+    if refused:
+        _refused(res, "Memory usage limit")
+    else:
+        _reported(res)

@@ -36,6 +36,7 @@ MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # decompressed archive stream, headers inc
 MAX_HEADER_BYTES = 64 * 1024  # a PAX or GNU long-name header; real ones are a few hundred bytes
 MAX_DEPTH = 32
 MAX_PER_FOLDER = {"logs": 64, "k8s": 64}  # files read from these top folders; the rest are skipped
+MAX_XZ_MEMORY = 128 * 1024 * 1024  # liblzma's allocation for an .tar.xz (its dictionary)
 NAME_SHOWN = 120  # characters of a member name in an error line
 
 _GNU_LONG = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
@@ -127,8 +128,28 @@ def _decompressor(fh: IO[bytes]) -> IO[bytes]:
     if head.startswith(b"BZh"):
         return bz2.BZ2File(fh, "rb")  # type: ignore[return-value]
     if head.startswith(b"\xfd7zXZ\x00"):
-        return lzma.LZMAFile(fh, "rb")  # type: ignore[return-value]
+        return _Xz(fh)  # type: ignore[return-value]
     return fh
+
+
+class _Xz:
+    """xz with a memory limit: the archive chooses the dictionary size, and liblzma allocates it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.dec = raw, lzma.LZMADecompressor(memlimit=MAX_XZ_MEMORY)
+
+    def read(self, size: int = -1) -> bytes:
+        size = size if 0 < size <= (1 << 20) else 1 << 20
+        while not self.dec.eof:
+            data = b""
+            if self.dec.needs_input:
+                data = self.raw.read(1 << 16)
+                if not data:
+                    raise EOFError("xz stream ended early")
+            out = self.dec.decompress(data, max_length=size)
+            if out:
+                return out
+        return b""
 
 
 def _safe_name(name: str) -> tuple[PurePosixPath | None, str]:
