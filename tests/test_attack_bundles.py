@@ -336,3 +336,20 @@ def test_xz_dictionary_size_is_limited(tmp_path, dict_mib, refused):
         _refused(res, "Memory usage limit")
     else:
         _reported(res)
+
+
+def test_fleet_stdin_of_zeros_is_refused_from_its_first_bytes(tmp_path):
+    res = run_measured(["fleet", "-"], tmp_path, stdin=bytes(128 << 20))
+    _refused(res, "binary data")
+    assert res.maxrss_mib < 100  # the 128 MiB were not read
+
+
+def test_report_of_a_run_dir_with_fifo_and_links(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "timeline-0.jsonl")
+    os.symlink("/dev/zero", run / "outside.jsonl")
+    os.symlink("/dev/zero", run / "run.json")
+    (run / "oom-1.json").write_bytes(hostile.deep_json(50_000))
+    res = run_measured(["report", str(run)], tmp_path, timeout=60)
+    _refused(res, "not an oomdoctor run directory")

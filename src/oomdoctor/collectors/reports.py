@@ -20,7 +20,7 @@ from oomdoctor.parsers.budget import BudgetError, loads_json
 from oomdoctor.parsers.report_stream import iter_stream
 
 MAX_REPORT_BYTES = 64 * 2**20
-MAX_STREAM_BYTES = 4 * 2**30
+MAX_STREAM_BYTES = 1 * 2**30
 
 
 def is_bundle(path: str) -> bool:
@@ -92,9 +92,10 @@ def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:
     """(source name, parsed JSON or None, error) for every report under `paths` ('-' = stdin)."""
     for path in paths:
         if path == "-":
-            data = sys.stdin.buffer.read(MAX_STREAM_BYTES)
-            if b"\x00" in data[:4096] and not data.lstrip().startswith(b"{"):
+            data = sys.stdin.buffer.read(4096)  # judged before the rest is read: `fleet - < /dev/zero`
+            if b"\x00" in data and not data.lstrip().startswith(b"{"):
                 raise InputError("<stdin>: binary data, not doctor JSON reports")
+            data += sys.stdin.buffer.read(MAX_STREAM_BYTES - len(data))
             # `kubectl logs -l app=oomdoctor --prefix | oomdoctor fleet -` interleaves every pod's output:
             # one pod printing a stray non-UTF-8 byte must not drop the whole fleet, so decode leniently
             # and let the stream scanner skip what is not a report.
