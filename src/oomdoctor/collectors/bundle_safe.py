@@ -6,18 +6,14 @@ collector then reads that copy. So no link, FIFO or device of the bundle is ever
 later read can leave the copy. (One exception: a directory bundle's logs, up to 2 GiB each by
 design, are not copied but held open after the same checks and linked as /proc/self/fd/N.)
 
-Archives are streamed: a counting reader caps the *decompressed* bytes (headers included), and a
-TarInfo subclass refuses PAX (`x`/`g`) and GNU long-name (`L`/`K`) headers over MAX_HEADER_BYTES
-before tarfile reads their payload (tarfile reads those whole, and a 1 MB archive can carry 1 GiB
-of header). Directories are walked without following links; each file is opened with O_NOFOLLOW |
+Archives are streamed through collectors/bundle_stream.py (decompressed bytes capped, headers
+included; oversized extended headers and sparse maps refused before tarfile reads them). Directories are walked without following links; each file is opened with O_NOFOLLOW |
 O_NONBLOCK and kept only if fstat says it is a regular file. Logs and manifests past a count are
 skipped and counted, not read (20 000 tiny logs would otherwise take a minute to scan).
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import lzma
 import os
 import stat
@@ -25,33 +21,19 @@ import tarfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO
 
+from oomdoctor.collectors.bundle_stream import CappedReader, Refused, SafeTarInfo, decompressor, shown
 from oomdoctor.collectors.context import PINNED_PREFIX
 from oomdoctor.errors import InputError
 
 MAX_MEMBERS = 5_000  # a real bundle has ~40 files plus the user's logs and manifests
 MAX_MEMBER_BYTES = 256 * 1024 * 1024  # `bundle --log` keeps 32 MiB of a log
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # decompressed archive stream, headers included
-MAX_HEADER_BYTES = 64 * 1024  # a PAX or GNU long-name header; real ones are a few hundred bytes
 MAX_DEPTH = 32
 MAX_PER_FOLDER = {"logs": 64, "k8s": 64}  # files read from these top folders; the rest are skipped
-MAX_XZ_MEMORY = 128 * 1024 * 1024  # liblzma's allocation for an .tar.xz (its dictionary)
-NAME_SHOWN = 120  # characters of a member name in an error line
 
-_GNU_LONG = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
-_PAX = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 _KEPT_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
-
-
-class _Refused(Exception):
-    """A budget or rule was broken; the message is one short line."""
-
-
-def shown(name: str, limit: int = NAME_SHOWN) -> str:
-    """A name as it may appear in an error line: printable, one line, at most `limit` characters."""
-    text = "".join(c if c.isprintable() else "?" for c in str(name))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass
@@ -74,84 +56,6 @@ class Copied:
         return [f"{n} {why}" for why, n in sorted(self.skipped.items())]
 
 
-class _CappedReader:
-    """A read-only stream that raises once more than `cap` bytes came through it."""
-
-    def __init__(self, raw: IO[bytes], cap: int) -> None:
-        self.raw, self.cap, self.count = raw, cap, 0
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0 or size > (1 << 20):
-            size = 1 << 20  # never one unbounded read
-        data = self.raw.read(size)
-        self.count += len(data)
-        if self.count > self.cap:
-            raise _Refused(f"more than {self.cap >> 20} MiB once decompressed")
-        return data
-
-    def close(self) -> None:  # tarfile closes what it was given; the caller closes the file
-        pass
-
-
-class _SafeTarInfo(tarfile.TarInfo):
-    """Refuses oversized extended headers from their 512-byte header block, before the payload is read."""
-
-    def _proc_member(self, tarfile_: Any) -> Any:
-        if self.type in _GNU_LONG + _PAX and self.size > MAX_HEADER_BYTES:
-            kind = "GNU long-name" if self.type in _GNU_LONG else "PAX extended"
-            raise _Refused(f"{kind} header of {self.size} bytes (at most {MAX_HEADER_BYTES} allowed)")
-        if self.type == tarfile.GNUTYPE_SPARSE:
-            _no_sparse()
-        return super()._proc_member(tarfile_)  # type: ignore[misc]
-
-    # Sparse maps are read block by block, as many as the archive says: within the stream cap that is
-    # millions of Python iterations. A bundle never holds sparse files, so they are refused outright.
-    def _proc_gnusparse_00(self, *args: Any) -> Any:
-        _no_sparse()
-
-    def _proc_gnusparse_01(self, *args: Any) -> Any:
-        _no_sparse()
-
-    def _proc_gnusparse_10(self, *args: Any) -> Any:
-        _no_sparse()
-
-
-def _no_sparse() -> None:
-    raise _Refused("sparse file entries (never written by `oomdoctor bundle`)")
-
-
-def _decompressor(fh: IO[bytes]) -> IO[bytes]:
-    head = fh.read(6)
-    fh.seek(0)
-    if head.startswith(b"\x1f\x8b"):
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
-    if head.startswith(b"BZh"):
-        return bz2.BZ2File(fh, "rb")  # type: ignore[return-value]
-    if head.startswith(b"\xfd7zXZ\x00"):
-        return _Xz(fh)  # type: ignore[return-value]
-    return fh
-
-
-class _Xz:
-    """xz with a memory limit: the archive chooses the dictionary size, and liblzma allocates it."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw, self.dec = raw, lzma.LZMADecompressor(memlimit=MAX_XZ_MEMORY)
-
-    def read(self, size: int = -1) -> bytes:
-        size = size if 0 < size <= (1 << 20) else 1 << 20
-        while not self.dec.eof:
-            data = b""
-            if self.dec.needs_input:
-                data = self.raw.read(1 << 16)
-                if not data:
-                    raise EOFError("xz stream ended early")
-            out = self.dec.decompress(data, max_length=size)
-            if out:
-                return out
-        return b""
-
-
 def _safe_name(name: str) -> tuple[PurePosixPath | None, str]:
     """(path inside the bundle, "") or (None, why it is never extracted)."""
     p = PurePosixPath(name)
@@ -171,7 +75,7 @@ class _Budget:
     def count(self) -> None:
         self.entries += 1
         if self.entries > MAX_MEMBERS:
-            raise _Refused(f"more than {MAX_MEMBERS} entries")
+            raise Refused(f"more than {MAX_MEMBERS} entries")
 
     def admit(self, rel: PurePosixPath) -> bool:
         """False when the entry's folder (logs/, k8s/) already has enough files."""
@@ -186,7 +90,7 @@ class _Budget:
 
     def write(self, rel: PurePosixPath, src: IO[bytes] | int, size: int | None) -> None:
         if size is not None and size > MAX_MEMBER_BYTES:
-            raise _Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
+            raise Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
         target = self.dest.joinpath(*rel.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -199,22 +103,22 @@ class _Budget:
                 chunk = os.read(src, want) if isinstance(src, int) else src.read(want)
                 if not chunk:
                     if size is not None:
-                        raise _Refused(f"truncated archive ({shown(str(rel))} is cut short)")
+                        raise Refused(f"truncated archive ({shown(str(rel))} is cut short)")
                     break
                 written += len(chunk)
                 if written > MAX_MEMBER_BYTES:
-                    raise _Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
+                    raise Refused(f"{shown(str(rel))} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
                 self.copied.bytes += len(chunk)
                 if self.copied.bytes > MAX_TOTAL_BYTES:
-                    raise _Refused(f"more than {MAX_TOTAL_BYTES >> 20} MiB of files")
+                    raise Refused(f"more than {MAX_TOTAL_BYTES >> 20} MiB of files")
                 out.write(chunk)
         self.copied.files += 1
 
 
 def _copy_tar(path: Path, budget: _Budget) -> None:
     with open(path, "rb") as fh:
-        stream = _CappedReader(_decompressor(fh), MAX_TOTAL_BYTES)
-        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_SafeTarInfo) as tar:  # type: ignore[arg-type]
+        stream = CappedReader(decompressor(fh), MAX_TOTAL_BYTES)
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=SafeTarInfo) as tar:  # type: ignore[arg-type]
             for member in tar:
                 budget.count()
                 rel, why = _safe_name(member.name)
@@ -242,7 +146,7 @@ def _copy_tar(path: Path, budget: _Budget) -> None:
 
 def _copy_dir(root: Path, budget: _Budget, rel: PurePosixPath = PurePosixPath("."), depth: int = 0) -> None:  # noqa: B008
     if depth > MAX_DEPTH:
-        raise _Refused(f"{shown(str(rel))}: directories nested deeper than {MAX_DEPTH}")
+        raise Refused(f"{shown(str(rel))}: directories nested deeper than {MAX_DEPTH}")
     try:
         with os.scandir(root / rel) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -331,7 +235,7 @@ def copy_bundle(path: Path, dest: Path) -> Copied:
             _copy_dir(path, budget)
         else:
             _copy_tar(path, budget)
-    except _Refused as exc:
+    except Refused as exc:
         budget.copied.close()
         raise InputError(f"bundle {label}: {exc}") from None
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError, RecursionError) as exc:
