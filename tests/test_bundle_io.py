@@ -61,7 +61,7 @@ def test_missing_path(tmp_path):
 
 
 def test_member_size_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr("oomdoctor.collectors.bundle_read.MAX_MEMBER_BYTES", 10)
+    monkeypatch.setattr("oomdoctor.collectors.bundle_safe.MAX_MEMBER_BYTES", 10)
     path = tmp_path / "big.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("logs/big.txt")

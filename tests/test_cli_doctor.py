@@ -24,7 +24,7 @@ def collectors(monkeypatch):
         calls.append(("live", probe, probe_attempts) + (("torch",) if import_torch else ()))
         return state["facts"]
 
-    def collect_bundle(path):
+    def collect_bundle(path, notes=None):
         calls.append(("bundle", str(path)))
         if "missing" in str(path):
             raise InputError(f"cannot read bundle {path}: no such file or directory")

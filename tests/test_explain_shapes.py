@@ -138,8 +138,8 @@ def test_here_reads_this_machine_and_excludes_bundle(tmp_path):
 
 
 def test_here_facts_decide(tmp_path):
-    from oomdoctor.explain.rank import explain_scan
     from oomdoctor.explain.events import LogScanner
+    from oomdoctor.explain.rank import explain_scan
     from oomdoctor.facts import Fact, FactSet
 
     scanner = LogScanner()

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import a100, make_facts
 import oomdoctor.checks.workload  # noqa: F401 - registers WRK001 whatever ran before
+from builders import a100, make_facts
 from oomdoctor.checks.registry import CHECKS
 from oomdoctor.cli import main
 from oomdoctor.collectors import workload as workload_collector

@@ -19,8 +19,8 @@ MASK = "***"
 # these (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, `APIKEY`, `DB_PASSWORD`, `GITHUB_PAT`); `PATH` or
 # `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value.
 _SECRET_NAME = re.compile(
-    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET|PASSWORD|PASSWD|PWD|PASS"
-    r"|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|DSN)(?:$|[_\-.])",
+    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET|[A-Z0-9]*PASS(?:WORD|WD|PHRASE)?[S]?"
+    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN)(?:$|[_\-.])",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are known not to hold secrets.
@@ -32,7 +32,9 @@ _SAFE_NAMES = frozenset({
 
 # Values that look like credentials, whatever the variable name.
 _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S),
+    # PEM, OpenSSH and PGP (`-----BEGIN PGP PRIVATE KEY BLOCK-----`) private keys, to their END line
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+               re.S),
     re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),  # AWS access key ids
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),  # GitHub tokens
     re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}\b"),
@@ -43,6 +45,10 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google API key
     re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
+    # Webhook URLs are credentials in their path: Slack, Discord, Microsoft Teams
+    re.compile(r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+"),
+    re.compile(r"(?<=discord\.com/api/webhooks/)[A-Za-z0-9_/\-]+|(?<=discordapp\.com/api/webhooks/)[A-Za-z0-9_/\-]+"),
+    re.compile(r"(?<=webhook\.office\.com/)[A-Za-z0-9_/@.\-]+"),
 )
 # Literal text each token pattern must contain: a substring test (memchr-fast) skips the regex pass
 # over a log that cannot match it, which is nearly every pass on a training log. Same output, ~10x
@@ -59,12 +65,18 @@ _TOKEN_ANCHORS: tuple[tuple[str, ...], ...] = (
     ("AIza",),
     ("npm_",),
     ("eyJ",),
+    ("hooks.slack.com/",),
+    ("/api/webhooks/",),
+    ("webhook.office.com/",),
 )
+# `curl -u user:pass`, `--user user:pass`, `--user=user:pass`: the password after the colon
+_USER_PASS = re.compile(r"(?<![\w\-])(?P<flag>-u|--user|--proxy-user)(?P<sep>[ \t]+|=)(?P<q>[\"']?)(?P<user>[^\s:\"']*):"
+                        r"(?P<value>[^\s\"']+)")
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
 _URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s:/@]*):([^\s@/]+)@")
 # KEY=value / key: value / "key": "value" assignments inside free text (logs, command lines).
 _ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&]+)"
+    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&\x00]+)"
 )
 
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
@@ -98,6 +110,10 @@ def redact_text(text: str) -> str:
         out = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
     if "://" in out:
         out = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", out)
+    if "-u" in out:
+        out = _USER_PASS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{m.group('q')}{m.group('user')}:{MASK}"
+                             if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
+                             else m.group(0), out)  # `docker run -u 1000:1000` is a uid:gid
 
     def _assign(m: re.Match[str]) -> str:
         if is_secret_name(m.group("name")) and m.group("value") != MASK:
@@ -155,8 +171,29 @@ def redact_manifest(doc: Any) -> Any:
         return [MASK if i and isinstance(v, str) and isinstance(doc[i - 1], str) and is_secret_flag(doc[i - 1])
                 else redact_manifest(v) for i, v in enumerate(doc)]
     if isinstance(doc, str):
-        return redact_text(doc)
+        return _redact_embedded_json(doc)
     return doc
+
+
+def _redact_embedded_json(text: str) -> str:
+    """A string that is itself a JSON document (`kubectl.kubernetes.io/last-applied-configuration`
+    holds the whole manifest, Secrets and env values included) is redacted as a manifest."""
+    stripped = text.strip()
+    if len(stripped) < 2 or stripped[0] not in "{[" or stripped[-1] not in "}]" or len(stripped) > _MAX_EMBEDDED:
+        return redact_text(text)
+    import json
+
+    try:
+        inner = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return redact_text(text)
+    cleaned = redact_manifest(inner)
+    if cleaned == inner:
+        return redact_text(text)
+    return json.dumps(cleaned, separators=(",", ":")) + ("\n" if text.endswith("\n") else "")
+
+
+_MAX_EMBEDDED = 4 << 20
 
 
 def _redact_env_entry(entry: Any) -> Any:
@@ -164,3 +201,99 @@ def _redact_env_entry(entry: Any) -> Any:
         return {**redact_manifest({k: v for k, v in entry.items() if k != "value"}),
                 "value": redact_value(str(entry["name"]), entry["value"])}
     return redact_manifest(entry)
+
+
+def redact_strings(value: Any) -> Any:
+    """A copy of parsed JSON with `redact_text` applied to every string (keys kept as they are).
+
+    For reports: their keys are oomdoctor's own (`key`, `value`, fact names), so a name-based rule
+    would hide report structure; secrets inside values are found by their shape and by the
+    `NAME=value` / `--flag value` forms in the text.
+    """
+    stack: list[Any] = []
+    root: list[Any] = [value]
+    stack.append((root, 0))
+    while stack:
+        container, k = stack.pop()
+        item = container[k]
+        if isinstance(item, str):
+            container[k] = _redact_embedded_json(item)
+        elif isinstance(item, dict):
+            copy = dict(item)
+            container[k] = copy
+            stack.extend((copy, key) for key in copy)
+        elif isinstance(item, list):
+            copy_list = _mask_key_lines(list(item))
+            container[k] = copy_list
+            stack.extend((copy_list, i) for i in range(len(copy_list)))
+    return root[0]
+
+
+def _mask_key_lines(items: list[Any]) -> list[Any]:
+    """A private key split over list items (a log quoted line by line): the lines between its BEGIN
+    and END lines are masked too, not only the BEGIN line the token pattern sees."""
+    inside = False
+    for i, v in enumerate(items):
+        if not isinstance(v, str):
+            continue
+        if inside:
+            items[i] = MASK
+            inside = "-----END " not in v
+        elif "-----BEGIN " in v and "PRIVATE KEY" in v and "-----END " not in v:
+            inside = True
+    return items
+
+
+_HTML_PIECES = re.compile(r"(<[^>]*>)")
+_HTML_ATTR = re.compile(r'(=")([^"]*)(")')
+
+
+def _redact_html_text(text: str) -> str:
+    import html
+
+    if not text.strip():
+        return text
+    plain = html.unescape(text)
+    red = redact_text(plain)
+    return text if red == plain else html.escape(red, quote=False)
+
+
+def _redact_html_attr(m: re.Match[str]) -> str:
+    import html
+
+    plain = html.unescape(m.group(2))
+    red = redact_text(plain)
+    return m.group(0) if red == plain else f"{m.group(1)}{html.escape(red, quote=True)}{m.group(3)}"
+
+
+def redact_rendered(content: str, fmt: str) -> str:
+    """A finished report (text, JSON or HTML) with every secret the rules know hidden.
+
+    This is the choke point every report passes (cli.common.emit): whatever a collector or
+    renderer forgot, the output is redacted here. JSON is parsed and its strings redacted (the
+    result is dumped as oomdoctor's JSON renderers write it, only when something changed); HTML has
+    its text and attribute values redacted between the tags, unescaped first and escaped again.
+    """
+    if not content:
+        return content
+    if fmt == "json":
+        import json
+
+        try:
+            doc = json.loads(content)
+        except (ValueError, RecursionError):
+            return redact_text(content)
+        red = redact_strings(doc)
+        if red == doc:
+            return content
+        return json.dumps(red, indent=2, sort_keys=False) + ("\n" if content.endswith("\n") else "")
+    if fmt == "html":
+        pieces = _HTML_PIECES.split(content)
+        for i, piece in enumerate(pieces):
+            if i % 2:  # a tag: its attribute values
+                if '="' in piece:
+                    pieces[i] = _HTML_ATTR.sub(_redact_html_attr, piece)
+            else:
+                pieces[i] = _redact_html_text(piece)
+        return "".join(pieces)
+    return redact_text(content)

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except OomDoctorError as exc:
-        print(f"oomdoctor {args.command}: {exc.message}", file=sys.stderr)
+        print(f"oomdoctor {args.command}: {_one_line(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("oomdoctor: interrupted", file=sys.stderr)
@@ -72,11 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 3
-        print(f"oomdoctor {args.command}: internal error: {type(exc).__name__}: {exc} "
+        print(f"oomdoctor {args.command}: internal error: {type(exc).__name__}: {_one_line(str(exc), 300)} "
               "(please report it; set OOMDOCTOR_DEBUG=1 for the traceback)", file=sys.stderr)
         if _debug():
             raise
         return EXIT_INTERNAL
+
+
+def _one_line(message: str, limit: int = 1000) -> str:
+    """Error lines are one line of bounded length, whatever the input put into them (member names, paths)."""
+    text = " ".join(message.split()) if ("\n" in message or "\r" in message) else message
+    text = "".join(c if c.isprintable() else "?" for c in text[: limit * 4])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _debug() -> bool:

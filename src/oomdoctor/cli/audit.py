@@ -10,6 +10,7 @@ from pathlib import Path
 
 from oomdoctor.cli.common import write_stdout
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError, UsageError
+from oomdoctor.redact import redact_rendered
 
 NAME = "audit"
 HELP = "find OOM risks in Kubernetes manifests, compose files and docker run lines"
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     content = {"json": render.to_json, "html": render.to_html}.get(args.format, render.to_text)(results)
     report_to = None if (args.fix and not args.in_place) else args.output
-    _emit(content, report_to)
+    _emit(redact_rendered(content, args.format), report_to)  # the report only: fixed files keep their values
     worst = [a for f in results for a in f.findings
              if a.finding.severity.rank >= 1 and a.finding.id not in f.fixed_ids]
     return EXIT_FINDINGS if worst else EXIT_OK

@@ -59,6 +59,13 @@ def progress(text: str, args: argparse.Namespace) -> Iterator[Callable[[str], No
     yield lambda msg: None
 
 
+def warn_skipped(bundle: str, notes: list[str]) -> None:
+    """One stderr line saying what a bundle's safe copy left out (links, FIFOs, logs past the cap)."""
+    if notes:
+        name = bundle if len(bundle) <= 200 else bundle[:197] + "..."
+        print(f"oomdoctor: bundle {name}: skipped " + "; ".join(notes), file=sys.stderr)
+
+
 def terminal_width() -> int:
     try:
         return max(60, min(os.get_terminal_size().columns, 160))
@@ -67,7 +74,14 @@ def terminal_width() -> int:
 
 
 def emit(content: str, args: argparse.Namespace) -> None:
-    """Write a rendered report to -o PATH or stdout."""
+    """Write a rendered report to -o PATH or stdout, redacted.
+
+    Every report leaves through here, so this is where secrets are hidden once more, whatever a
+    collector or renderer forgot (oomdoctor.redact.redact_rendered, docs/security.md).
+    """
+    from oomdoctor.redact import redact_rendered
+
+    content = redact_rendered(content, getattr(args, "format", None) or "text")
     out = getattr(args, "output", None)
     if out and out != "-":
         from pathlib import Path  # lazily: ~5 ms of every command's start-up

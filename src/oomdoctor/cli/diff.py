@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from oomdoctor.cli.common import add_output_options, emit
+from oomdoctor.cli.common import add_output_options, emit, warn_skipped
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 NAME = "diff"
@@ -26,7 +26,9 @@ def load_report(path: str):
     from oomdoctor.facts.report import DoctorReport, report_from_json
 
     if is_bundle(path):
-        facts = collect_bundle_facts(path)
+        notes: list[str] = []
+        facts = collect_bundle_facts(path, notes)
+        warn_skipped(path, notes)
         meta = {"source": "bundle", "bundle": path}
         try:
             from oomdoctor.checks.engine import diagnose

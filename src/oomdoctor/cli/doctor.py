@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
-from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color
+from oomdoctor.cli.common import add_output_options, emit, terminal_width, wants_color, warn_skipped
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 NAME = "doctor"
@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
             flag = "--probe" if args.probe else "--torch"
             raise UsageError(f"{flag} runs on a live machine; it cannot be combined with --bundle "
                              "(a bundle carries its torch facts in commands/torch.json)")
-        facts = machine.collect_bundle(args.bundle)
+        notes: list[str] = []
+        facts = machine.collect_bundle(args.bundle, notes)
+        warn_skipped(args.bundle, notes)
         meta = {"source": "bundle", "bundle": str(args.bundle), "created": created}
     else:
         # --torch: the build's facts from a child; --probe implies it and adds the devices

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color
+from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color, warn_skipped
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from oomdoctor.explain.events import LogScanner, index_block
 from oomdoctor.explain.rank import Explanation, explain_scan
@@ -34,12 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
-def _load_bundle(path: str):  # -> FactSet
+def _machine(path: str):  # -> the collectors.machine module
     try:
-        machine = importlib.import_module("oomdoctor.collectors.machine")
+        return importlib.import_module("oomdoctor.collectors.machine")
     except ImportError as exc:
         raise UsageError(f"--bundle {path}: bundle reading is not available in this build ({exc})") from exc
-    return machine.collect_bundle(path)
 
 
 def _load_here():  # -> FactSet
@@ -110,16 +109,21 @@ def run(args: argparse.Namespace) -> int:
         check_readable(path)
     if args.here and args.bundle:
         raise UsageError("--here reads this machine and --bundle another one's facts: give one of them")
-    facts = _load_bundle(args.bundle) if args.bundle else (_load_here() if args.here else None)
+    facts = _load_here() if args.here else None
     scanner = LogScanner()
+    if args.bundle:  # copied once (a private, checked copy); facts and logs/ both come from it
+        machine = _machine(args.bundle)
+        from oomdoctor.collectors.bundle_read import read_bundle
+
+        with read_bundle(args.bundle) as opened:
+            warn_skipped(args.bundle, opened.notes)
+            facts = machine.collect_bundle_root(opened.root)
+            if not args.logs:  # the logs the user added to the bundle (docs/contracts.md §5 logs/*)
+                logs = opened.root / "logs"
+                files = sorted(p for p in logs.glob("*") if p.is_file()) if logs.is_dir() else []
+                _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args)
     if args.logs:
         _scan(scanner, args.logs, None, args)
-    else:  # the logs the user added to the bundle (docs/contracts.md §5 logs/*)
-        from oomdoctor.collectors.bundle_read import open_bundle
-
-        with open_bundle(args.bundle) as root:
-            files = sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
-            _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args)
     ex = explain_scan(scanner.finish(), facts)
     _redact(ex)
     if args.format == "json":

@@ -1,78 +1,28 @@
-"""Open a bundle (directory or .tar.gz) safely.
+"""Open a bundle (directory or .tar.gz) safely, once per command.
 
-A bundle comes from someone else's machine, so the archive is untrusted: only regular files and
-directories are extracted, by us, one by one (no `extractall`), with no absolute paths, no `..`,
-no links or devices, and limits on member count and sizes. A corrupt or truncated archive is an
-InputError naming it (exit 2, one line).
+A bundle comes from someone else's machine, so it is untrusted: `bundle_safe.copy_bundle` copies
+what may be read (regular files and directories, within budgets) into a private temporary
+directory, and every collector reads that copy. Directory bundles are copied too, so a symlink or
+a FIFO in one is never followed or opened. A corrupt or hostile bundle is an InputError naming it
+(exit 2, one line).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import tarfile
+import stat
 import tempfile
-import zlib
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from oomdoctor.collectors.bundle_safe import copy_bundle, shown
 from oomdoctor.errors import InputError
+from oomdoctor.parsers.budget import loads_json
 
-MAX_MEMBERS = 20_000
-MAX_MEMBER_BYTES = 256 * 1024 * 1024
-MAX_TOTAL_BYTES = 1024 * 1024 * 1024
-
-
-def _safe_name(name: str) -> PurePosixPath | None:
-    p = PurePosixPath(name)
-    parts = [part for part in p.parts if part not in ("", ".")]
-    if p.is_absolute() or not parts or any(part == ".." for part in parts):
-        return None
-    return PurePosixPath(*parts)
-
-
-def extract_tar(path: Path, dest: Path) -> None:
-    total = 0
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for count, member in enumerate(tar, 1):
-                if count > MAX_MEMBERS:
-                    raise InputError(f"bundle {path}: more than {MAX_MEMBERS} entries")
-                rel = _safe_name(member.name)
-                if rel is None or not (member.isfile() or member.isdir()):
-                    continue  # links, devices, absolute or escaping paths: never extracted
-                target = dest / rel
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                if member.size > MAX_MEMBER_BYTES:
-                    raise InputError(f"bundle {path}: {member.name} is larger than {MAX_MEMBER_BYTES >> 20} MiB")
-                total += member.size
-                if total > MAX_TOTAL_BYTES:
-                    raise InputError(f"bundle {path}: more than {MAX_TOTAL_BYTES >> 20} MiB unpacked")
-                src = tar.extractfile(member)
-                if src is None:
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with src, open(target, "wb") as out:
-                    remaining = member.size
-                    while remaining > 0:
-                        chunk = src.read(min(remaining, 1 << 20))
-                        if not chunk:
-                            raise InputError(f"bundle {path}: truncated archive ({member.name} is cut short)")
-                        out.write(chunk)
-                        remaining -= len(chunk)
-    except InputError:
-        raise
-    except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__  # one line: tarfile lists every method tried
-        if isinstance(exc, EOFError) or "end-of-stream" in reason or "unexpected end" in reason:
-            reason = f"truncated archive ({reason[:200]})"
-        elif isinstance(exc, tarfile.ReadError):
-            reason = "not a tar or .tar.gz archive (or a damaged one)"
-        raise InputError(f"bundle {path}: {reason}") from None
+MAX_META_BYTES = 1 << 20
 
 
 def _bundle_root(directory: Path) -> Path:
@@ -104,41 +54,58 @@ def _check_is_bundle(root: Path, path: str | Path) -> Path:
     return root
 
 
+@dataclass
+class OpenedBundle:
+    root: Path
+    notes: list[str] = field(default_factory=list)  # what the copy skipped, as counts
+
+
 @contextlib.contextmanager
-def open_bundle(path: str | Path) -> Iterator[Path]:
-    """Yield the bundle's root directory; a temporary extraction is removed afterwards."""
+def read_bundle(path: str | Path) -> Iterator[OpenedBundle]:
+    """The bundle copied into a private temporary directory (removed afterwards), and what was skipped."""
     p = Path(path)
+    label = shown(str(path), 200)
     try:
-        is_dir = p.is_dir()
-        is_file = p.is_file()
+        st = os.stat(p)  # follows a link given on the command line: the user named it
+    except FileNotFoundError:
+        raise InputError(f"bundle {label}: " + ("dangling symbolic link" if os.path.lexists(p)
+                                                 else "no such file or directory")) from None
     except OSError as exc:
-        raise InputError(f"bundle {path}: {exc.strerror or exc}") from None
-    if is_dir:
+        raise InputError(f"bundle {label}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
         try:
             next(iter(p.iterdir()), None)
         except OSError as exc:
-            raise InputError(f"bundle {path}: cannot read directory ({exc.strerror or exc})") from None
-        yield _check_is_bundle(_bundle_root(p), path)
-        return
-    if not is_file:
-        exists = os.path.lexists(p)
-        raise InputError(f"bundle {path}: " + ("not a regular file or directory" if exists and p.exists()
-                                               else "dangling symbolic link" if exists
-                                               else "no such file or directory"))
-    try:
-        with open(p, "rb"):
-            pass
-    except OSError as exc:
-        raise InputError(f"bundle {path}: {exc.strerror or exc}") from None
+            raise InputError(f"bundle {label}: cannot read directory ({exc.strerror or exc})") from None
+    elif not stat.S_ISREG(st.st_mode):
+        raise InputError(f"bundle {label}: not a regular file or directory")
+    else:
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as exc:
+            raise InputError(f"bundle {label}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix="oomdoctor-bundle-") as tmp:
-        extract_tar(p, Path(tmp))
-        yield _check_is_bundle(_bundle_root(Path(tmp)), path)
+        os.chmod(tmp, 0o700)
+        copied = copy_bundle(p, Path(tmp))
+        try:
+            yield OpenedBundle(_check_is_bundle(_bundle_root(Path(tmp)), label), copied.notes())
+        finally:
+            copied.close()
+
+
+@contextlib.contextmanager
+def open_bundle(path: str | Path) -> Iterator[Path]:
+    """Yield the root directory of the bundle's private copy; the copy is removed afterwards."""
+    with read_bundle(path) as opened:
+        yield opened.root
 
 
 def read_meta(root: Path) -> dict[str, Any]:
     """meta.json, or {} when it is missing or not JSON (every bundle file is optional)."""
     try:
-        data = json.loads((root / "meta.json").read_bytes()[:1 << 20].decode("utf-8", errors="replace"))
+        with open(root / "meta.json", "rb") as fh:
+            data = loads_json(fh.read(MAX_META_BYTES).decode("utf-8", errors="replace"))
     except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -37,7 +37,7 @@ from oomdoctor.parsers.k8s_manifest import ManifestError, load_documents
 from oomdoctor.parsers.kernlog import relevant_lines
 from oomdoctor.parsers.procfs import cgroup_path_for, parse_proc_cgroup
 from oomdoctor.parsers.yamldocs import find_unrendered_template
-from oomdoctor.redact import redact_env, redact_manifest, redact_text
+from oomdoctor.redact import redact_env, redact_manifest, redact_rendered, redact_text
 
 COPIED_FILES = ("proc/version", "proc/meminfo", "proc/mounts", "proc/self/cgroup", "proc/driver/nvidia/version",
                 "etc/os-release", "etc/host-os-release", "etc/ld.so.preload", "sys/class/dmi/id/sys_vendor", "sys/class/dmi/id/product_name",
@@ -51,6 +51,7 @@ CGROUP_V1 = (("memory", "memory.limit_in_bytes"), ("memory", "memory.usage_in_by
              ("cpu,cpuacct", "cpu.cfs_quota_us"), ("cpu,cpuacct", "cpu.cfs_period_us"),
              ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"))
 MAX_LOG_BYTES = 32 * 1024 * 1024
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
 class BundleWriter:
@@ -61,7 +62,8 @@ class BundleWriter:
         self.dirs: set[str] = set()
 
     def add(self, rel: str, data: bytes | str) -> None:
-        self.files[rel] = data.encode("utf-8") if isinstance(data, str) else data
+        """Every file of a bundle passes here, redacted (what its producer redacted is redacted again)."""
+        self.files[rel] = redact_file(rel, data.encode("utf-8") if isinstance(data, str) else data)
 
     def write(self, out: Path) -> None:
         now = time.time()
@@ -75,6 +77,16 @@ class BundleWriter:
                 info = tarfile.TarInfo(f"{top}/{rel}")
                 info.size, info.mode, info.mtime = len(data), 0o644, now
                 tar.addfile(info, io.BytesIO(data))
+
+
+def redact_file(rel: str, data: bytes) -> bytes:
+    """A bundle file as it may leave the machine: JSON has its strings redacted, text its secrets."""
+    if not data:
+        return data
+    text = data.decode("utf-8", errors="surrogateescape")
+    fmt = "json" if rel.endswith(".json") else "text"
+    red = redact_rendered(text, fmt)
+    return data if red == text else red.encode("utf-8", errors="surrogateescape")
 
 
 def _copy(ctx: CollectContext, w: BundleWriter, rel: str, target: str | None = None, limit: int = 1 << 20) -> None:
@@ -109,12 +121,20 @@ def _environ(env: dict[str, str]) -> bytes:
     return b"".join(f"{k}={v}".encode("utf-8", errors="replace") + b"\0" for k, v in sorted(red.items()))
 
 
+def _read_capped(path: str, limit: int, what: str) -> bytes:
+    """At most `limit` + 1 bytes: a 1 GiB log or /dev/zero is never read whole."""
+    if os.path.isdir(path):
+        raise InputError(f"{what} {path}: is a directory")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
 def add_log(w: BundleWriter, path: str) -> None:
     p = Path(path)
-    try:
-        data = p.read_bytes()[:MAX_LOG_BYTES]
-    except OSError as exc:
-        raise InputError(f"log {path}: {exc.strerror or exc}") from None
+    data = _read_capped(path, MAX_LOG_BYTES, "log")[:MAX_LOG_BYTES]  # the first 32 MiB
     text = data.decode("utf-8", errors="replace")
     # The whole text at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
     w.add(f"logs/{_unique(w, 'logs', p.name)}", redact_text(text).rstrip("\n") + "\n")
@@ -122,10 +142,10 @@ def add_log(w: BundleWriter, path: str) -> None:
 
 def add_manifest(w: BundleWriter, path: str) -> None:
     p = Path(path)
-    try:
-        text = p.read_bytes()[: 4 << 20].decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"manifest {path}: {exc.strerror or exc}") from None
+    data = _read_capped(path, MAX_MANIFEST_BYTES, "manifest")
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise InputError(f"manifest {path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB, not a manifest")
+    text = data.decode("utf-8", errors="replace")
     tpl = find_unrendered_template(text)
     if tpl is not None:  # say what audit says, not the YAML parser's 'while constructing a mapping'
         raise InputError(f"manifest {path}: line {tpl}: unrendered template ({{{{ ... }}}}); render it first, "

@@ -17,6 +17,7 @@ from typing import Any
 
 from oomdoctor.parsers.gpu_snapshot import GpuSnapshot
 
+PINNED_PREFIX = "/proc/self/fd/"
 MAX_FILE_BYTES = 8 * 1024 * 1024  # no file we read is legitimately bigger; logs are read with their own cap
 
 
@@ -110,6 +111,11 @@ class CollectContext:
         try:
             p.resolve().relative_to(self.root.resolve())
             return True
+        except (ValueError, OSError):
+            pass
+        try:  # a directory bundle's log, held open by the reader (collectors.bundle_safe._pin)
+            p.parent.resolve().relative_to(self.root.resolve())
+            return os.readlink(p).startswith(PINNED_PREFIX)
         except (ValueError, OSError):
             return False
 

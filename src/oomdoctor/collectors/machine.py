@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.collectors.bundle_read import open_bundle, read_meta
+from oomdoctor.collectors.bundle_read import read_bundle, read_meta
 from oomdoctor.collectors.cgroup import collect_cgroup
 from oomdoctor.collectors.container import collect_runtime
 from oomdoctor.collectors.context import CollectContext, CommandRunner, NoCommands
@@ -50,13 +50,15 @@ def bundle_context(root: Path) -> CollectContext:
     xml = None
     why = "commands/nvidia-smi-q.xml not in the bundle"
     try:
-        xml = (root / "commands" / "nvidia-smi-q.xml").read_bytes()[: 32 << 20].decode("utf-8", errors="replace")
+        with open(root / "commands" / "nvidia-smi-q.xml", "rb") as fh:
+            xml = fh.read(32 << 20).decode("utf-8", errors="replace")
     except OSError:
         pass
     nvml_error = meta.get("nvml_error") if isinstance(meta.get("nvml_error"), str) else None
     env_bytes, env_missing = b"", None
     try:
-        env_bytes = (root / "proc" / "self" / "environ").read_bytes()[: 4 << 20]
+        with open(root / "proc" / "self" / "environ", "rb") as fh:
+            env_bytes = fh.read(4 << 20)
     except FileNotFoundError:
         env_missing = "bundle:proc/self/environ not present"
     except OSError as exc:
@@ -143,8 +145,18 @@ def collect_deciding_facts(ctx: CollectContext | None = None) -> FactSet:
     return FactSet(entries)
 
 
-def collect_bundle(path: str | Path) -> FactSet:
-    """Facts of a bundle (directory or .tar.gz); reads nothing else of this machine."""
-    with open_bundle(path) as root:
-        facts, _ = gather(bundle_context(root))
+def collect_bundle(path: str | Path, notes: list[str] | None = None) -> FactSet:
+    """Facts of a bundle (directory or .tar.gz); reads nothing else of this machine.
+
+    `notes` receives what the bundle's copy skipped (links, FIFOs, logs past the cap), as counts.
+    """
+    with read_bundle(path) as opened:
+        if notes is not None:
+            notes.extend(opened.notes)
+        return collect_bundle_root(opened.root)
+
+
+def collect_bundle_root(root: Path) -> FactSet:
+    """Facts of a bundle already opened with `bundle_read.read_bundle` (a private copy)."""
+    facts, _ = gather(bundle_context(root))
     return facts

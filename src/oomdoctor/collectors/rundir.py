@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from oomdoctor.errors import InputError
 from oomdoctor.facts import recording
 from oomdoctor.facts.recording import RunFiles
+from oomdoctor.parsers.budget import loads_json
 
 MAX_FILE_BYTES = 1 << 30  # a timeline larger than this is read up to here (the writer decimates long runs)
 
 
 def _text(path: Path, problems: list[str]) -> str | None:
+    # A run directory may come from someone else: no links, FIFOs or devices (O_NOFOLLOW, O_NONBLOCK).
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         problems.append(f"{path.name}: unreadable ({exc.strerror or exc})")
         return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{path.name}: not a regular file, skipped")
+            return None
+        try:
+            data = f.read(MAX_FILE_BYTES)
+        except OSError as exc:
+            problems.append(f"{path.name}: unreadable ({exc.strerror or exc})")
+            return None
     if b"\x00" in data[:4096]:
         problems.append(f"{path.name}: binary data, skipped")
         return None
@@ -32,8 +42,8 @@ def _json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
+        doc = loads_json(text)
+    except ValueError as exc:  # BudgetError (too deep) is a ValueError too
         problems.append(f"{path.name}: not valid JSON ({exc})")
         return None
     if not isinstance(doc, dict):

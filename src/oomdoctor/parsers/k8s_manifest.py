@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from oomdoctor.parsers.budget import BudgetError, budget_yaml
 from oomdoctor.units import parse_size
 
 _SHARING_RESOURCE_MARKERS = ("gpu.shared", "gpumem", "gpucores", "vcuda", "mig-", "gpu-mem", "gpushare")
@@ -23,9 +23,11 @@ class ManifestError(ValueError):
 
 
 def load_documents(text: str) -> list[Any]:
-    yaml = YAML(typ="safe", pure=True)
+    yaml = budget_yaml("safe")  # alias bombs and deep nesting are refused (parsers.budget)
     try:
         return [d for d in yaml.load_all(text) if d is not None]
+    except BudgetError as exc:
+        raise ManifestError(str(exc)) from None
     except (YAMLError, ValueError, RecursionError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ManifestError(f"invalid YAML: {first[:200]}") from None

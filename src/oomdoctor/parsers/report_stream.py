@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from oomdoctor.parsers.budget import MAX_DEPTH, json_depth
+
 _RUN = re.compile(r"^(\[(pod/[^\]\s]+)\] ?)[^\n]*(?:\n\1[^\n]*)*", re.MULTILINE)
 _decoder = json.JSONDecoder()
 
@@ -66,7 +68,11 @@ def iter_documents(text: str, source: str) -> Iterator[tuple[str, Any, str]]:
             pos = nxt + 1
             continue
         count += 1
-        yield (source if count == 1 else f"{source}#{count}"), doc, ""
+        name = source if count == 1 else f"{source}#{count}"
+        if json_depth(doc) > MAX_DEPTH:
+            yield name, None, f"JSON nested deeper than {MAX_DEPTH} levels"
+        else:
+            yield name, doc, ""
         pos = end
 
 

@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from oomdoctor.errors import InputError
+from oomdoctor.parsers.budget import BudgetError, budget_yaml
 
 _DOC_START = re.compile(r"^---(?:[ \t].*)?$")
 _DOC_END = re.compile(r"^\.\.\.[ \t]*$")
@@ -39,7 +40,7 @@ class YamlDoc:
 
 
 def new_yaml() -> YAML:
-    y = YAML(typ="rt")
+    y = budget_yaml("rt")  # aliases expanded within a node budget, nesting capped (parsers.budget)
     y.preserve_quotes = True
     y.width = 4096  # never re-wrap long lines
     return y
@@ -91,6 +92,8 @@ def load_documents(text: str, name: str) -> list[YamlDoc]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # ReusedAnchorWarning and friends: not the user's concern here
                 data = new_yaml().load(chunk)
+        except BudgetError as exc:
+            raise InputError(f"{name}: {exc} (document from line {start + 1})") from None
         except YAMLError as exc:
             raise InputError(f"{name}: malformed YAML{_where(exc, start)}: {_problem(exc)}") from None
         except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:

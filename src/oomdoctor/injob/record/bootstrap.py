@@ -8,6 +8,7 @@ variables. The recorder waits for the job to initialise CUDA itself. Any failure
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -84,8 +85,12 @@ def start_from_env() -> None:
 def write_bootstrap(directory: str) -> str:
     """Create the bootstrap dir (sitecustomize.py + a link to this oomdoctor) and return its path."""
     package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "sitecustomize.py"), "w", encoding="utf-8") as f:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, "sitecustomize.py")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # never write through a link left there
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(SITECUSTOMIZE)
     link = os.path.join(directory, "oomdoctor")
     if not os.path.lexists(link):

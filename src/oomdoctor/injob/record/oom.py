@@ -14,6 +14,7 @@ from typing import Any
 
 from oomdoctor.facts import recording
 from oomdoctor.injob.record import probes, snapshot
+from oomdoctor.redact import redact_strings
 
 
 def is_oom_exception(exc: BaseException) -> bool:
@@ -65,7 +66,7 @@ def write_evidence(run_dir: str, name: str, evidence: dict[str, Any]) -> str:
     path = os.path.join(run_dir, name)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, **evidence},
+        json.dump(redact_strings({"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, **evidence}),
                   f, indent=1, default=str)
     os.replace(tmp, path)
     return path
@@ -85,7 +86,7 @@ def environment(run_dir: str) -> None:
 def write_environment(run_dir: str, facts: Any) -> None:
     path = os.path.join(run_dir, recording.ENV)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"schema_version": recording.SCHEMA_VERSION, "t": time.time(), "facts": facts.to_json()},
+        json.dump({"schema_version": recording.SCHEMA_VERSION, "t": time.time(), "facts": redact_strings(facts.to_json())},
                   f, indent=1, default=str)
     os.replace(path + ".tmp", path)
 
