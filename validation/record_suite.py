@@ -116,7 +116,7 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
-    jobs_dir = Path(args.jobs_dir)
+    jobs_dir = Path(args.jobs_dir).resolve()  # the jobs are started from their run directories
     if not jobs_dir.is_dir():
         print(f"record_suite: {jobs_dir}: not a directory", file=sys.stderr)
         return 2
