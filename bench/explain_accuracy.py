@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     bdev, btest = C.score_benign(C.load_benign("dev")), C.score_benign(C.load_benign("test"))
     md = args.markdown
     print("\n".join(_accuracy_table(C.summary(dev), C.summary(test), md)))
+    for name, rows in (("test", test), ("dev", dev)):
+        none = sum(1 for r in rows if not r.ranked)
+        print(("- " if md else "") + f"{name}: {none} of {len(rows)} reports where no event was found (no answer)")
     print()
     print("Calibration of the top answer's confidence, test split:")
     print("\n".join(_calibration_table(test, md)))
