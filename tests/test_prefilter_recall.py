@@ -53,7 +53,7 @@ def test_every_pattern_match_passes_its_gate(kind, pattern, data) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(P.ENV_PATTERNS))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_every_env_match_passes_its_gate(name, data) -> None:
     pattern = P.ENV_PATTERNS[name]
@@ -87,7 +87,7 @@ _ENV_ENGINES = {e: _Prefilter(e, literals=P.PREFILTER_LITERALS) for e in INSTALL
 
 @pytest.mark.parametrize("engine", sorted(_ENV_ENGINES))
 @pytest.mark.parametrize("name", sorted(P.ENV_PATTERNS))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_every_env_hint_is_a_candidate_in_the_head(engine, name, data) -> None:
     """Environment hints (GPU names, sharing layers, 'memory keeps growing') are read from candidate
