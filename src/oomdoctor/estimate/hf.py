@@ -176,17 +176,22 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
                 model = peft.get_peft_model(model, lcfg)
         vocab = int(getattr(cfg, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (batch_size, recipe.seq_len))
-        mask = torch.ones(batch_size, recipe.seq_len, dtype=torch.long)
         if recipe.task == "generate":
+            mask = torch.ones(batch_size, recipe.seq_len, dtype=torch.long)
             return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask},
                     # min_new_tokens: no early EOS, so a real run (the GPU zoo) makes every token too
                     "generate": {"max_new_tokens": recipe.max_new_tokens, "min_new_tokens": recipe.max_new_tokens,
                                  "num_beams": recipe.num_beams, "do_sample": False, "pad_token_id": 0},
                     "amp": recipe.amp}
+        # Full-length sequences, no padding: no attention_mask. On a GPU transformers drops an all-ones
+        # mask (masking_utils: padding_mask.all()) and lets SDPA run causal or unmasked; under fake
+        # tensors it cannot read the values and would build the 4-D mask instead, which changes the
+        # attention kernel and memory (T5's position-bias mask per layer). Without a mask both take
+        # the device's path.
         if recipe.task == "infer":
-            return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask}, "train": False,
+            return {"model": model, "inputs": {"input_ids": ids}, "train": False,
                     "amp": recipe.amp}
-        return {"model": model, "inputs": {"input_ids": ids, "attention_mask": mask, "labels": ids},
+        return {"model": model, "inputs": {"input_ids": ids, "labels": ids},
                 "optimizer": _optimizer(recipe.optimizer), "amp": recipe.amp}
 
     return build
