@@ -280,7 +280,8 @@ def test_reduced_depth_composition_matches_full_depth_on_a_small_model():
     recipe = hf.Recipe(task="train", seq_len=64)
     assert hf.model_depth(cfg) == 18 and hf.model_depth(hf.with_depth(cfg, 4)) == 4
     full = hf.estimate_model(cfg, recipe, 4, reduced=False)
-    red = hf.estimate_model(cfg, recipe, 4)  # default: deeper than 16 blocks -> traced at 4 and 8
+    red = hf.estimate_model(cfg, recipe, 4, reduced=True)  # traced at 4 and 8
+    assert "reduced_depth" not in hf.estimate_model(cfg, recipe, 4).details  # default: full up to FULL_DEPTH_MAX
     assert red.details["reduced_depth"] == {"traced_depths": [4, 8], "depth": 18}
     assert red.parameter_count == full.parameter_count
     assert abs(red.peak_allocated_bytes / full.peak_allocated_bytes - 1) < 0.02
