@@ -280,7 +280,8 @@ def test_reduced_depth_composition_matches_full_depth_on_a_small_model():
     recipe = hf.Recipe(task="train", seq_len=64)
     assert hf.model_depth(cfg) == 18 and hf.model_depth(hf.with_depth(cfg, 4)) == 4
     full = hf.estimate_model(cfg, recipe, 4, reduced=False)
-    red = hf.estimate_model(cfg, recipe, 4)  # default: deeper than 16 blocks -> traced at 4 and 8
+    red = hf.estimate_model(cfg, recipe, 4, reduced=True)  # traced at 4 and 8
+    assert "reduced_depth" not in hf.estimate_model(cfg, recipe, 4).details  # default: full up to FULL_DEPTH_MAX
     assert red.details["reduced_depth"] == {"traced_depths": [4, 8], "depth": 18}
     assert red.parameter_count == full.parameter_count
     assert abs(red.peak_allocated_bytes / full.peak_allocated_bytes - 1) < 0.02
@@ -369,3 +370,75 @@ def test_sdpa_mask_needing_grad_gets_an_expanded_gradient_like_cuda():
     assert b * h * n * n * 4 in sizes  # the expanded bias gradient, fp32, 16-aligned last dim (64)
     without, _, _ = _trace(build(False))
     assert b * h * n * n * 4 not in [n_ for op, _, n_, _ in without.events if op == "a"]
+
+
+def _sdpa_ops(mask, dropout_p=0.0, amp=False):
+    """The aten ops a training SDPA call dispatches under the trace's CUDA semantics."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from oomdoctor.estimate.cuda_semantics import cuda_semantics
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            seen.append((str(func), getattr(first, "dtype", None), tuple(getattr(first, "shape", ()))))
+            return out
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), cuda_semantics(amp), \
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp), Log():
+        q = torch.randn(2, 4, 16, 8, requires_grad=True)
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask, dropout_p=dropout_p)
+    return seen
+
+
+def test_sdpa_mask_without_unit_last_stride_takes_the_math_path_like_cuda():
+    """Every fused CUDA kernel needs the mask's last-dim stride to be 1 (sdp_utils'
+    check_last_dim_stride_equals_1_dense); T5's position bias, a permuted view (transformers < 5.18),
+    fails it, so CUDA runs the math path and keeps the (batch, heads, L, S) matrix."""
+    bias = torch.zeros(16, 16, 4).permute(2, 0, 1).unsqueeze(0)  # (1, 4, 16, 16), stride(-1) == 4
+    assert bias.stride(-1) != 1
+    fused = [op for op, _, _ in _sdpa_ops(bias.contiguous(), dropout_p=0.1)]
+    assert "aten._scaled_dot_product_efficient_attention.default" in fused and "aten._softmax.default" not in fused
+    math = _sdpa_ops(bias, dropout_p=0.1)
+    ops = [op for op, _, _ in math]
+    assert "aten._scaled_dot_product_efficient_attention.default" not in ops
+    assert ("aten._softmax.default", torch.float32, (2, 4, 16, 16)) in math
+    # CUDA's fused dropout (bool mask), not the CPU's full-size noise tensor
+    assert ("aten.native_dropout.default", torch.float32, (2, 4, 16, 16)) in math
+    assert "aten.bernoulli_.float" not in ops
+    # under autocast the math path computes in fp32 (its inputs were cast to bf16 first)
+    amp = _sdpa_ops(bias, amp=True)
+    assert ("aten._softmax.default", torch.float32, (2, 4, 16, 16)) in amp
+    assert any(op == "aten._to_copy.default" and dt == torch.bfloat16 for op, dt, _ in amp)
+
+
+@pytest.mark.parametrize("task", ["train", "infer", "generate"])
+def test_full_length_batches_pass_no_attention_mask_outside_generate(task):
+    """An all-ones attention_mask is dropped by transformers on a GPU (the values are read); under
+    fake tensors it would build the 4-D mask instead, so train/infer pass none and take the GPU's path."""
+    from oomdoctor.estimate.hf import Recipe, make_build
+
+    recipe = Recipe(task=task, seq_len=16, **({"max_new_tokens": 2} if task == "generate" else {}))
+    inputs = make_build(llama_cfg(), recipe)(2)["inputs"]
+    assert ("attention_mask" in inputs) == (task == "generate")
+
+
+def test_t5_without_mask_builds_no_batch_sized_position_bias_mask():
+    """On the GPU, T5 training with full-length batches keeps the position bias (1, heads, L, L) as
+    SDPA's mask; tracing with an all-ones mask used to add a (batch, heads, L, L) mask per layer."""
+    from oomdoctor.estimate.hf import Recipe, make_build
+
+    cfg = transformers.T5Config(vocab_size=V, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                decoder_start_token_id=0, pad_token_id=0)
+    b, n = 4, 48  # sizes: mask 4*4*48*48*4, none of the hidden/FFN/logits tensors
+    trace, _, _ = _trace(make_build(cfg, Recipe(task="train", seq_len=n, dtype="fp32")), b=b)
+    # forward-built masks of that size would be one per attention layer; the gradients of the
+    # position bias (expanded by the memory-efficient kernel) are the only batch-sized ones left
+    forward_end = next(i for i, m in trace.marks if m == "step1/backward")
+    fwd = [s for op, _, s, _ in trace.events[:forward_end] if op == "a"]
+    assert b * 4 * n * n * 4 not in fwd

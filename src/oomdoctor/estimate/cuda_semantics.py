@@ -36,6 +36,8 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
     if enable_gqa or query.dim() != 4 or query.shape[-1] % 8 or query.shape[-1] > 256:
         return None
+    if not _last_dim_contiguous(query, key, value, attn_mask):
+        return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
     if torch.is_autocast_enabled("cpu"):
         low = torch.get_autocast_dtype("cpu")
         query, key, value = (t.to(low) if t.dtype == torch.float32 else t for t in (query, key, value))
@@ -54,6 +56,52 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         grad = query.requires_grad or key.requires_grad or value.requires_grad
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+def _last_dim_contiguous(*tensors) -> bool:
+    """sdp_utils' check_last_dim_stride_equals_1_dense, which every fused CUDA kernel (flash,
+    memory-efficient, cuDNN) passes: query, key, value and the mask need stride 1 in their last
+    dimension. On the CPU the mask's stride is not checked, so the CPU trace would keep a fused kernel
+    where CUDA falls back to the math path (e.g. T5's relative position bias, a permuted view,
+    passed as the mask by transformers before 5.18 made it contiguous)."""
+    return all(t is None or t.shape[-1] == 1 or t.stride(-1) == 1 for t in tensors)
+
+
+def _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """CUDA's math fallback, aten's _scaled_dot_product_attention_math op by op, so autograd keeps
+    what it keeps on the GPU: fp16/bf16 inputs are computed in fp32, the scaled query and key copies,
+    the full (batch, heads, L, S) softmax output and, with dropout, CUDA's fused dropout (a bool mask
+    and the dropped matrix). Calling the aten op itself on the CPU would take the CPU's unfused
+    dropout (a full-size noise tensor) instead."""
+    import math
+
+    import torch
+
+    if torch.is_autocast_enabled("cpu"):  # autocast casts SDPA's inputs before dispatch
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(low) if t.dtype == torch.float32 else t for t in (query, key, value))
+        if attn_mask is not None and attn_mask.dtype == torch.float32:
+            attn_mask = attn_mask.to(low)
+    with torch.autocast("cpu", enabled=False):
+        origin = query.dtype
+        if origin in (torch.float16, torch.bfloat16):
+            query, key, value = query.float(), key.float(), value.float()
+        factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
+        if is_causal:
+            causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril()
+            attn_mask = torch.zeros(causal.shape, dtype=query.dtype).masked_fill(~causal, float("-inf"))
+        attn = torch.matmul(query * factor, key.transpose(-2, -1) * factor)
+        if attn_mask is not None:
+            attn.add_(attn_mask)
+        attn = torch.softmax(attn, -1)
+        if dropout_p > 0.0:
+            attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
+        out = torch.matmul(attn, value)
+        if out.dtype != origin:  # the op also returns the matrix in the input dtype; SDPA drops it
+            out, _ = out.to(origin), attn.to(origin)
+        return out
 
 
 def _preprocess_mask(mask, query, key):
