@@ -249,9 +249,11 @@ def test_8bit_and_nf4_sizes():
 
 
 def test_largest_search_is_exact():
+    from oomdoctor.estimate.estimator import largest_that_fits  # the search --max-batch and --model share
+
     for true in (0, 1, 5, 64, 100):
-        assert hf._largest(lambda n, t=true: n <= t, 4096) == true
-    assert hf._largest(lambda n: True, 300) == 300
+        assert largest_that_fits(lambda n, t=true: n <= t, 4096) == true
+    assert largest_that_fits(lambda n: True, 300) == 300
 
 
 @pytest.mark.parametrize("argv, msg", [

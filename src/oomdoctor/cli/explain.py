@@ -34,19 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
-def _machine(path: str):  # -> the collectors.machine module
+def _machine(option: str):  # -> the collectors.machine module
     try:
         return importlib.import_module("oomdoctor.collectors.machine")
     except ImportError as exc:
-        raise UsageError(f"--bundle {path}: bundle reading is not available in this build ({exc})") from exc
-
-
-def _load_here():  # -> FactSet
-    try:
-        machine = importlib.import_module("oomdoctor.collectors.machine")
-    except ImportError as exc:
-        raise UsageError(f"--here: reading this machine is not available in this build ({exc})") from exc
-    return machine.collect_deciding_facts()
+        raise UsageError(f"{option}: reading environment facts is not available in this build ({exc})") from exc
 
 
 def _redact(ex: Explanation) -> None:
@@ -109,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
         check_readable(path)
     if args.here and args.bundle:
         raise UsageError("--here reads this machine and --bundle another one's facts: give one of them")
-    facts = _load_here() if args.here else None
+    facts = _machine("--here").collect_deciding_facts() if args.here else None
     scanner = LogScanner()
     if args.bundle:  # copied once (a private, checked copy); facts and logs/ both come from it
-        machine = _machine(args.bundle)
+        machine = _machine(f"--bundle {args.bundle}")
         from oomdoctor.collectors.bundle_read import read_bundle
 
         with read_bundle(args.bundle) as opened:

@@ -125,13 +125,19 @@ def max_batch(workload_or_spec_factory: SpecSource, *, memory_limit: int | None 
             tried[b] = bool(_from_trace(trace, info, b, conf, memory_limit, spec_gpu, True).fits)
         return tried[b]
 
+    return largest_that_fits(fits, upper), tried
+
+
+def largest_that_fits(fits: Callable[[int], bool], upper: int) -> int:
+    """The largest n in 1..upper with fits(n), for a monotone `fits`: doubling from 1 (capped at
+    upper), then bisection. 0 if even 1 does not fit. Shared by --max-batch and `estimate --model`."""
     if not fits(1):
-        return 0, tried
+        return 0
     lo, hi = 1, None
     while hi is None:
-        nxt = lo * 2
-        if nxt > upper:
-            return lo, tried
+        nxt = min(lo * 2, upper)
+        if nxt == lo:
+            return lo
         if fits(nxt):
             lo = nxt
         else:
@@ -142,7 +148,7 @@ def max_batch(workload_or_spec_factory: SpecSource, *, memory_limit: int | None 
             lo = mid
         else:
             hi = mid
-    return lo, tried
+    return lo
 
 
 def estimate_module(model: Any, make_inputs: Callable[[int], Any], batch_size: int, *,

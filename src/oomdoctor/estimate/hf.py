@@ -480,25 +480,7 @@ def search_fit(config: Any, recipe: Recipe, batch_size: int, gpu: str, *, upper_
         return bool(estimate_model(config, replace(recipe, seq_len=n), batch_size, gpu=gpu).fits)
 
     limit_seq = upper_seq or int(getattr(config, "max_position_embeddings", 0) or 1 << 17)
-    return {"max_batch_size": _largest(fits_batch, upper_batch), "max_seq_len": _largest(fits_seq, limit_seq)}
+    from oomdoctor.estimate.estimator import largest_that_fits
 
-
-def _largest(fits: Callable[[int], bool], upper: int) -> int:
-    if not fits(1):
-        return 0
-    lo, hi = 1, None
-    while hi is None:
-        nxt = min(lo * 2, upper)
-        if nxt == lo:
-            return lo
-        if fits(nxt):
-            lo = nxt
-        else:
-            hi = nxt
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return {"max_batch_size": largest_that_fits(fits_batch, upper_batch),
+            "max_seq_len": largest_that_fits(fits_seq, limit_seq)}
