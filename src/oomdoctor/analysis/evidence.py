@@ -53,12 +53,23 @@ def _groups(v: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _sizes(v: Any) -> list[dict[str, Any]]:
+    out = []
+    for g in _list(v):
+        g = _dict(g)
+        size, nbytes, blocks = num(g.get("size")), num(g.get("bytes")), num(g.get("blocks"))
+        if size is not None and nbytes is not None and blocks is not None:
+            out.append({"size": size, "bytes": nbytes, "blocks": blocks})
+    return out
+
+
 def snapshot(v: Any) -> dict[str, Any]:
     s = _dict(v)
     peak = _dict(s.get("trace_peak"))
     out: dict[str, Any] = {"history": bool(s.get("history")) if isinstance(s.get("history"), bool) else None,
                            "segments": numbers(s.get("segments")), "largest_live": _blocks(s.get("largest_live")),
                            "live_by_source": _groups(s.get("live_by_source")),
+                           "live_by_size": _sizes(s.get("live_by_size")),
                            "trace_tail": [{"action": text(e.get("action"), 40), "size": num(e.get("size")),
                                            "source": text(e.get("source"), 400)}
                                           for e in map(_dict, _list(s.get("trace_tail")))]}
@@ -94,6 +105,21 @@ def oom_file(e: dict[str, Any]) -> dict[str, Any] | None:
               "oom_events"):
         out[k] = num(e.get(k))
     return out
+
+
+def start_file(e: dict[str, Any]) -> dict[str, Any] | None:
+    """A cleaned start-*.json (what was live early in the run), or None when it is not one."""
+    if e.get("kind") != "start":
+        return None
+    points = []
+    for p in map(_dict, _list(e.get("points"))[:32]):
+        if num(p.get("allocated")) is None or num(p.get("t")) is None:
+            continue
+        points.append({"t": num(p.get("t")), "step": integer(p.get("step")), "allocated": num(p.get("allocated")),
+                       "live_blocks": num(p.get("live_blocks")) or 0,
+                       "live_by_source": _groups(p.get("live_by_source")), "live_by_size": _sizes(p.get("live_by_size"))})
+    return {"kind": "start", "file": text(e.get("file"), 200), "label": text(e.get("label"), 200),
+            "pid": integer(e.get("pid")), "history": e.get("history") is True, "points": points}
 
 
 def event(rec: dict[str, Any]) -> dict[str, Any]:

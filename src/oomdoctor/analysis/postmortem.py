@@ -128,8 +128,13 @@ OOM_LEAK_MIN_SECONDS = 30.0
 def leak_before_oom(leak: dict[str, Any] | None) -> bool:
     """A flagged trend that may explain an OOM: across steps (markers or inferred cycles), or over at
     least 30 s of time. A job that dies while loading its model or in its first forward pass also
-    rises at every sample until the OOM; that is its size, not a leak."""
-    if not leak or not leak.get("leak") or leak.get("pattern") == "short_run_growth":
+    rises at every sample until the OOM; that is its size, not a leak. One source line (or block size)
+    that kept adding live blocks at every look before the OOM (analysis.live_growth) is a leak."""
+    if not leak or not leak.get("leak"):
+        return False
+    if leak.get("decided_by") == "live_growth" or (leak.get("live_growth") or {}).get("leak"):
+        return True
+    if leak.get("pattern") == "short_run_growth":
         return False
     return leak.get("unit") == "step" or (leak.get("span") or 0) >= OOM_LEAK_MIN_SECONDS
 
@@ -143,16 +148,32 @@ def leak_rate(leak: dict[str, Any]) -> str:
     return ", ".join(parts) or f"{format_bytes(leak['slope_bytes'])}/{leak['unit']}"
 
 
+def _live_evidence(label: str, live: dict[str, Any]) -> list[str]:
+    """One line per source line (or block size) that kept adding live blocks to the end."""
+    out = []
+    for g in (live.get("accumulating") or [])[:3] if live.get("leak") else ():
+        what = g["key"] if g["by"] == "source" else f"blocks of {format_bytes(g['key'])}"
+        out.append(f"{label}: {what} gained {g['new_blocks']:.0f} live blocks ({format_bytes(g['growth_bytes'])}) "
+                   f"from the first look to the end, more at {g['rises']} of {g['intervals']} looks"
+                   + (" (the last was the OOM)" if live.get("end_is_oom") else ""))
+    return out
+
+
 def leak_evidence(label: str, leak: dict[str, Any], total: float | None) -> list[str]:
     how = {"markers": "step boundaries", "cycles": "the low points of the forward/backward cycles (steps inferred)",
            "time": "time windows (no steps found)"}.get(leak.get("steps_from", ""), "time windows")
-    if leak.get("pattern") == "short_run_growth":
+    live_ev = _live_evidence(label, leak.get("live_growth") or {})
+    if leak.get("decided_by") == "live_growth":
+        ev = live_ev
+    elif leak.get("pattern") == "short_run_growth":
         ev = [f"{label}: short run: live memory rose at every sample, from {format_bytes(leak['first'])} to "
               f"{format_bytes(leak['last'])} in {leak['span']:.1f} s ({leak_rate(leak)})"]
     else:
         rises, pairs = leak.get("coverage") or (0, 0)
         ev = [f"{label}: allocated memory at {how} grew {format_bytes(leak['growth_bytes'])} ({leak_rate(leak)}, "
               f"Kendall tau {leak['tau']}, rising in {rises} of {pairs} stretches of the run after warm-up)"]
+    if leak.get("decided_by") != "live_growth":
+        ev += live_ev
     for sh in leak.get("level_shifts") or ():
         ev.append(f"a one-off level shift of {format_bytes(sh['bytes'])} at {leak['unit']} {sh['at']:g} was not counted")
     proj = leak.get("projection") or {}
@@ -168,7 +189,10 @@ def leak_evidence(label: str, leak: dict[str, Any], total: float | None) -> list
         ev.append(f"at this rate the GPU ({format_bytes(total)}) is full in about "
                   f"{max(0, int((total - leak['last']) / leak['slope_bytes']))} more steps")
     for site in leak.get("sites") or ():
-        ev.append(f"live at the end: {format_bytes(site['bytes'])} in {site.get('blocks', '?')} blocks from {site['source']}")
+        grew = f", +{format_bytes(site['growth_bytes'])} since the first look" if site.get("growth_bytes") else ""
+        n = site.get("blocks")
+        blocks = f"{n:.0f}" if isinstance(n, (int, float)) else "?"
+        ev.append(f"live at the end: {format_bytes(site['bytes'])} in {blocks} blocks from {site['source']}{grew}")
     return ev
 
 

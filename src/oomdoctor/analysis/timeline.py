@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor.analysis import evidence, growth, postmortem
+from oomdoctor.analysis import evidence, growth, live_growth, postmortem
 from oomdoctor.facts.recording import RunFiles
 
 MiB = 1 << 20
@@ -175,11 +175,17 @@ def analyse(run: RunFiles) -> dict[str, Any]:
     ooms = [e for e in files if e["kind"] == "oom"]
     ooms.sort(key=lambda e: (e["fatal"], e["t"]))
     finals = [e for e in files if e["kind"] == "final"]
-    for p in proc_out:  # name the allocation sites of a leak (history on): what is live at the end
-        if p["leak"] and p["leak"].get("leak"):
-            ends = [e for e in finals + ooms if e.get("label") == p["label"]]
-            live = (ends[-1]["snapshot"].get("live_by_source") or []) if ends else []
-            p["leak"]["sites"] = growth.sites(live)
+    starts = [c for e in run.evidence if (c := evidence.start_file(e)) is not None]
+    for p in proc_out:
+        ends = [e for e in finals + ooms if e.get("label") == p["label"]]
+        start = next((s for s in starts if s["label"] == p["label"] or (s["pid"] is not None and s["pid"] == p["pid"])), None)
+        if p["leak"] is not None and ends:  # a short run is judged on what it left live against its start
+            end = ends[-1]
+            live = live_growth.assess(start, end["snapshot"], end_t=end["t"] or None, end_is_oom=end["kind"] == "oom")
+            p["leak"] = live_growth.combine(p["leak"], live, p["device_total"])
+        if p["leak"] and p["leak"].get("leak"):  # name the allocation sites (history on)
+            grown = live_growth.sites(p["leak"].get("live_growth"))
+            p["leak"]["sites"] = grown or growth.sites((ends[-1]["snapshot"].get("live_by_source") or []) if ends else [])
     verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
     return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
             "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],

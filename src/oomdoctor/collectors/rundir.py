@@ -72,7 +72,7 @@ def load(path: str | os.PathLike[str]) -> RunFiles:
             text = _text(p, problems)
             if text is not None:
                 timelines[name[len(recording.TIMELINE_PREFIX):-len(".jsonl")]] = text
-        elif name.startswith((recording.OOM_PREFIX, recording.FINAL_PREFIX)) and name.endswith(".json"):
+        elif name.startswith((recording.OOM_PREFIX, recording.FINAL_PREFIX, recording.START_PREFIX)) and name.endswith(".json"):
             doc = _json(p, problems)
             if doc is not None:
                 evidence.append({**doc, "file": name})

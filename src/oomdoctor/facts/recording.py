@@ -29,6 +29,7 @@ ENV = "env.json"
 TIMELINE_PREFIX = "timeline-"
 OOM_PREFIX = "oom-"
 FINAL_PREFIX = "final-"
+START_PREFIX = "start-"  # what was live, by source and by block size, early in the run
 
 # allocator fields kept per sample: memory_stats() key -> short name in the timeline
 ALLOCATOR_FIELDS = {
@@ -55,6 +56,10 @@ def final_name(label: str) -> str:
     return f"{FINAL_PREFIX}{label}.json"
 
 
+def start_name(label: str) -> str:
+    return f"{START_PREFIX}{label}.json"
+
+
 def label_for(rank: int | None, pid: int) -> str:
     return f"rank{rank}" if rank is not None else f"pid{pid}"
 
@@ -67,7 +72,7 @@ class RunFiles:
     meta: dict[str, Any] | None = None
     timelines: dict[str, str] = field(default_factory=dict)  # label -> JSONL text
     outside: str | None = None  # JSONL text
-    evidence: tuple[dict[str, Any], ...] = ()  # parsed oom-*.json and final-*.json, each with "file"
+    evidence: tuple[dict[str, Any], ...] = ()  # parsed oom-*, final-*, start-*.json, each with "file"
     env: dict[str, Any] | None = None
     errors: dict[str, str] = field(default_factory=dict)  # file name -> text (oomdoctor's own errors)
     problems: tuple[str, ...] = ()  # unreadable or malformed files, one line each

@@ -98,6 +98,22 @@ def render_json(doc: dict[str, Any]) -> str:
     return envelope.dumps({"kind": "record-report", **slim})
 
 
+def _live_lines(live: dict[str, Any] | None) -> list[str]:
+    """What grew between the first look (0.25 s after CUDA came up) and the end, by source or block size."""
+    if not live or not live.get("grown"):
+        return []
+    by = "source line" if live["by"] == "source" else "block size (no allocation history: --history 20000 names lines)"
+    out = [f"  live at the end against the first look, by {by} ({live['looks']} looks"
+           + (f", {live['span_s']:.1f} s" if live.get("span_s") is not None else "") + "):"]
+    for g in live["grown"][:5]:
+        what = g["key"] if g["by"] == "source" else f"{format_bytes(g['key'])} blocks"
+        blocks = "?" if g["new_blocks"] is None else f"{g['new_blocks']:+.0f}"
+        flag = "  <- keeps adding blocks" if g["accumulating"] else ""
+        out.append(f"    +{format_bytes(g['growth_bytes'])} ({blocks} blocks, more at {g['rises']} of "
+                   f"{g['intervals']} looks) {what}{flag}")
+    return out
+
+
 def render_text(doc: dict[str, Any]) -> str:
     v = doc["verdict"]
     lines = [f"oomdoctor report {doc['run_dir']}"]
@@ -128,6 +144,7 @@ def render_text(doc: dict[str, Any]) -> str:
             for sh in leak.get("level_shifts") or ():
                 lines.append(f"  level shift of {format_bytes(sh['bytes'])} at {leak['unit']} {sh['at']:g} "
                              "(a one-off, e.g. a cache filled once: not growth)")
+            lines += _live_lines(leak.get("live_growth"))
     for o in doc["ooms"][-1:] + doc["finals"]:
         what = "OOM" if o in doc["ooms"] else "end of run"
         lines.append("")

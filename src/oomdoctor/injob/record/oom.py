@@ -62,6 +62,18 @@ def collect(torch: Any, device: int | None, *, top: int, tail: int, history_on: 
     return ev
 
 
+def live_now(torch: Any, device: int) -> dict[str, Any]:
+    """What is live on `device` now, by source and by block size (a start point of the run)."""
+    try:
+        try:
+            snap = torch.cuda.memory._snapshot()
+        except Exception:
+            snap = {"segments": torch.cuda.memory_snapshot()}
+        return snapshot.live_point(snap, device)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def write_evidence(run_dir: str, name: str, evidence: dict[str, Any]) -> str:
     path = os.path.join(run_dir, name)
     tmp = path + ".tmp"

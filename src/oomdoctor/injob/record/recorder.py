@@ -32,6 +32,9 @@ SUGGESTED_HISTORY = 20_000
 # Sampling right after CUDA comes up: FAST_TICKS samples every FAST_MS (3 s at most), then every_ms.
 FAST_MS = 50
 FAST_TICKS = 60
+# What is live, by source line and by block size, this many seconds after CUDA comes up (start-<label>.json):
+# a short run's verdict compares what is live at its end with these. Each costs one allocator snapshot.
+START_AFTER_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 MAX_OOM_DUMPS = 4  # the first observer call + up to 3 fatal exceptions (one per watch/excepthook)
 
 
@@ -69,6 +72,8 @@ class Recorder:
         self._cuda_attached = False
         self._history_on = False
         self._oom_dumps = 0
+        self._attached_at: float | None = None
+        self._start_points: list[dict[str, Any]] = []
         self._oom_events = 0
         self._device: int | None = None
         self._last_oom: dict[str, Any] | None = None
@@ -184,6 +189,8 @@ class Recorder:
             alloc = probes.allocator(torch, device) if device is not None else None
             if alloc:
                 rec.update(alloc)
+            if device is not None:
+                self._start_point(torch, device)
         rec["rss"] = probes.host_rss()
         nv = self._nvml.sample()
         if nv is not None:
@@ -195,6 +202,19 @@ class Recorder:
         self._writer.write(rec)
         self._discover_rank()
         self._writer.flush()
+
+    def _start_point(self, torch: Any, device: int) -> None:
+        n = len(self._start_points)
+        if self._attached_at is None or n >= len(START_AFTER_S) or self._oom_dumps:
+            return
+        if time.monotonic() - self._attached_at < START_AFTER_S[n]:
+            return
+        point = oom.live_now(torch, device)
+        point.update({"t": time.time(), "step": self.steps})
+        self._start_points.append(point)
+        oom.write_evidence(self.run_dir, recording.start_name(self.label),
+                           {"kind": "start", "pid": self.pid, "rank": self.rank, "label": self.label,
+                            "device": device, "history": self._history_on, "points": self._start_points})
 
     def _discover_rank(self) -> None:
         if self.rank is not None:
@@ -219,6 +239,7 @@ class Recorder:
             if self._cuda_attached:
                 return
             self._cuda_attached = True
+            self._attached_at = time.monotonic()
         try:
             torch._C._cuda_attach_out_of_memory_observer(self._observer)
         except Exception as exc:

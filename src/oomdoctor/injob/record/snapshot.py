@@ -81,6 +81,23 @@ def by_source(blocks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return [{"source": src, "bytes": v[0], "blocks": v[1]} for src, v in ranked]
 
 
+def by_size(blocks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Live bytes grouped by block size: without history (no stacks) the one sign of the same tensor
+    kept again and again is a block size whose count keeps rising."""
+    groups: dict[int, int] = defaultdict(int)
+    for b in blocks:
+        groups[b["size"]] += 1
+    ranked = sorted(groups.items(), key=lambda kv: kv[0] * kv[1], reverse=True)[:n]
+    return [{"size": size, "bytes": size * count, "blocks": count} for size, count in ranked]
+
+
+def live_point(snapshot: dict[str, Any], device: int, n: int = 40) -> dict[str, Any]:
+    """What is live now, grouped by source line and by block size (small: for the start of a run)."""
+    blocks = live_blocks(snapshot, device)
+    return {"allocated": sum(b["size"] for b in blocks), "live_blocks": len(blocks),
+            "live_by_source": by_source(blocks, n), "live_by_size": by_size(blocks, n)}
+
+
 def peak_in_trace(snapshot: dict[str, Any], device: int, final_live: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Replay the event ring backwards from the final live set; return the live set at its highest point."""
     traces = snapshot.get("device_traces") or []
@@ -132,7 +149,8 @@ def summarise(snapshot: dict[str, Any], device: int, *, top: int = 15, tail: int
         "segments": segment_totals(snapshot, device),
         "live_blocks": len(blocks),
         "largest_live": _top(blocks, top),
-        "live_by_source": by_source(blocks, top),
+        "live_by_source": by_source(blocks, max(top, 40)),
+        "live_by_size": by_size(blocks, 40),
         "trace_tail": trace_tail(snapshot, device, tail),
     }
     peak = peak_in_trace(snapshot, device, blocks)

@@ -1,0 +1,168 @@
+"""Short runs judged by what they leave live, grouped by source line or block size, against their start."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from oomdoctor.analysis import live_growth, timeline
+from oomdoctor.collectors import rundir
+
+MiB = 1 << 20
+T0 = 1_700_000_000.0
+
+
+def _src(groups: dict[str, tuple[int, int]]) -> list[dict]:
+    return [{"source": k, "bytes": b, "blocks": n} for k, (b, n) in groups.items()]
+
+
+def _size(groups: dict[int, int]) -> list[dict]:
+    return [{"size": s, "bytes": s * n, "blocks": n} for s, n in groups.items()]
+
+
+def _start(looks: list[dict[str, tuple[int, int]]], times=(0.25, 0.5, 1.0, 2.0), history=True) -> dict:
+    points = []
+    for t, groups in zip(times, looks):
+        points.append({"t": T0 + t, "step": 0, "allocated": sum(b for b, _ in groups.values()),
+                       "live_by_source": _src(groups), "live_by_size": []})
+    return {"kind": "start", "label": "pid1", "pid": 1, "history": history, "points": points}
+
+
+def _end(groups: dict[str, tuple[int, int]], history=True) -> dict:
+    return {"history": history, "live_by_source": _src(groups), "live_by_size": []}
+
+
+MODEL = ("model.py:12 in build", (300 * MiB, 100))
+
+
+def test_a_line_that_keeps_adding_blocks_is_a_leak_and_named():
+    looks = [dict([MODEL]), dict([MODEL, ("eval.py:9 in <module>", (400 * MiB, 40))]),
+             dict([MODEL, ("eval.py:9 in <module>", (1200 * MiB, 120))])]
+    end = _end(dict([MODEL, ("eval.py:9 in <module>", (4000 * MiB, 400))]))
+    live = live_growth.assess(_start(looks), end, end_t=T0 + 2.5)
+    assert live["leak"] and live["by"] == "source"
+    assert live["accumulating"][0]["key"] == "eval.py:9 in <module>"
+    assert live_growth.sites(live)[0]["source"] == "eval.py:9 in <module>"
+
+
+def test_a_model_loaded_in_the_first_second_is_not_a_leak_and_vetoes_a_rising_curve():
+    looks = [{"model.py:12 in build": (100 * MiB, 30)}, {"model.py:12 in build": (200 * MiB, 70)},
+             {"model.py:12 in build": (300 * MiB, 100)}, {"model.py:12 in build": (300 * MiB, 100)}]
+    live = live_growth.assess(_start(looks), _end({"model.py:12 in build": (300 * MiB, 100)}), end_t=T0 + 3)
+    assert not live["leak"]
+    curve = {"pattern": "short_run_growth", "leak": True, "confidence": "low", "growth_bytes": 200 * MiB}
+    out = live_growth.combine(curve, live)
+    assert out["leak"] is False and out["decided_by"] == "live_growth"
+
+
+def test_a_cache_filled_once_is_one_block_not_a_leak():
+    looks = [dict([MODEL]), dict([MODEL, ("cache.py:3 in fill", (2048 * MiB, 1))]),
+             dict([MODEL, ("cache.py:3 in fill", (2048 * MiB, 1))])]
+    live = live_growth.assess(_start(looks), _end(dict([MODEL, ("cache.py:3 in fill", (2048 * MiB, 1))])),
+                              end_t=T0 + 2)
+    assert not live["leak"]
+
+
+def test_without_history_a_block_size_whose_count_keeps_rising_is_a_leak():
+    start = {"kind": "start", "label": "pid1", "pid": 1, "history": False, "points": [
+        {"t": T0 + t, "allocated": 300 * MiB + n * 4 * MiB, "live_by_source": [], "live_by_size": _size({4 * MiB: n, MiB: 50})}
+        for t, n in ((0.25, 10), (0.5, 40), (1.0, 90))]}
+    end = {"history": False, "live_by_source": [{"source": "(no stack recorded)", "bytes": 1, "blocks": 1}],
+           "live_by_size": _size({4 * MiB: 300, MiB: 50})}
+    live = live_growth.assess(start, end, end_t=T0 + 2)
+    assert live["leak"] and live["by"] == "size" and live["accumulating"][0]["key"] == 4 * MiB
+
+
+def test_an_oom_end_needs_the_rise_before_the_oom_not_only_into_it():
+    # activations of the fatal forward pass appear only in the OOM snapshot: the model's size, not a leak
+    looks = [dict([MODEL]), dict([MODEL]), dict([MODEL])]
+    end = _end(dict([MODEL, ("model.py:40 in forward", (70000 * MiB, 900))]))
+    assert not live_growth.assess(_start(looks), end, end_t=T0 + 2, end_is_oom=True)["leak"]
+    grow = [dict([MODEL, ("eval.py:9 in <module>", (b * MiB, b // 10))]) for b in (100, 800, 1600)]
+    end = _end(dict([MODEL, ("eval.py:9 in <module>", (9000 * MiB, 900))]))
+    assert live_growth.assess(_start(grow), end, end_t=T0 + 2, end_is_oom=True)["leak"]
+
+
+def test_a_group_below_a_truncated_start_list_has_no_known_block_count():
+    filler = {f"lib{i}.py:1 in f": (500 * MiB, 5) for i in range(live_growth.GROUP_CAP)}
+    looks = [filler, filler, filler]
+    end = _end({**filler, "x.py:1 in g": (2000 * MiB, 100)})
+    live = live_growth.assess(_start(looks), end, end_t=T0 + 2)
+    g = next(g for g in live["grown"] if g["key"] == "x.py:1 in g")
+    assert g["new_blocks"] is None and not live["leak"]
+
+
+def test_a_long_run_keeps_the_curve_verdict():
+    looks = [dict([MODEL]), dict([MODEL, ("e.py:1 in f", (400 * MiB, 40))]), dict([MODEL, ("e.py:1 in f", (800 * MiB, 80))])]
+    live = live_growth.assess(_start(looks), _end(dict([MODEL, ("e.py:1 in f", (8000 * MiB, 800))])), end_t=T0 + 600)
+    curve = {"pattern": "flat", "leak": False}
+    assert live["leak"] and live_growth.combine(curve, live)["leak"] is False
+
+
+def _timeline(path: Path, ys: list[int], dt: float = 0.05) -> None:
+    lines = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "t": T0, "pid": 1, "rank": None,
+              "label": "pid1"}]
+    lines += [{"kind": "sample", "t": T0 + 0.2 + i * dt, "step": 0, "allocated": y, "reserved": y + 64 * MiB}
+              for i, y in enumerate(ys)]
+    (path / "timeline-pid1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (path / "run.json").write_text(json.dumps({"schema_version": 1, "start": T0, "argv": ["python", "e.py"],
+                                               "returncode": 0}))
+
+
+def test_report_of_a_fast_eval_leak_names_the_line(tmp_path):
+    """A one-second run sampled 5 times (too few baselines for a trend): the start looks decide."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _timeline(run, [300 * MiB, 700 * MiB, 1500 * MiB, 1400 * MiB, 4300 * MiB], dt=0.2)
+    looks = [dict([MODEL]), dict([MODEL, ("eval.py:9 in <module>", (400 * MiB, 40))]),
+             dict([MODEL, ("eval.py:9 in <module>", (1200 * MiB, 120))])]
+    (run / "start-pid1.json").write_text(json.dumps(_start(looks)))
+    (run / "final-pid1.json").write_text(json.dumps({"kind": "final", "label": "pid1", "t": T0 + 1.3, "step": 0,
+                                                     "snapshot": _end(dict([MODEL, ("eval.py:9 in <module>", (4000 * MiB, 400))]))}))
+    doc = timeline.analyse(rundir.load(str(run)))
+    assert doc["verdict"]["category"] == "leak_in_code"
+    assert any("eval.py:9" in e for e in doc["verdict"]["evidence"])
+    leak = doc["processes"][0]["leak"]
+    assert leak["decided_by"] == "live_growth" and leak["sites"][0]["source"] == "eval.py:9 in <module>"
+
+
+def test_hostile_start_file_only_loses_fields(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _timeline(run, [300 * MiB] * 5, dt=0.2)
+    (run / "start-pid1.json").write_text(json.dumps({"kind": "start", "label": "pid1", "points": [
+        {"t": "x"}, {"t": T0, "allocated": True}, 7, {"t": T0, "allocated": 1, "live_by_source": [{"bytes": "9"}, 3],
+                                                       "live_by_size": [{"size": 1}]}]}))
+    (run / "final-pid1.json").write_text(json.dumps({"kind": "final", "label": "pid1", "t": T0 + 1,
+                                                     "snapshot": {"live_by_source": "nope", "live_by_size": [None]}}))
+    doc = timeline.analyse(rundir.load(str(run)))
+    assert doc["verdict"]["category"] != "leak_in_code"
+
+
+def test_recorder_writes_start_looks_after_cuda_comes_up(tmp_path, monkeypatch):
+    from oomdoctor.injob.record import probes
+    from oomdoctor.injob.record import recorder as rmod
+
+    blocks = []
+    seg = {"device": 0, "total_size": 1 << 30, "allocated_size": 0, "blocks": blocks}
+    fake = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda: {"segments": [seg]})))
+    monkeypatch.setattr(probes, "cuda_ready", lambda: fake)
+    monkeypatch.setattr(probes, "busiest_device", lambda torch: 0)
+    monkeypatch.setattr(probes, "allocator", lambda torch, dev: {"allocated": len(blocks) * MiB})
+
+    def attach(self, torch):
+        self._cuda_attached, self._attached_at = True, time.monotonic()
+    monkeypatch.setattr(rmod.Recorder, "_attach", attach)
+    monkeypatch.setattr(rmod, "START_AFTER_S", (0.1, 0.3, 0.6))
+    rec = rmod.Recorder(str(tmp_path / "run"), every_ms=20).start()
+    for i in range(40):
+        blocks.append({"state": "active_allocated", "address": i, "size": MiB, "requested_size": MiB,
+                       "frames": [{"filename": "/home/u/eval.py", "line": 9, "name": "<module>"}]})
+        time.sleep(0.02)
+    rec.stop(final_snapshot=False)
+    doc = json.loads(next((tmp_path / "run").glob("start-*.json")).read_text())
+    counts = [p["live_by_size"][0]["blocks"] for p in doc["points"]]
+    assert len(counts) == 3 and counts == sorted(counts) and counts[0] < counts[-1]
+    assert doc["points"][-1]["live_by_source"][0]["source"].startswith("/home/u/eval.py:9")
