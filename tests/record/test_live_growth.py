@@ -155,14 +155,87 @@ def test_recorder_writes_start_looks_after_cuda_comes_up(tmp_path, monkeypatch):
     def attach(self, torch):
         self._cuda_attached, self._attached_at = True, time.monotonic()
     monkeypatch.setattr(rmod.Recorder, "_attach", attach)
-    monkeypatch.setattr(rmod, "START_AFTER_S", (0.1, 0.3, 0.6))
+    monkeypatch.setattr(rmod, "LOOK_FIRST_S", 0.05)
+    monkeypatch.setattr(rmod, "LOOK_GAP_S", 0.05)
+    monkeypatch.setattr(rmod, "LOOK_GROWTH", 4 * MiB)
+    monkeypatch.setattr(rmod, "LOOK_SETTLED_S", 0.3)
     rec = rmod.Recorder(str(tmp_path / "run"), every_ms=20).start()
-    for i in range(40):
+    for i in range(40):  # grows for 0.8 s, then holds
         blocks.append({"state": "active_allocated", "address": i, "size": MiB, "requested_size": MiB,
                        "frames": [{"filename": "/home/u/eval.py", "line": 9, "name": "<module>"}]})
         time.sleep(0.02)
+    time.sleep(0.8)
     rec.stop(final_snapshot=False)
     doc = json.loads(next((tmp_path / "run").glob("start-*.json")).read_text())
     counts = [p["live_by_size"][0]["blocks"] for p in doc["points"]]
-    assert len(counts) == 3 and counts == sorted(counts) and counts[0] < counts[-1]
+    whys = [p["why"] for p in doc["points"]]
+    assert whys[0] == "first" and "growth" in whys and whys[-1] == "settled", whys
+    assert counts == sorted(counts) and counts[0] < counts[-1] == 40
     assert doc["points"][-1]["live_by_source"][0]["source"].startswith("/home/u/eval.py:9")
+
+
+def test_no_looks_from_the_sampler_with_history_on(tmp_path, monkeypatch):
+    """With history on a snapshot symbolises stacks: never from the sampler thread (see recorder)."""
+    from oomdoctor.injob.record import probes
+    from oomdoctor.injob.record import recorder as rmod
+
+    calls = []
+    fake = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda: calls.append(1) or {"segments": []})))
+    monkeypatch.setattr(probes, "cuda_ready", lambda: fake)
+    monkeypatch.setattr(probes, "busiest_device", lambda torch: 0)
+    monkeypatch.setattr(probes, "allocator", lambda torch, dev: {"allocated": len(calls) * 0 + int(time.time() * 1e9) % (1 << 40)})
+
+    def attach(self, torch):
+        self._cuda_attached, self._attached_at, self._history_on = True, time.monotonic(), True
+    monkeypatch.setattr(rmod.Recorder, "_attach", attach)
+    monkeypatch.setattr(rmod, "LOOK_FIRST_S", 0.0)
+    rec = rmod.Recorder(str(tmp_path / "run"), every_ms=20).start()
+    time.sleep(0.3)
+    rec.stop(final_snapshot=False, restore=False)
+    assert not calls and not list((tmp_path / "run").glob("start-*.json"))
+
+
+def _ring_snapshot(leak: bool) -> dict:
+    """A history ring: a model loaded at t=0, then 50 steps, each allocating and freeing a temporary
+    and (leak) keeping one 16 MiB output from eval.py:9."""
+    model = [{"filename": "/home/u/model.py", "line": 12, "name": "build"}]
+    line = [{"filename": "/home/u/eval.py", "line": 9, "name": "<module>"}]
+    tmp = [{"filename": "/home/u/eval.py", "line": 8, "name": "<module>"}]
+    events, blocks, addr = [], [], 1000
+    for i in range(20):
+        events.append({"action": "alloc", "addr": i, "size": 8 * MiB, "time_us": 1_000_000 + i, "frames": model})
+        blocks.append({"state": "active_allocated", "address": i, "size": 8 * MiB, "frames": model})
+    for s in range(50):
+        t = 2_000_000 + s * 100_000
+        events.append({"action": "alloc", "addr": addr, "size": 32 * MiB, "time_us": t, "frames": tmp})
+        events.append({"action": "free_completed", "addr": addr, "size": 32 * MiB, "time_us": t + 10, "frames": tmp})
+        addr += 1
+        if leak:
+            events.append({"action": "alloc", "addr": addr, "size": 16 * MiB, "time_us": t + 20, "frames": line})
+            blocks.append({"state": "active_allocated", "address": addr, "size": 16 * MiB, "frames": line})
+            addr += 1
+    return {"segments": [{"device": 0, "total_size": 1 << 34, "allocated_size": 0, "blocks": blocks}],
+            "device_traces": [events]}
+
+
+def test_ring_looks_replay_what_was_live_and_decide_with_history_on(tmp_path):
+    from oomdoctor.injob.record import snapshot
+
+    for leak in (True, False):
+        snap = _ring_snapshot(leak)
+        summary = snapshot.summarise(snap, 0)
+        looks = summary["ring_looks"]["points"]
+        assert len(looks) == 6 and looks[0]["allocated"] == 8 * MiB  # the ring's first event
+        assert all((p["allocated"] - 160 * MiB) % (16 * MiB) == 0 for p in looks[1:])  # temporaries: freed
+        assert all(a["allocated"] <= b["allocated"] for a, b in zip(looks, looks[1:]))
+        run = tmp_path / f"run{leak}"
+        run.mkdir()
+        _timeline(run, [160 * MiB] * 4, dt=0.3)
+        (run / "final-pid1.json").write_text(json.dumps({"kind": "final", "label": "pid1", "t": T0 + 1.3, "step": 0,
+                                                         "snapshot": {**summary, "history": True}}))
+        doc = timeline.analyse(rundir.load(str(run)))
+        leak_doc = doc["processes"][0]["leak"]
+        assert leak_doc["live_growth"]["by"] == "source"
+        assert (doc["verdict"]["category"] == "leak_in_code") is leak
+        if leak:
+            assert leak_doc["sites"][0]["source"] == "/home/u/eval.py:9 in <module>"

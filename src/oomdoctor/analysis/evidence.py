@@ -73,6 +73,9 @@ def snapshot(v: Any) -> dict[str, Any]:
                            "trace_tail": [{"action": text(e.get("action"), 40), "size": num(e.get("size")),
                                            "source": text(e.get("source"), 400)}
                                           for e in map(_dict, _list(s.get("trace_tail")))]}
+    ring = _dict(s.get("ring_looks"))
+    if ring and num(ring.get("end_t")) is not None:
+        out["ring_looks"] = {"points": _points(ring.get("points")), "end_t": num(ring.get("end_t"))}
     if peak and num(peak.get("allocated")) is not None:
         out["trace_peak"] = {"allocated": num(peak.get("allocated")), "events": num(peak.get("events")) or 0,
                              "largest_live": _blocks(peak.get("largest_live")),
@@ -107,19 +110,23 @@ def oom_file(e: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def start_file(e: dict[str, Any]) -> dict[str, Any] | None:
-    """A cleaned start-*.json (what was live early in the run), or None when it is not one."""
-    if e.get("kind") != "start":
-        return None
+def _points(v: Any) -> list[dict[str, Any]]:
     points = []
-    for p in map(_dict, _list(e.get("points"))[:32]):
+    for p in map(_dict, _list(v)[:32]):
         if num(p.get("allocated")) is None or num(p.get("t")) is None:
             continue
         points.append({"t": num(p.get("t")), "step": integer(p.get("step")), "allocated": num(p.get("allocated")),
                        "live_blocks": num(p.get("live_blocks")) or 0,
                        "live_by_source": _groups(p.get("live_by_source")), "live_by_size": _sizes(p.get("live_by_size"))})
+    return points
+
+
+def start_file(e: dict[str, Any]) -> dict[str, Any] | None:
+    """A cleaned start-*.json (what was live early in the run), or None when it is not one."""
+    if e.get("kind") != "start":
+        return None
     return {"kind": "start", "file": text(e.get("file"), 200), "label": text(e.get("label"), 200),
-            "pid": integer(e.get("pid")), "history": e.get("history") is True, "points": points}
+            "pid": integer(e.get("pid")), "history": e.get("history") is True, "points": _points(e.get("points"))}
 
 
 def event(rec: dict[str, Any]) -> dict[str, Any]:

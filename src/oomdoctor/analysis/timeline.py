@@ -181,7 +181,11 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         start = next((s for s in starts if s["label"] == p["label"] or (s["pid"] is not None and s["pid"] == p["pid"])), None)
         if p["leak"] is not None and ends:  # a short run is judged on what it left live against its start
             end = ends[-1]
-            live = live_growth.assess(start, end["snapshot"], end_t=end["t"] or None, end_is_oom=end["kind"] == "oom")
+            end_t, ring = end["t"] or None, end["snapshot"].get("ring_looks")
+            if start is None and ring and ring["points"]:  # history on: the looks replayed from the ring
+                start = {"history": True, "points": ring["points"]}
+                end_t = ring["end_t"]
+            live = live_growth.assess(start, end["snapshot"], end_t=end_t, end_is_oom=end["kind"] == "oom")
             p["leak"] = live_growth.combine(p["leak"], live, p["device_total"])
         if p["leak"] and p["leak"].get("leak"):  # name the allocation sites (history on)
             grown = live_growth.sites(p["leak"].get("live_growth"))

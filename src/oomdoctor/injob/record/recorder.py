@@ -10,6 +10,7 @@ swallows the error and notes it in errors-<label>.log.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import os
 import sys
@@ -32,9 +33,21 @@ SUGGESTED_HISTORY = 20_000
 # Sampling right after CUDA comes up: FAST_TICKS samples every FAST_MS (3 s at most), then every_ms.
 FAST_MS = 50
 FAST_TICKS = 60
-# What is live, by source line and by block size, this many seconds after CUDA comes up (start-<label>.json):
-# a short run's verdict compares what is live at its end with these. Each costs one allocator snapshot.
-START_AFTER_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+# Looks: what is live, by block size, at moments of the run (start-<label>.json); a short run's verdict
+# compares what is live at its end with them (analysis.live_growth). One look 0.25 s after CUDA comes
+# up, one each time the low-water mark of `allocated` since the last look has risen by 64 MiB or 10%
+# (persistent memory, not activations), and one when it has then held for a second (a load or a fill
+# that is over). At most MAX_LOOKS, 0.1 s apart. Each costs one allocator snapshot and is taken only
+# with history off: with history on, a snapshot from this thread symbolises stacks (seconds, the
+# first time, importing torch internals) and, racing the job's own imports, broke them on an H100;
+# the looks then come from the history ring at the end instead (snapshot.ring_looks).
+LOOK_FIRST_S = 0.25
+LOOK_GAP_S = 0.1
+LOOK_GROWTH = 64 << 20
+LOOK_GROWTH_FRACTION = 0.10
+LOOK_SETTLED_S = 1.0
+LOOK_WINDOW_S = 0.5  # the low-water mark is taken over this much of the latest samples
+MAX_LOOKS = 16
 MAX_OOM_DUMPS = 4  # the first observer call + up to 3 fatal exceptions (one per watch/excepthook)
 
 
@@ -74,6 +87,8 @@ class Recorder:
         self._oom_dumps = 0
         self._attached_at: float | None = None
         self._start_points: list[dict[str, Any]] = []
+        self._look: dict[str, Any] = {}  # the last look: when, the low-water mark then, why it was taken
+        self._recent: collections.deque[tuple[float, float]] = collections.deque()
         self._oom_events = 0
         self._device: int | None = None
         self._last_oom: dict[str, Any] | None = None
@@ -189,8 +204,8 @@ class Recorder:
             alloc = probes.allocator(torch, device) if device is not None else None
             if alloc:
                 rec.update(alloc)
-            if device is not None:
-                self._start_point(torch, device)
+            if device is not None and alloc and isinstance(alloc.get("allocated"), (int, float)):
+                self._maybe_look(torch, device, alloc["allocated"])
         rec["rss"] = probes.host_rss()
         nv = self._nvml.sample()
         if nv is not None:
@@ -203,14 +218,32 @@ class Recorder:
         self._discover_rank()
         self._writer.flush()
 
-    def _start_point(self, torch: Any, device: int) -> None:
+    def _maybe_look(self, torch: Any, device: int, allocated: float) -> None:
         n = len(self._start_points)
-        if self._attached_at is None or n >= len(START_AFTER_S) or self._oom_dumps:
+        if self._attached_at is None or n >= MAX_LOOKS or self._oom_dumps or self._history_on:
             return
-        if time.monotonic() - self._attached_at < START_AFTER_S[n]:
+        now = time.monotonic()
+        recent = self._recent
+        recent.append((now, allocated))
+        while recent and now - recent[0][0] > LOOK_WINDOW_S:
+            recent.popleft()
+        low = min(v for _, v in recent)  # the low-water mark of the last LOOK_WINDOW_S: persistent memory
+        look = self._look
+        if not n:
+            if now - self._attached_at < LOOK_FIRST_S:
+                return
+            why = "first"
+        elif now - look["at"] < LOOK_GAP_S:
             return
+        elif low - look["base"] >= max(LOOK_GROWTH, LOOK_GROWTH_FRACTION * look["base"]):
+            why = "growth"
+        elif look["why"] == "growth" and now - look["at"] >= LOOK_SETTLED_S:
+            why = "settled"
+        else:
+            return
+        self._look = {"at": now, "base": low, "why": why}
         point = oom.live_now(torch, device)
-        point.update({"t": time.time(), "step": self.steps})
+        point.update({"t": time.time(), "step": self.steps, "why": why})
         self._start_points.append(point)
         oom.write_evidence(self.run_dir, recording.start_name(self.label),
                            {"kind": "start", "pid": self.pid, "rank": self.rank, "label": self.label,

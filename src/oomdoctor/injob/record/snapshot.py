@@ -131,6 +131,49 @@ def peak_in_trace(snapshot: dict[str, Any], device: int, final_live: list[dict[s
             "blocks": list(live.values())}
 
 
+def ring_looks(snapshot: dict[str, Any], device: int, final_live: list[dict[str, Any]], n: int = 6,
+               groups: int = 40) -> dict[str, Any] | None:
+    """What was live at n evenly spaced times of the history ring, replayed backwards from the end.
+
+    With history on, these replace the sampler's start looks: a snapshot taken from the sampler thread
+    while the job imports (torch.optim's first step imports torch._dynamo) turns stack symbolisation
+    into a concurrent import and broke the job's own import on an H100 (ImportError, partially
+    initialised torch._inductor.utils). Here everything runs at the end, in the job's own thread.
+    """
+    traces = snapshot.get("device_traces") or []
+    if device >= len(traces) or not traces[device]:
+        return None
+    events = [e for e in traces[device] if isinstance(e.get("time_us"), (int, float))]
+    if len(events) < 2 or events[-1]["time_us"] <= events[0]["time_us"]:
+        return None
+    free_action = "free_completed" if any(e.get("action") == "free_completed" for e in events) else "free_requested"
+    alloc_frames: dict[Any, Any] = {}
+    freed_frames: list[Any] = [None] * len(events)
+    for i, e in enumerate(events):  # the stack of each freed block, from its alloc event earlier in the ring
+        if e.get("action") == "alloc":
+            alloc_frames[e.get("addr")] = e.get("frames") or []
+        elif e.get("action") == free_action:
+            freed_frames[i] = alloc_frames.get(e.get("addr"))
+    t0, t1 = events[0]["time_us"], events[-1]["time_us"]
+    cuts = [t0 + (t1 - t0) * k / n for k in range(n - 1, -1, -1)]  # descending: the walk goes backwards
+    live = {b["addr"]: {"size": b["size"], "frames": b.get("frames") or []} for b in final_live}
+    looks: list[dict[str, Any]] = []
+    i = len(events) - 1
+    for cut in cuts:
+        while i >= 0 and events[i]["time_us"] > cut:
+            e = events[i]
+            if e.get("action") == "alloc":
+                live.pop(e.get("addr"), None)
+            elif e.get("action") == free_action:
+                live[e.get("addr")] = {"size": int(e.get("size", 0)), "frames": freed_frames[i] or []}
+            i -= 1
+        blocks = list(live.values())
+        looks.append({"t": cut / 1e6, "allocated": sum(b["size"] for b in blocks), "live_blocks": len(blocks),
+                      "live_by_source": by_source(blocks, groups), "live_by_size": by_size(blocks, groups)})
+    looks.reverse()
+    return {"points": looks, "end_t": t1 / 1e6, "events": len(events)}
+
+
 def trace_tail(snapshot: dict[str, Any], device: int, n: int) -> list[dict[str, Any]]:
     traces = snapshot.get("device_traces") or []
     if device >= len(traces):
@@ -153,6 +196,9 @@ def summarise(snapshot: dict[str, Any], device: int, *, top: int = 15, tail: int
         "live_by_size": by_size(blocks, 40),
         "trace_tail": trace_tail(snapshot, device, tail),
     }
+    looks = ring_looks(snapshot, device, blocks)
+    if looks is not None:
+        out["ring_looks"] = looks
     peak = peak_in_trace(snapshot, device, blocks)
     if peak is not None:
         out["trace_peak"] = {"allocated": peak["allocated"], "events": peak["events"],
