@@ -225,9 +225,9 @@ def test_ring_looks_replay_what_was_live_and_decide_with_history_on(tmp_path):
         snap = _ring_snapshot(leak)
         summary = snapshot.summarise(snap, 0)
         looks = summary["ring_looks"]["points"]
-        assert len(looks) == 6 and looks[0]["allocated"] == 8 * MiB  # the ring's first event
-        assert all((p["allocated"] - 160 * MiB) % (16 * MiB) == 0 for p in looks[1:])  # temporaries: freed
-        assert all(a["allocated"] <= b["allocated"] for a, b in zip(looks, looks[1:]))
+        assert len(looks) == 8 and looks[0]["allocated"] == 8 * MiB  # the ring's first event
+        assert looks[-1]["allocated"] >= 160 * MiB and all(p["allocated"] <= 160 * MiB + 32 * MiB + (800 * MiB if leak else 0)
+                                                           for p in looks)
         run = tmp_path / f"run{leak}"
         run.mkdir()
         _timeline(run, [160 * MiB] * 4, dt=0.3)

@@ -22,6 +22,7 @@ MIN_GROWTH = 64 * MiB  # smallest growth of one group that can be a leak (or 10%
 START_FRACTION = 0.10
 MIN_NEW_BLOCKS = 8  # a cache filled once is one or a few blocks; a leak keeps adding them
 MIN_RISES = 2  # intervals (look to look) in which the group gained blocks, the last one among them
+# and at least 2 of 3 of the intervals from its first rise on
 GROUP_CAP = 40  # groups kept per look by the recorder (the rest are smaller than the smallest kept)
 
 
@@ -74,7 +75,9 @@ def assess(start: dict[str, Any] | None, end: dict[str, Any] | None, *, end_t: f
         new_blocks = None if first_blocks is None else end_blocks - first_blocks
         rises = [b1 is not None and b0 is not None and b1 > b0 and c1 > c0
                  for (c0, b0), (c1, b1) in zip(seq, seq[1:])]
-        started = next((i for i, (c, _) in enumerate(seq) if c > 0), 0)
+        # judged from the first interval in which it rose: a job may sit idle (CUDA, cuBLAS and autograd
+        # start-up: seconds) before its loop begins, and its looks there say nothing about the loop
+        started = next((i for i, r in enumerate(rises) if r), len(rises))
         span = len(rises) - started
         before_end = sum(rises[:-1])
         keeps_rising = (rises[-1] and sum(rises) >= MIN_RISES and sum(rises[started:]) * 3 >= 2 * max(span, 1)

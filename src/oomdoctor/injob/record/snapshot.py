@@ -131,9 +131,9 @@ def peak_in_trace(snapshot: dict[str, Any], device: int, final_live: list[dict[s
             "blocks": list(live.values())}
 
 
-def ring_looks(snapshot: dict[str, Any], device: int, final_live: list[dict[str, Any]], n: int = 6,
+def ring_looks(snapshot: dict[str, Any], device: int, final_live: list[dict[str, Any]], n: int = 8,
                groups: int = 40) -> dict[str, Any] | None:
-    """What was live at n evenly spaced times of the history ring, replayed backwards from the end.
+    """What was live at n evenly spaced events of the history ring, replayed backwards from the end.
 
     With history on, these replace the sampler's start looks: a snapshot taken from the sampler thread
     while the job imports (torch.optim's first step imports torch._dynamo) turns stack symbolisation
@@ -154,8 +154,10 @@ def ring_looks(snapshot: dict[str, Any], device: int, final_live: list[dict[str,
             alloc_frames[e.get("addr")] = e.get("frames") or []
         elif e.get("action") == free_action:
             freed_frames[i] = alloc_frames.get(e.get("addr"))
-    t0, t1 = events[0]["time_us"], events[-1]["time_us"]
-    cuts = [t0 + (t1 - t0) * k / n for k in range(n - 1, -1, -1)]  # descending: the walk goes backwards
+    t1 = events[-1]["time_us"]
+    # evenly spaced in events, not in time: a job may sit idle for seconds (start-up) before its loop,
+    # and looks spread over that stretch would all see the same thing
+    cuts = [events[(len(events) - 1) * k // n]["time_us"] for k in range(n - 1, -1, -1)]  # descending
     live = {b["addr"]: {"size": b["size"], "frames": b.get("frames") or []} for b in final_live}
     looks: list[dict[str, Any]] = []
     i = len(events) - 1
