@@ -25,9 +25,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("names", nargs="+")
     args = ap.parse_args()
+    import estimate_llm_zoo as zoo
     import torch
 
-    import estimate_llm_zoo as zoo
     from oomdoctor.estimate.hf import make_build
     from oomdoctor.workload.load import WorkloadSpec
     from oomdoctor.workload.step import StepRunner
