@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rules-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one vocabulary size in the inner search")
+    ap.add_argument("--misses", action="store_true", help="list the dev cases missed out of sample (dev only)")
     a = ap.parse_args(argv)
     cases = C.load_reports("dev")
     texts[:] = [TM.model_text(c["text"]) for c in cases]
@@ -144,8 +145,16 @@ def main(argv: list[str] | None = None) -> int:
             w, vocab = choose(sc, train, a.quick)
             rows, note = sc.ranked(test, model_for(cases, train, vocab), w), f"  (weight {w}, vocab {vocab})"
         all_rows += rows
+        if a.misses:
+            for i, (t, r) in zip(test, rows):
+                if not r or r[0] != t:
+                    print(f"    miss {cases[i]['id']}: {t} -> {r[:3]}")
         print(f"fold {k + 1}: {fmt(tally(rows))}{note}")
     print(f"CV overall: {fmt(tally(all_rows))}")
+    if not a.rules_only:
+        w, vocab = choose(sc, list(range(len(cases))), a.quick)
+        print(f"chosen by 4-fold CV on all of dev (what rank.PRIOR_WEIGHT and explain_textmodel.VOCAB should be): "
+              f"weight {w}, vocab {vocab}; stored: weight {rank.PRIOR_WEIGHT}, vocab {TM.VOCAB}")
     for cat, t in per_category(all_rows).items():
         print(f"  {cat:<20} {fmt(t)}")
 

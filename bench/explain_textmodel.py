@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import explain_corpus as C  # noqa: E402
 
-VOCAB = 1000
+VOCAB = 300
 CATEGORIES = [c for c in C.CATEGORIES]
 
 

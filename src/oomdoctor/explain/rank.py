@@ -43,7 +43,7 @@ AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
 # The text prior (explain/textmodel.py): PRIOR_WEIGHT * p(category | words) is added to a category's
 # score where p >= PRIOR_FLOOR. Chosen by 5-fold cross-validation on dev (bench/explain_cv.py).
-PRIOR_WEIGHT = 1.0
+PRIOR_WEIGHT = 0.5
 PRIOR_FLOOR = 0.1
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
 # pattern names it, so doctor's oom_events never hold it.
