@@ -175,8 +175,14 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
     if model is None or PRIOR_WEIGHT <= 0:
         return
     text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    # Where the message gives the allocator's full breakdown (the request, the total and PyTorch's
+    # cache), the rules have weighed every category those numbers allow: the words then reorder
+    # those, and add none that the numbers ruled out. A message cut before the cache's figure rules
+    # out nothing (fragmentation hides in the figure that is missing).
+    nums = set(events[0].numbers) if events else set()
+    numeric = {"requested_bytes", "total_bytes"} <= nums and bool(nums & {"reserved_unallocated_bytes", "reserved_bytes"})
     for cat, p in sorted(model.posterior(text).items(), key=lambda kv: -kv[1]):
-        if p >= PRIOR_FLOOR:
+        if p >= PRIOR_FLOOR and (not numeric or board.scores.get(cat, 0.0) > 0):
             board.add(cat, PRIOR_WEIGHT * p, f"the words of the text point to {cat} (p = {p:.2f}, a word model "
                       "fitted on confirmed reports)" if p >= 0.5 else "")
 
@@ -228,7 +234,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     for i, b in enumerate(boards):
         if i != p and events[i].kind != events[p].kind:
             _merge(final, b, _OTHER_EVENT_WEIGHT)
-    _add_prior(final, model, scan, events)
+    _add_prior(final, model, scan, [events[p]] + [e for e in events if e is not events[p]])
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)

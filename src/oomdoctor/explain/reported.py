@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.patterns import _GENERAL_STATEMENT, is_mention
+from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_mention
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
@@ -24,6 +24,7 @@ _MEMORY = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|hos
 _FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
                       r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b")
 _MAX_LINE = 2000
+_NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
 # conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
 _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
@@ -31,6 +32,16 @@ _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
 _REMEDY_BEFORE = re.compile(r"(?i)\b(?:fix(?:es|ed|ing)?|solv(?:e|es|ed|ing)|resolv\w+|prevent\w*|avoid\w*|mitigat\w+|"
                             r"\w+-(?:induced|related|caused))\b[^.!?;]{0,60}$")
 _CONDITIONAL = re.compile(r"(?i)(?:^|[.!?;]\s+)[\W\d]*(?:when|whenever|if|in case|unless|should|once|before|after)\b[^.!?;]*$")
+
+
+def _judged(line: str) -> bool:
+    """A wording the scanner knows and found to be a mention (advice, a quotation, a negation)."""
+    for _, gate, pat in _GATED_PATTERNS:
+        if any(g in line for g in gate):
+            ms = list(pat.finditer(line))[:4]
+            if ms and all(is_mention(line, m.start(), m.end()) for m in ms):
+                return True
+    return False
 
 
 def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
@@ -43,7 +54,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
         for i, line in enumerate(text.splitlines()):
             line = line[:_MAX_LINE]
             mem = _MEMORY.search(line)
-            if mem is None or _GENERAL_STATEMENT.search(line):
+            if mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _judged(line):
                 continue
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
