@@ -122,6 +122,26 @@ def per_category(rows: list[tuple[str, list[str]]]) -> dict[str, tuple[int, int,
     return {c: tally(v) for c, v in sorted(by.items())}
 
 
+def calibrate(sc: Scorer, cases: list[dict]) -> None:
+    """rank.TEMPERATURE and rank.NONE_SCORE fitted on out-of-fold scores (the prior fitted without the
+    case it scores, at the stored weight and vocabulary): on in-sample scores the prior would look surer
+    than it is on new logs."""
+    from explain_calibrate import log_loss
+
+    from oomdoctor.explain import rank
+
+    rows = []
+    for test in folds(cases, FOLDS):
+        train = [i for i in range(len(cases)) if i not in set(test)]
+        m = model_for(cases, train, TM.VOCAB)
+        for i in test:
+            ex = rank.explain_scan(sc.scans[i], None, m)
+            rows.append((cases[i]["category"], {h.category: h.score for h in ex.hypotheses if h.category != "unknown"}))
+    best = min((log_loss(rows, t / 10, n / 10), t / 10, n / 10) for t in range(3, 41) for n in range(-20, 41))
+    print(f"confidence on out-of-fold scores: current T={rank.TEMPERATURE} none={rank.NONE_SCORE} log loss "
+          f"{log_loss(rows, rank.TEMPERATURE, rank.NONE_SCORE):.3f}; fitted T={best[1]} none={best[2]} log loss {best[0]:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from oomdoctor.explain import rank
     from oomdoctor.explain.textmodel import default_model
@@ -172,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         lo_rows += rows
         print(f"  {name:<12} {fmt(tally(rows))}")
     print(f"leave-ecosystem-out overall: {fmt(tally(lo_rows))}")
+
+    if not a.rules_only:
+        calibrate(sc, cases)
 
     stored = None if a.rules_only else default_model()
     bad, rec, rec_ok = [], 0, 0
