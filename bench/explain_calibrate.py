@@ -5,6 +5,11 @@ these" score. This grid search picks T and the none-score that minimise the log 
 confirmed category on `dev`; the test split is never read here (its calibration table is printed
 by bench/explain_accuracy.py). Prints the fitted values and dev's log loss for the current ones.
 
+Since the text prior (explain/textmodel.py) is fitted on dev too, dev's in-sample scores overstate
+how sure it is on new logs: bench/explain_cv.py fits the same two values on out-of-fold scores (the
+prior fitted without the case it scores), and those are the ones to use (2026-11-25: T=0.7,
+none=0.6, log loss 0.596 against 0.609 for the current T=0.6, none=1.1, kept).
+
 Usage: PYTHONPATH=src python bench/explain_calibrate.py
 """
 

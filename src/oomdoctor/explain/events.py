@@ -37,6 +37,10 @@ SAMPLE_READING_BYTES = 16 << 10  # ... then in 16 KiB from the first line start 
 SAMPLE_EVERY_BYTES = 8 << 20  # sample point: one per 8 MiB up to DENSE_SAMPLING_BYTES, then one per 64 MiB
 DENSE_SAMPLING_BYTES = 64 << 20
 LOOKBACK = 6 * 1024
+# What the text prior and the no-event fallback read (explain/textmodel.py, rank.py): each source's
+# first SAMPLE_HEAD bytes and its last LOOKBACK bytes, for at most MAX_SAMPLED_SOURCES sources.
+SAMPLE_HEAD = 16 * 1024
+MAX_SAMPLED_SOURCES = 8
 
 # Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
 _CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
@@ -79,6 +83,7 @@ class LogScan:
     lines: int = 0
     bytes: int = 0
     dropped_events: int = 0
+    samples: list[tuple[str, int, str]] = field(default_factory=list)  # (source, first line, text): heads and tails
 
 
 def _decode(b: bytes) -> str:
@@ -98,6 +103,8 @@ class LogScanner:
         self._line = 0  # lines consumed before the current block
         self._bytes = 0
         self._tail = b""  # end of the previous block, for look-back context
+        self._head = b""  # this source's first SAMPLE_HEAD bytes
+        self._samples: list[tuple[str, int, str]] = []
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
         self._skip_to = 0
@@ -114,7 +121,8 @@ class LogScanner:
             ev, _ = self._pending
             self._pending = None
             self._finish_event(ev)
-        self.source, self._line, self._tail, self._src_bytes = name, 0, b"", 0
+        self._keep_sample()
+        self.source, self._line, self._tail, self._src_bytes, self._head = name, 0, b"", 0, b""
         self._next_sample, self._sample_end = FULL_READING_BYTES, 0
 
     def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
@@ -139,12 +147,17 @@ class LogScanner:
             le = block.find(b"\n", ls, end)
             le = end if le < 0 else le
             self._line_hit(block, ls, le, self._line + before + 1)
+        if len(self._head) < SAMPLE_HEAD:
+            self._head += block[start:min(end, start + SAMPLE_HEAD - len(self._head))]
         self._line += index.newlines
         if block[end - 1:end] != b"\n":
             self._line += 1
         self._bytes += end - start
         self._src_bytes += end - start
-        self._tail = block[max(start, end - LOOKBACK):end]
+        if end - start >= LOOKBACK:
+            self._tail = block[end - LOOKBACK:end]
+        else:  # a short span (a pipe's short read): the tail is the stream's, whatever the spans
+            self._tail = (self._tail + block[start:end])[-LOOKBACK:]
 
     def feed_lines(self, lines: Iterable[str], chunk: int = 1 << 20) -> None:
         buf: list[str] = []
@@ -325,8 +338,19 @@ class LogScanner:
             self._pending = None
             self._finish_event(ev)
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
+        self._keep_sample()
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
-                       bytes=self._bytes, dropped_events=self._dropped)
+                       bytes=self._bytes, dropped_events=self._dropped, samples=self._samples)
+
+    def _keep_sample(self) -> None:
+        """This source's head, and its tail past the head (a short log is all head)."""
+        if not self._src_bytes or len(self._samples) >= 2 * MAX_SAMPLED_SOURCES:
+            return
+        self._samples.append((self.source, 1, self._head.decode("utf-8", errors="replace")))
+        tail = self._tail[-min(len(self._tail), self._src_bytes - len(self._head)):] if self._src_bytes > len(self._head) else b""
+        if tail:
+            n = tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
+            self._samples.append((self.source, self._line - n + 1, tail.decode("utf-8", errors="replace")))
 
 
 _DIGITS = re.compile(r"\d+")

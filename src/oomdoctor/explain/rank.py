@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY
+from oomdoctor.explain.reported import failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
+    from oomdoctor.explain.textmodel import TextModel
     from oomdoctor.facts import FactSet
 
 # Markers of the environment are not failures; the failure of a GPU job is the GPU error when there
@@ -39,6 +41,14 @@ NONE_SCORE = 1.1
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
+# The text prior (explain/textmodel.py): PRIOR_WEIGHT * p(category | words) is added to a category's
+# score where p >= PRIOR_FLOOR. Chosen by 5-fold cross-validation on dev (bench/explain_cv.py).
+PRIOR_WEIGHT = 0.5
+PRIOR_FLOOR = 0.1
+# The event of a failure that the text reports in its own words (explain/reported.py): no scanner
+# pattern names it, so doctor's oom_events never hold it.
+REPORTED_KIND = "reported_failure"
+_DEFAULT = object()
 
 
 @dataclass
@@ -122,11 +132,11 @@ class Explanation:
         return out
 
 
-def explain_text(lines: Iterable[str], facts: FactSet | None = None) -> Explanation:
+def explain_text(lines: Iterable[str], facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     """Explain every OOM-like event in `lines` (str lines, with or without newlines)."""
     scanner = LogScanner()
     scanner.feed_lines(lines)
-    return explain_scan(scanner.finish(), facts)
+    return explain_scan(scanner.finish(), facts, prior)
 
 
 def _board_for(ev: OomEvent, scan: LogScan) -> Board:
@@ -152,11 +162,59 @@ def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent
     return out + [m for m in markers if (m.source, m.line) not in covered]
 
 
-def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
+def _prior(prior: Any) -> TextModel | None:
+    if prior is _DEFAULT:
+        from oomdoctor.explain.textmodel import default_model
+
+        return default_model()
+    return prior
+
+
+def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: list[OomEvent]) -> None:
+    """The text prior's share of each category's score (module docstring of explain/textmodel.py)."""
+    if model is None or PRIOR_WEIGHT <= 0:
+        return
+    text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    # Where the message gives the allocator's full breakdown (the request, the total and PyTorch's
+    # cache), the rules have weighed every category those numbers allow: the words then reorder
+    # those, and add none that the numbers ruled out. A message cut before the cache's figure rules
+    # out nothing (fragmentation hides in the figure that is missing).
+    nums = set(events[0].numbers) if events else set()
+    numeric = {"requested_bytes", "total_bytes"} <= nums and bool(nums & {"reserved_unallocated_bytes", "reserved_bytes"})
+    for cat, p in sorted(model.posterior(text).items(), key=lambda kv: -kv[1]):
+        if p >= PRIOR_FLOOR and (not numeric or board.scores.get(cat, 0.0) > 0):
+            board.add(cat, PRIOR_WEIGHT * p, f"the words of the text point to {cat} (p = {p:.2f}, a word model "
+                      "fitted on confirmed reports)" if p >= 0.5 else "")
+
+
+def _reported(scan: LogScan, model: TextModel | None) -> tuple[OomEvent, Board] | None:
+    """No event, no recovery, but the text reports a failure (explain/reported.py): rank the causes
+    from the text's own evidence (prose, readings, the text prior)."""
+    hit = failure_statement(scan.samples)
+    if hit is None:
+        return None
+    ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
+    b = Board()
+    leak_rules(scan.readings, b, scan.env)
+    prose_rules(ev, b, scan.env)
+    _add_prior(b, model, scan, [ev])
+    return ev, b
+
+
+def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     recovered = _recovered(logged, [e for e in scan.events if e.kind in RECOVERY])
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids] + bundle_events(facts)
+    model = _prior(prior)
+    if not events and not recovered:
+        got = _reported(scan, model)
+        if got is not None:
+            ev, b = got
+            used = fact_rules(facts, b, {ev.kind}, ev)
+            hyps = _rank(b)
+            return Explanation(events=[ev], hypotheses=hyps, primary=ev,
+                               event_categories={0: hyps[0].category}, facts_used=used, scan=scan)
     if not events:
         every = sorted(recovered, key=lambda e: (e.source, e.line))
         return Explanation(events=every, hypotheses=[], scan=scan, recovered=recovered)
@@ -176,6 +234,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None) -> Explanation:
     for i, b in enumerate(boards):
         if i != p and events[i].kind != events[p].kind:
             _merge(final, b, _OTHER_EVENT_WEIGHT)
+    _add_prior(final, model, scan, [events[p]] + [e for e in events if e is not events[p]])
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)

@@ -109,9 +109,18 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         w = 2.2 if own_share is None or own_share >= 0.5 else 0.8
         left = f" but only {fb(F)} is free" if F is not None else ""
         cached = f" and {fb(U)} is cached unallocated" if U is not None else ""
-        b.add("true_capacity", w, f"{why_x}{left}{cached}: even without fragmentation it would not fit"
-              + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None and T else ""),
-              _capacity_fix(X, F, U, T))
+        if U is not None:
+            b.add("true_capacity", w, f"{why_x}{left}{cached}: even without fragmentation it would not fit"
+                  + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None and T else ""),
+                  _capacity_fix(X, F, U, T))
+        else:
+            b.add("true_capacity", w, f"{why_x}{left}" + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None
+                  and T else ""), _capacity_fix(X, F, U, T))
+            if ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5):
+                # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
+                # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
+                b.add("fragmentation", 1.0, "the message gives no reserved-but-unallocated figure, so free "
+                      "memory split inside PyTorch's cache (fragmentation) is not ruled out", _frag_fix(X, d))
     if T is not None and F is not None and others and others >= 0.1 * T:
         w = 3.4 if X is None or F + others >= X else 1.2
         top = ", ".join(f"pid {p['pid']} {fb(p['bytes'])}" for p in sorted(procs, key=lambda p: -p["bytes"])[:3])

@@ -1,0 +1,67 @@
+"""Fit explain's text prior (src/oomdoctor/explain/textmodel.json) on the dev split only.
+
+The model reads what explain's scanner hands it (each log's head and tail, and the events' text), so
+it is fitted on exactly that text of each dev report. Its vocabulary size is VOCAB, chosen with the
+prior's weight by cross-validation on dev (bench/explain_cv.py). Deterministic: the same corpus gives
+the same file, byte for byte.
+
+Usage: PYTHONPATH=src python bench/explain_textmodel.py [--check]
+  --check: exit 1 if the stored file differs from a fresh fit (tests/test_explain_textmodel.py runs it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import explain_corpus as C  # noqa: E402
+
+VOCAB = 300
+CATEGORIES = [c for c in C.CATEGORIES]
+
+
+def model_text(text: str) -> str:
+    """The text the prior sees at run time for a log: the scanner's samples and the events' text."""
+    from oomdoctor.explain.events import LogScanner
+
+    scanner = LogScanner()
+    scanner.feed_lines(text.splitlines())
+    scan = scanner.finish()
+    return "\n".join([t for _, _, t in scan.samples] + [e.text for e in scan.events[:20]])
+
+
+def fit_cases(cases: list[dict], vocab: int = VOCAB) -> dict:
+    from oomdoctor.explain.textmodel import fit
+
+    return fit([(model_text(c["text"]), c["category"]) for c in cases], CATEGORIES, vocab)
+
+
+def dumps(model: dict) -> str:
+    return json.dumps(model, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from oomdoctor.explain.textmodel import MODEL_PATH
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args(argv)
+    text = dumps(fit_cases(C.load_reports("dev")))
+    if a.check:
+        old = MODEL_PATH.read_text(encoding="utf-8") if MODEL_PATH.exists() else ""
+        if old != text:
+            print(f"{MODEL_PATH} is stale: run PYTHONPATH=src python bench/explain_textmodel.py", file=sys.stderr)
+            return 1
+        print(f"{MODEL_PATH} matches a fresh fit on dev")
+        return 0
+    MODEL_PATH.write_text(text, encoding="utf-8")
+    print(f"wrote {MODEL_PATH} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

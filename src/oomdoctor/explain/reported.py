@@ -1,0 +1,65 @@
+"""A failure that the text reports without any message explain knows: the no-event fallback.
+
+Reports are often prose ("the backend ooms on a 4090", "it run out of my cuda memory", "fails with
+message `killed`") or a traceback cut before its last line. The scanner's patterns need an error's
+own words, so such a text has no event, and explain used to give no answer. Here a failure is
+recognised by its shape, not by a product's wording: a Python traceback, or one line that puts a
+memory word next to a failure word and is not advice, a negation, a quotation or a general statement
+(patterns.is_mention, the test that already keeps docs and grep output from being failures). The
+causes are then ranked from the text's evidence (rank.py: prose rules, readings, the text prior).
+Pure: text in, the reporting line out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_mention
+
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
+# A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
+_MEMORY = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
+                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b")
+# A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
+_FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
+                      r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b")
+_MAX_LINE = 2000
+_NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
+# Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
+# conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
+_COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
+# A remedy or a kind of failure, not one that happened: "this fixes fragmentation-induced OOM".
+_REMEDY_BEFORE = re.compile(r"(?i)\b(?:fix(?:es|ed|ing)?|solv(?:e|es|ed|ing)|resolv\w+|prevent\w*|avoid\w*|mitigat\w+|"
+                            r"\w+-(?:induced|related|caused))\b[^.!?;]{0,60}$")
+_CONDITIONAL = re.compile(r"(?i)(?:^|[.!?;]\s+)[\W\d]*(?:when|whenever|if|in case|unless|should|once|before|after)\b[^.!?;]*$")
+
+
+def _judged(line: str) -> bool:
+    """A wording the scanner knows and found to be a mention (advice, a quotation, a negation)."""
+    for _, gate, pat in _GATED_PATTERNS:
+        if any(g in line for g in gate):
+            ms = list(pat.finditer(line))[:4]
+            if ms and all(is_mention(line, m.start(), m.end()) for m in ms):
+                return True
+    return False
+
+
+def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+    """(source, line, text) of the first line that reports a failure, or None."""
+    for source, first, text in samples:
+        m = _TRACEBACK.search(text)
+        if m:
+            return source, first + text.count("\n", 0, m.start()), m.group(0)
+    for source, first, text in samples:
+        for i, line in enumerate(text.splitlines()):
+            line = line[:_MAX_LINE]
+            mem = _MEMORY.search(line)
+            if mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _judged(line):
+                continue
+            for f in _FAILURE.finditer(line):
+                lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
+                if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
+                        or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _REMEDY_BEFORE.search(line, 0, lo) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
+                    continue
+                return source, first + i, line.strip()[:400]
+    return None

@@ -1,0 +1,113 @@
+"""A small learned prior over the root-cause categories, from the words of a log or report.
+
+The rules (explain/rules.py) read what a message's wording and numbers mean; they say nothing when a
+report is written in prose ("it ooms because of fragmentation", "killed while loading shards") or
+when several causes score alike. This model fills that gap with a binarised multinomial naive Bayes
+over word unigrams and bigrams (lower-cased, numbers, paths and hex ids dropped), whose counts are
+fitted on the dev split of the labelled corpus only (bench/explain_textmodel.py; the same script
+with --check fails if the stored counts differ from a fresh fit, tests/test_explain_textmodel.py).
+rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight and the
+vocabulary size were chosen by cross-validation on dev (bench/explain_cv.py). Pure: text in, numbers
+out; the counts are package data (textmodel.json).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+MODEL_PATH = Path(__file__).with_name("textmodel.json")
+MAX_TEXT = 64 * 1024  # characters of text looked at (the scanner hands over a bounded sample)
+ALPHA = 0.5  # additive smoothing of the per-category token counts
+
+# Words of 2+ letters (identifiers keep their underscores); digits, paths' hashes and hex ids carry no
+# cause and only let the model memorise one report.
+_WORD = re.compile(r"[A-Za-z][A-Za-z_']*[A-Za-z]")
+_STOP = frozenset("""a an and are as at be been but by can could did do does for from had has have i if in into is it
+its me my of on or our so than that the their them then there these they this to too us was we were what when where
+which while who will with would you your""".split())
+
+
+def tokens(text: str) -> set[str]:
+    """The distinct unigrams and bigrams of `text` (binarised: a word counts once per document)."""
+    words = [w.lower() for w in _WORD.findall(text[:MAX_TEXT])]
+    words = [w for w in words if w not in _STOP and len(w) <= 40]
+    out = set(words)
+    out.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+    return out
+
+
+class TextModel:
+    """p(category | tokens) from per-category document counts of each token."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.categories: list[str] = list(data["categories"])
+        self.docs: list[int] = [int(x) for x in data["docs"]]
+        self.alpha = float(data.get("alpha", ALPHA))
+        vocab: dict[str, list[int]] = data["counts"]
+        n = sum(self.docs)
+        k = len(self.categories)
+        self.log_prior = [math.log((d + 1) / (n + k)) for d in self.docs]
+        # Bernoulli-style presence with a multinomial normalisation: log p(token | category).
+        tot = [sum(v[i] for v in vocab.values()) for i in range(k)]
+        denom = [t + self.alpha * len(vocab) for t in tot]
+        self.log_p = {t: [math.log((v[i] + self.alpha) / denom[i]) for i in range(k)] for t, v in vocab.items()}
+
+    def posterior(self, text: str) -> dict[str, float]:
+        toks = [t for t in tokens(text) if t in self.log_p]
+        k = len(self.categories)
+        s = list(self.log_prior)
+        for t in toks:
+            lp = self.log_p[t]
+            for i in range(k):
+                s[i] += lp[i]
+        m = max(s)
+        e = [math.exp(x - m) for x in s]
+        z = sum(e)
+        return {c: e[i] / z for i, c in enumerate(self.categories)}
+
+
+def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min_docs: int = 2,
+        alpha: float = ALPHA) -> dict[str, Any]:
+    """Counts for a TextModel from (text, category) pairs: tokens in at least `min_docs` documents,
+    the `vocab_size` most informative (mutual information with the category), ties by name, so the
+    result depends on the data alone."""
+    idx = {c: i for i, c in enumerate(categories)}
+    k = len(categories)
+    counts: dict[str, list[int]] = {}
+    ndocs = [0] * k
+    for text, cat in docs:
+        i = idx[cat]
+        ndocs[i] += 1
+        for t in tokens(text):
+            counts.setdefault(t, [0] * k)[i] += 1
+    n = sum(ndocs)
+    kept = {t: v for t, v in counts.items() if sum(v) >= min_docs}
+
+    def mi(v: list[int]) -> float:
+        df = sum(v)
+        out = 0.0
+        for i in range(k):
+            for present, joint in ((1, v[i]), (0, ndocs[i] - v[i])):
+                if joint <= 0:
+                    continue
+                px = df / n if present else 1 - df / n
+                out += joint / n * math.log(joint / n / (px * ndocs[i] / n))
+        return out
+
+    ranked = sorted(kept.items(), key=lambda kv: (-round(mi(kv[1]), 12), kv[0]))[:vocab_size]
+    return {"version": 1, "categories": list(categories), "docs": ndocs, "alpha": alpha,
+            "counts": dict(sorted(ranked))}
+
+
+@lru_cache(maxsize=1)
+def default_model() -> TextModel | None:
+    """The stored model, or None if its file is missing or unreadable (explain then uses its rules only)."""
+    try:
+        return TextModel(json.loads(MODEL_PATH.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
