@@ -172,3 +172,11 @@ def test_redaction_of_planted_values_in_any_text(noise, secret):
         assert MASK in out
     doc = json.dumps({"s": f"{noise} --password={secret}"}, indent=2)
     assert json.loads(redact_rendered(doc, "json"))["s"].endswith(MASK)
+
+
+def test_a_secret_assignment_after_a_harmless_one_with_spaces_is_redacted():
+    """Found by hypothesis: `A= PGPASSWORD=x` made `A` take `PGPASSWORD=x` as its value."""
+    for text in ("A= PGPASSWORD=pgsecret1a ", "A: token=tok9secret", "x = y = HF_TOKEN=hfsecret77"):
+        out = redact_text(text)
+        assert "secret" not in out and MASK in out, out
+    assert len(redact_text("a=" * 100_000)) == 200_000  # nested values are looked into a bounded number of times

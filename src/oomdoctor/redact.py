@@ -115,10 +115,21 @@ def redact_text(text: str) -> str:
                              if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
                              else m.group(0), out)  # `docker run -u 1000:1000` is a uid:gid
 
+    depth = [0]
+
     def _assign(m: re.Match[str]) -> str:
         if is_secret_name(m.group("name")) and m.group("value") != MASK:
             return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}"
-        return m.group(0)
+        # a harmless name's value may hold the next assignment (`A= PGPASSWORD=x`: the separator's
+        # spaces let `A` take `PGPASSWORD=x` as its value): look inside it too
+        value = m.group("value")
+        if depth[0] < 8 and ("=" in value or ":" in value):  # bounded: `a=a=a=...` must not recurse deep
+            depth[0] += 1
+            try:
+                value = _ASSIGNMENT.sub(_assign, value)
+            finally:
+                depth[0] -= 1
+        return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{value}"
 
     def _flag(m: re.Match[str]) -> str:
         if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
