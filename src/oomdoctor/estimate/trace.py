@@ -53,6 +53,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             aten._addmm_activation.default, aten.addmv.default, aten.mv.default}
     conv = {aten.convolution.default, aten.convolution_backward.default}
     reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
+    uniform = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
 
     class Recorder(TorchDispatchMode):
         def __init__(self):
@@ -98,7 +99,8 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if self.scalar_stub and func is aten._local_scalar_dense.default:
+            if self.scalar_stub and func is aten._local_scalar_dense.default and \
+                    getattr(args[0], "constant", None) is None:
                 # fake tensors hold no values; generation runs to max_new_tokens (its memory peak),
                 # so every "are all sequences finished / any EOS" read answers no
                 dtype = args[0].dtype
@@ -116,6 +118,8 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 raise
             except Exception as exc:
                 raise OpNotTraceable(str(func), exc) from exc
+            if func in uniform:
+                out = _draw_that_keeps(out)
             if on_dev:
                 # a conv call's cuDNN workspace comes after the output it writes and is freed right
                 # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
@@ -159,6 +163,26 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                     self.live[id(st)] = (sid, int(st.nbytes()))
 
     return Recorder(), cuda_semantics(amp)
+
+
+def _draw_that_keeps(out: Any) -> Any:
+    """A uniform draw of at most one element (torch.rand([]), rand_like of a scalar) becomes a fake
+    tensor that holds a value, so Python control flow on it resolves: stochastic depth (LayerDrop in
+    BART, Whisper, wav2vec2...: `if torch.rand([]) < layerdrop: skip the layer`) cannot run on fake
+    tensors, which hold no values. The value is the top of [0, 1) (1 - eps/2), so every such skip is
+    not taken: the step traced is one in which every layer runs, the highest a real run reaches, and
+    the only one with layerdrop 0. The storage is the same size and device as the draw's (on the
+    device, one 512-byte block)."""
+    import torch
+    from torch.utils._mode_utils import no_dispatch
+
+    mode = getattr(out, "fake_mode", None)
+    if mode is None or out.numel() > 1 or not out.dtype.is_floating_point or out.requires_grad or \
+            out.device.type != "cpu":
+        return out
+    with no_dispatch():
+        real = torch.full(tuple(out.shape), 1 - torch.finfo(out.dtype).eps / 2, dtype=out.dtype)
+    return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
 
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
