@@ -21,12 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.errors import InputError
+from oomdoctor.estimate import periodic
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
 from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 from oomdoctor.estimate.workspaces import Workspaces
 from oomdoctor.workload.load import WorkloadSpec
+
+DECODE_TRACED = 6  # generate(): decode steps traced before the rest are written out (3 must agree)
+# Write out repeated steps and decode steps instead of tracing them (estimate/periodic.py); False traces
+# everything (validation/estimate_shortcut_check.py compares the two).
+SHORTCUTS = True
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -187,9 +193,14 @@ def _draw_that_keeps(out: Any) -> Any:
 
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
-               labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
+               labeler: Callable[[Any], str | None] | None = None,
+               decode_traced: int | None = -1) -> tuple[MemTrace, dict]:
     """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
-    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits")."""
+    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits").
+    generate(): the first `decode_traced` decode steps are traced and the rest written out when they
+    repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS)."""
+    if decode_traced == -1:
+        decode_traced = DECODE_TRACED if SHORTCUTS else None
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -205,11 +216,23 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     if spec.generate is not None:
         steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics, fake_safe_apply(), _generation_runs_to_the_end(spec) as new_call:
+        with fake, rec, semantics, fake_safe_apply(), \
+                _generation_runs_to_the_end(spec, lambda: len(trace.events), decode_traced) as (new_call, decode):
             _load_to_device(spec, rec, info)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
+            starts: list[int] = []
             for i in range(1, steps + 1):
+                if i >= 3 and SHORTCUTS and periodic.self_contained(trace.events, starts[-1], len(trace.events)):
+                    # step i-1 ended with the storages it began with: step i starts from the same state
+                    # and runs the same ops; its events are step i-1's (the allocator replays them anew)
+                    start, end = starts[-1], len(trace.events)
+                    starts.append(end)
+                    rec.next_sid = periodic.repeat_step(trace, start, end, rec.next_sid,
+                                                        (f"step{i - 1}/", f"step{i}/"))
+                    info["repeated_steps"] = info.get("repeated_steps", 0) + 1
+                    continue
+                starts.append(len(trace.events))
                 def mark(name: str, i: int = i) -> None:
                     rec.phase = name
                     if name == "forward":
@@ -229,6 +252,13 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     except Exception as exc:
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
+    if spec.generate is not None and decode["total"] > len(decode["bounds"]) - 1:
+        nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
+        if nxt is None:  # the traced decode steps do not repeat: trace them all
+            return trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                              decode_traced=None)
+        rec.next_sid = nxt
+        info["decode_steps_traced"] = len(decode["bounds"]) - 1
     info["cublas_threads"] = sorted(rec.workspace_threads)
     info["uses_gemm"] = bool(rec.workspace_threads)
     info["uses_conv"] = rec.uses_conv
@@ -239,11 +269,15 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
 
 
 @contextlib.contextmanager
-def _generation_runs_to_the_end(spec: WorkloadSpec):
+def _generation_runs_to_the_end(spec: WorkloadSpec, now: Callable[[], int], traced: int | None = None):
     """For a generate() step: its loop stops when max_new_tokens tokens are made, whatever the (fake)
-    tokens are; transformers' own check reads tensor values, which fake tensors do not have."""
+    tokens are; transformers' own check reads tensor values, which fake tensors do not have. With
+    `traced`, the loop stops after that many tokens; decode["bounds"] holds the event index at each
+    check (where each token's step begins, then where the loop ends) and decode["total"] the tokens
+    a real run makes."""
+    decode: dict[str, Any] = {"bounds": [], "total": 0}
     if spec.generate is None:
-        yield lambda: None
+        yield (lambda: None), decode
         return
     steps = spec.generate.get("max_new_tokens")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
@@ -253,18 +287,22 @@ def _generation_runs_to_the_end(spec: WorkloadSpec):
     except ImportError as exc:
         raise InputError(f"{spec.source}: generate needs transformers") from exc
     calls = [0]
+    stop = steps if traced is None else min(steps, traced)
+    decode["total"] = steps
     orig = GenerationMixin._has_unfinished_sequences
 
     def unfinished(self, this_peer_finished, synced_gpus, device=None, **kw):
         calls[0] += 1
-        return calls[0] <= steps
+        decode["bounds"].append(now())
+        return calls[0] <= stop
 
     def new_call() -> None:
         calls[0] = 0
+        decode["bounds"].clear()
 
     GenerationMixin._has_unfinished_sequences = unfinished
     try:
-        yield new_call
+        yield new_call, decode
     finally:
         GenerationMixin._has_unfinished_sequences = orig
 
