@@ -51,6 +51,7 @@ class OpNotTraceable(Exception):
 def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -60,6 +61,32 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
     conv = {aten.convolution.default, aten.convolution_backward.default}
     reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
     uniform = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
+    is_mutable: dict[Any, bool] = {}
+    Tensor = torch.Tensor
+
+    def _storage(t: Any) -> Any:
+        try:
+            return t.untyped_storage()
+        except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
+            return None
+
+    def _tensors(args: Any, kwargs: dict) -> list:
+        """The tensors among an op's arguments (aten arguments nest at most a list deep; anything
+        else goes through pytree)."""
+        out = []
+        for group in (args, kwargs.values()):
+            for a in group:
+                if isinstance(a, Tensor):
+                    out.append(a)
+                elif type(a) in (list, tuple):
+                    for x in a:
+                        if isinstance(x, Tensor):
+                            out.append(x)
+                        elif isinstance(x, (list, tuple, dict)):
+                            return [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)]
+                elif isinstance(a, dict):
+                    return [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)]
+        return out
 
     class Recorder(TorchDispatchMode):
         def __init__(self):
@@ -97,12 +124,6 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             if entry is not None:
                 trace.events.append(("f", entry[0], 0, 0))
 
-        def _on_device(self, t: Any) -> bool:
-            try:
-                return id(t.untyped_storage()) in self.live
-            except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
-                return False
-
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if self.scalar_stub and func is aten._local_scalar_dense.default and \
@@ -111,9 +132,9 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 # so every "are all sequences finished / any EOS" read answers no
                 dtype = args[0].dtype
                 return False if dtype == torch.bool else (0.0 if dtype.is_floating_point else 0)
-            flat, _ = tree_flatten((args, kwargs))
-            tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-            on_dev = any(self._on_device(t) for t in tensors) or kwargs.get("device") is not None
+            tensors = _tensors(args, kwargs)
+            live = self.live
+            on_dev = kwargs.get("device") is not None or any(id(_storage(t)) in live for t in tensors)
             if on_dev and func in gemm:
                 self._gemm_workspace(func, args)
             if on_dev and func in conv:
@@ -130,7 +151,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 # a conv call's cuDNN workspace comes after the output it writes and is freed right
                 # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
                 scratch = conv_workspace_sizes(func, args, out, workspaces) if func in conv else {}
-                for i, t in enumerate(tree_flatten(out)[0]):
+                for i, t in enumerate((out,) if type(out) is FakeTensor else tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
                             self.track(t.untyped_storage(), labeler(t) if labeler is not None else None)
@@ -144,7 +165,10 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                     if buf:
                         b, m = self._alloc(buf, "workspace"), self._alloc(sem, "workspace")
                         trace.events.extend((("f", m, 0, 0), ("f", b, 0, 0)))
-                if func._schema.is_mutable:
+                mutable = is_mutable.get(func)
+                if mutable is None:
+                    mutable = is_mutable[func] = func._schema.is_mutable
+                if mutable:
                     self._check_resized(tensors)
             return out
 
