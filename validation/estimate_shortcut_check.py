@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def one(name: str, shortcuts: bool) -> dict:
-    from estimate_llm_zoo import _config, _recipe, ZOO
+    from estimate_llm_zoo import ZOO, _config, _recipe
 
     from oomdoctor.estimate import trace
     from oomdoctor.estimate.hf import estimate_model
