@@ -109,3 +109,23 @@ def test_shortcuts_give_the_full_trace_estimate(task):
         assert fast_info["repeated_steps"] == 1 and "repeated_steps" not in full_info
     else:
         assert fast_info["decode_steps_traced"] == 6 and "decode_steps_traced" not in full_info
+
+
+def test_decode_steps_that_do_not_repeat_are_all_traced(monkeypatch):
+    from oomdoctor.estimate import periodic
+    from oomdoctor.estimate.estimator import trace_for
+
+    def build(b):
+        model, ids = _llama(b)
+        return {"model": model, "inputs": {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                "generate": {"max_new_tokens": 9, "do_sample": False, "pad_token_id": 0}}
+
+    calls = []
+    monkeypatch.setattr(periodic, "extend_periods", lambda *a, **k: calls.append(1))  # "they do not agree"
+    trace, info = trace_for(build, 2)
+    assert calls == [1] and "decode_steps_traced" not in info
+    from oomdoctor.estimate import trace as tr
+
+    monkeypatch.setattr(tr, "SHORTCUTS", False)
+    full, _ = trace_for(build, 2)
+    assert [(op, n) for op, _, n, _ in trace.events] == [(op, n) for op, _, n, _ in full.events]

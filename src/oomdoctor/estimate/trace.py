@@ -276,7 +276,7 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     except Exception as exc:
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
-    if spec.generate is not None and decode["total"] > len(decode["bounds"]) - 1:
+    if decode["cut"]:  # the decode loop was stopped after `decode_traced` tokens
         nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
         if nxt is None:  # the traced decode steps do not repeat: trace them all
             return trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
@@ -299,7 +299,7 @@ def _generation_runs_to_the_end(spec: WorkloadSpec, now: Callable[[], int], trac
     `traced`, the loop stops after that many tokens; decode["bounds"] holds the event index at each
     check (where each token's step begins, then where the loop ends) and decode["total"] the tokens
     a real run makes."""
-    decode: dict[str, Any] = {"bounds": [], "total": 0}
+    decode: dict[str, Any] = {"bounds": [], "total": 0, "cut": False}
     if spec.generate is None:
         yield (lambda: None), decode
         return
@@ -318,11 +318,13 @@ def _generation_runs_to_the_end(spec: WorkloadSpec, now: Callable[[], int], trac
     def unfinished(self, this_peer_finished, synced_gpus, device=None, **kw):
         calls[0] += 1
         decode["bounds"].append(now())
+        decode["cut"] = calls[0] > stop and stop < steps
         return calls[0] <= stop
 
     def new_call() -> None:
         calls[0] = 0
         decode["bounds"].clear()
+        decode["cut"] = False
 
     GenerationMixin._has_unfinished_sequences = unfinished
     try:
