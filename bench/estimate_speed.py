@@ -23,6 +23,8 @@ CASES = [("resnet50_sgdm_fp32", 64), ("bert_adamw_fp32", 16), ("gpt2_adamw_bf16"
 LLM_MODELS = ["llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama2-13b", "llama3-70b", "qwen2.5-7b", "mistral-7b",
               "gemma-2b"]
 LLM_TASKS = [("train", 1, 2048), ("lora", 2, 2048), ("infer", 4, 2048), ("generate", 4, 512)]  # (task, batch, seq)
+# the heaviest zoo recipe: LoRA on every linear layer with checkpointing (backward recomputes the forward)
+LLM_EXTRA = [("mistral-7b", "lora", 8, 2048, ["--gradient-checkpointing", "--lora-targets", "all-linear"])]
 LLAMA70B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 8192, "intermediate_size": 28672,
             "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
             "max_position_embeddings": 8192, "rope_theta": 500000.0}
@@ -61,8 +63,9 @@ def llm(only: str = "") -> int:
             with open(cfg, "w") as fh:
                 json.dump(shapes[shape], fh)
             blocks = shapes[shape].get("num_hidden_layers")
-            for task, batch, seq in LLM_TASKS:
-                extra = ["--max-new-tokens", "128"] if task == "generate" else []
+            cases = [(t, b, n, ["--max-new-tokens", "128"] if t == "generate" else []) for t, b, n in LLM_TASKS]
+            cases += [(t, b, n, x) for m, t, b, n, x in LLM_EXTRA if m == shape]
+            for task, batch, seq, extra in cases:
                 cmd = [sys.executable, "-m", "oomdoctor", "estimate", "--model", cfg, "--task", task, "--batch-size",
                        str(batch), "--seq-len", str(seq), "--format", "json", *extra]
                 # wall, CPU and peak RSS of this child alone: /usr/bin/time-free, through a wait4 on it
@@ -74,7 +77,8 @@ def llm(only: str = "") -> int:
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 cpu = ru.ru_utime + ru.ru_stime
                 peak = json.loads(out)["peak_reserved_bytes"] if proc.returncode in (0, 1) else None
-                print(f"| {shape} | {blocks} | {task} | {batch} | {seq} | {wall:.1f} | {cpu:.1f} | {ru.ru_maxrss / 1024:.0f} "
+                label = task + ("" if task == "generate" or not extra else " " + " ".join(extra))
+                print(f"| {shape} | {blocks} | {label} | {batch} | {seq} | {wall:.1f} | {cpu:.1f} | {ru.ru_maxrss / 1024:.0f} "
                       f"| {'-' if peak is None else f'{peak / 2**30:.1f} GiB'} |", flush=True)
     return 0
 
