@@ -169,3 +169,26 @@ def test_alloc_conf_parser_never_crashes(text):
     except UsageError:
         return
     assert conf.max_split_size > 20 * MiB
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, st.lists(st.integers(0, 200), max_size=6),
+       st.sampled_from(["", "expandable_segments:True", "max_split_size_mb:32"]))
+def test_phase_peaks_give_the_replay_answer(seq, cuts, conf_text):
+    """estimate --model replays once (phase_peaks) and takes replay()'s answer from it: the same peak
+    allocated, peak reserved and first index of the allocated peak, whatever the phase marks."""
+    from oomdoctor.estimate.allocator import phase_peaks, replay_of
+
+    conf = parse_alloc_conf(conf_text)
+    events, live, sid = [], [], 0
+    for is_alloc, size, pick in seq:
+        if is_alloc or not live:
+            events.append(("a", sid, size, 0))
+            live.append(sid)
+            sid += 1
+        else:
+            events.append(("f", live.pop(pick % len(live)), 0, 0))
+    marks = sorted((c % (len(events) + 1), f"step1/p{i % 3}") for i, c in enumerate(cuts))
+    want, got = replay(events, conf), replay_of(phase_peaks(events, marks, conf))
+    assert (got.peak_allocated, got.peak_reserved, got.peak_index) == \
+        (want.peak_allocated, want.peak_reserved, want.peak_index)

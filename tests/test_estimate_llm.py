@@ -444,3 +444,54 @@ def test_t5_without_mask_builds_no_batch_sized_position_bias_mask():
     forward_end = next(i for i, m in trace.marks if m == "step1/backward")
     fwd = [s for op, _, s, _ in trace.events[:forward_end] if op == "a"]
     assert b * 4 * n * n * 4 not in fwd
+
+
+def _bart_cfg(layerdrop):
+    return {"model_type": "bart", "vocab_size": V, "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128, "max_position_embeddings": 64, "decoder_start_token_id": 2, "pad_token_id": 1,
+            "encoder_layerdrop": layerdrop, "decoder_layerdrop": layerdrop}
+
+
+def test_bart_with_layerdrop_traces_every_layer():
+    """BART draws torch.rand([]) per layer in training and branches on it (transformers 5.17 even with
+    layerdrop 0; later versions when layerdrop > 0): the trace resolves it and keeps every layer."""
+    from oomdoctor.estimate import hf
+
+    recipe = hf.Recipe(task="train", seq_len=32, dtype="fp32", amp="bf16")
+    plain = hf.estimate_model(hf.load_config_dict(_bart_cfg(0.0)), recipe, 2)
+    drop = hf.estimate_model(hf.load_config_dict(_bart_cfg(0.5)), recipe, 2)
+    assert drop.parameter_count == plain.parameter_count
+    assert drop.peak_allocated_bytes == plain.peak_allocated_bytes
+    assert drop.peak_reserved_bytes == plain.peak_reserved_bytes
+
+
+def _whisper(layerdrop):
+    def build(b):
+        cfg = transformers.WhisperConfig(
+            vocab_size=V, num_mel_bins=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, max_source_positions=32,
+            max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+            encoder_layerdrop=layerdrop, decoder_layerdrop=layerdrop)
+        return {"model": transformers.WhisperForConditionalGeneration(cfg),
+                "inputs": {"input_features": torch.randn(b, 16, 64), "labels": ids(b, 16)}, "optimizer": "adamw"}
+    return build
+
+
+def _wav2vec2(layerdrop):
+    def build(b):
+        cfg = transformers.Wav2Vec2Config(
+            vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4, layerdrop=layerdrop, mask_time_prob=0.0)
+        # CTC's loss selects the labels by value (data-dependent shape): a loss on the logits instead
+        return {"model": transformers.Wav2Vec2ForCTC(cfg), "inputs": {"input_values": torch.randn(b, 4000)},
+                "loss": lambda out: out.logits.float().logsumexp(-1).mean(), "optimizer": "adamw"}
+    return build
+
+
+@pytest.mark.parametrize("make", [_whisper, _wav2vec2], ids=["whisper", "wav2vec2"])
+def test_speech_models_with_layerdrop_trace_every_layer(make):
+    plain, drop = estimate(make(0.0), 2), estimate(make(0.3), 2)
+    assert (drop.peak_allocated_bytes, drop.peak_reserved_bytes) == \
+        (plain.peak_allocated_bytes, plain.peak_reserved_bytes)

@@ -147,3 +147,62 @@ def test_estimate_module_leaves_the_real_model_alone():
     assert est.breakdown["optimizer_state"] == by_file.breakdown["optimizer_state"]
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert all(p.grad is None for p in model.parameters())
+
+
+
+class _LayerDropNet(torch.nn.Module):
+    """Stochastic depth as Hugging Face writes it: a uniform scalar draw per layer, compared in Python."""
+
+    def __init__(self, p: float, style: str):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(4))
+        self.p, self.style = p, style
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.style == "none":
+                x = torch.relu(layer(x))
+                continue
+            draw = torch.rand([]) if self.style == "rand" else torch.rand_like(x[0, 0])
+            skip = self.training and draw < self.p  # wav2vec2: `if not skip`; BART: `if draw < p: continue`
+            if not skip:
+                x = torch.relu(layer(x))
+        return x
+
+
+def _layerdrop_build(p, style):
+    def build(b):
+        return {"model": _LayerDropNet(p, style), "inputs": (torch.randn(b, 64),), "target": torch.randn(b, 64),
+                "loss": torch.nn.functional.mse_loss, "optimizer": "adamw"}
+    return build
+
+
+@pytest.mark.parametrize("style", ["rand", "rand_like"])
+def test_layerdrop_control_flow_traces_every_layer(style):
+    """Fake tensors hold no values, so `if torch.rand([]) < p` cannot be decided (DataDependentOutput);
+    the draw is made to hold the top of [0, 1): the step traced runs every layer, whatever p < 1."""
+    plain = _trace(_layerdrop_build(0.0, "none"))[0]
+    base = [n for op, _, n, _ in plain.events if op == "a"]
+    for p in (0.0, 0.5, 0.99):
+        trace = _trace(_layerdrop_build(p, style))[0]
+        allocs = [n for op, _, n, _ in trace.events if op == "a"]
+        # the same storages as without layerdrop, plus each draw (4 bytes) and its comparison (1 byte),
+        # a 512-byte block each, one per layer and step, freed right after
+        assert [n for n in allocs if n not in (1, 4)] == [n for n in base if n not in (1, 4)]
+        assert allocs.count(4) - base.count(4) == allocs.count(1) - base.count(1) == 4 * 3
+        assert replay(trace.events).peak_allocated == replay(plain.events).peak_allocated
+
+
+def test_only_single_element_uniform_draws_hold_values():
+    """Draws of more than one element, and integer draws, stay plain fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from oomdoctor.estimate.trace import _draw_that_keeps
+
+    with FakeTensorMode():
+        big, one, ints = torch.rand(8), torch.rand(1, dtype=torch.bfloat16), torch.randint(0, 3, ())
+    assert _draw_that_keeps(big) is big and _draw_that_keeps(ints) is ints
+    kept = _draw_that_keeps(one)
+    assert kept.constant is not None and kept.shape == one.shape and kept.dtype == torch.bfloat16
+    with kept.fake_mode:
+        assert not bool(kept < 0.99) and bool(kept < 1.0)

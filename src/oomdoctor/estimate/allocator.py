@@ -350,6 +350,14 @@ def phase_peaks(events: list[tuple[str, int, int, int]], marks: list[tuple[int, 
     return out
 
 
+def replay_of(peaks: dict[str, PhasePeak]) -> ReplayResult:
+    """What replay() returns for the same events (uncapped), from phase_peaks' answer: the highest
+    allocated and reserved, and the first event at which allocated reached its peak."""
+    top = max(v.allocated for v in peaks.values())
+    index = min((v.index for v in peaks.values() if v.allocated == top and v.index >= 0), default=-1)
+    return ReplayResult(top, max(v.reserved for v in peaks.values()), None, index, 0)
+
+
 def _merge(a: PhasePeak | None, b: PhasePeak) -> PhasePeak:
     if a is None:
         return b

@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from oomdoctor.errors import UsageError
 from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
-from oomdoctor.estimate.allocator import replay, round_size
+from oomdoctor.estimate.allocator import ReplayResult, replay, round_size
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.reduce_staging import ReduceDevice
 from oomdoctor.estimate.workspaces import CONTEXT, Workspaces, cublas_workspace_for
@@ -85,8 +85,10 @@ def estimate(workload_or_spec_factory: SpecSource, batch_size: int, *, memory_li
 
 
 def _from_trace(trace: MemTrace, info: Mapping[str, Any], batch_size: int, conf: AllocConf,
-                memory_limit: int | None, gpu: GpuSpec | None, lazy_loading: bool) -> Estimate:
-    result = replay(trace.events, conf)
+                memory_limit: int | None, gpu: GpuSpec | None, lazy_loading: bool,
+                result: ReplayResult | None = None) -> Estimate:
+    """`result`: the uncapped replay of trace.events, when the caller has it already."""
+    result = result or replay(trace.events, conf)
     handles = len(info.get("cublas_threads", ())) or (2 if info.get("train") else 1)
     context = CONTEXT.bytes(cublas_handles=handles if info.get("uses_gemm", True) else 0,
                             uses_cudnn=bool(info.get("uses_conv")), lazy=lazy_loading)
@@ -97,7 +99,8 @@ def _from_trace(trace: MemTrace, info: Mapping[str, Any], batch_size: int, conf:
     limit = _limit(memory_limit, gpu, context)
     fits = None
     if limit is not None:
-        fits = replay(trace.events, conf, limit=limit).oom is None
+        # a cap the uncapped replay never reaches changes nothing: no second replay then
+        fits = result.peak_reserved <= limit or replay(trace.events, conf, limit=limit).oom is None
     return Estimate(
         batch_size=batch_size, peak_allocated_bytes=result.peak_allocated, peak_reserved_bytes=result.peak_reserved,
         process_total_bytes=result.peak_reserved + context, breakdown=breakdown, memory_limit_bytes=limit,

@@ -428,7 +428,7 @@ def _labeler(config: Any, recipe: Recipe) -> Callable[[Any], str | None]:
 def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
                    memory_limit: int | None = None, alloc_conf: Any = None) -> Any:
     from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
-    from oomdoctor.estimate.allocator import phase_peaks, round_size
+    from oomdoctor.estimate.allocator import phase_peaks, replay_of, round_size
     from oomdoctor.estimate.estimator import _from_trace, trace_for
     from oomdoctor.knowledge.gpus import get_gpu
 
@@ -452,8 +452,8 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
             trace.events.insert(0, ("a", sid, workspace, 0))
             trace.categories[sid] = "workspace"
             trace.marks = [(i + 1, m) for i, m in trace.marks]
-    est = _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, True)
     peaks = phase_peaks(trace.events, trace.marks, conf)
+    est = _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, True, replay_of(peaks))
     model = holder["model"]
     blocks = set(getattr(model, "_no_split_modules", None) or ())
     block_bytes = max((sum(p.numel() * p.element_size() for p in m.parameters())

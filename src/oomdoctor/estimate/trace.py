@@ -21,12 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.errors import InputError
+from oomdoctor.estimate import periodic
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
 from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 from oomdoctor.estimate.workspaces import Workspaces
 from oomdoctor.workload.load import WorkloadSpec
+
+DECODE_TRACED = 6  # generate(): decode steps traced before the rest are written out (3 must agree)
+# Write out repeated steps and decode steps instead of tracing them (estimate/periodic.py); False traces
+# everything (validation/estimate_shortcut_check.py compares the two).
+SHORTCUTS = True
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -45,6 +51,7 @@ class OpNotTraceable(Exception):
 def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -53,6 +60,33 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             aten._addmm_activation.default, aten.addmv.default, aten.mv.default}
     conv = {aten.convolution.default, aten.convolution_backward.default}
     reductions = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
+    uniform = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
+    is_mutable: dict[Any, bool] = {}
+    Tensor = torch.Tensor
+
+    def _storage(t: Any) -> Any:
+        try:
+            return t.untyped_storage()
+        except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
+            return None
+
+    def _tensors(args: Any, kwargs: dict) -> list:
+        """The tensors among an op's arguments (aten arguments nest at most a list deep; anything
+        else goes through pytree)."""
+        out = []
+        for group in (args, kwargs.values()):
+            for a in group:
+                if isinstance(a, Tensor):
+                    out.append(a)
+                elif type(a) in (list, tuple):
+                    for x in a:
+                        if isinstance(x, Tensor):
+                            out.append(x)
+                        elif isinstance(x, (list, tuple, dict)):
+                            return [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)]
+                elif isinstance(a, dict):
+                    return [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)]
+        return out
 
     class Recorder(TorchDispatchMode):
         def __init__(self):
@@ -90,22 +124,17 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             if entry is not None:
                 trace.events.append(("f", entry[0], 0, 0))
 
-        def _on_device(self, t: Any) -> bool:
-            try:
-                return id(t.untyped_storage()) in self.live
-            except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
-                return False
-
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if self.scalar_stub and func is aten._local_scalar_dense.default:
+            if self.scalar_stub and func is aten._local_scalar_dense.default and \
+                    getattr(args[0], "constant", None) is None:
                 # fake tensors hold no values; generation runs to max_new_tokens (its memory peak),
                 # so every "are all sequences finished / any EOS" read answers no
                 dtype = args[0].dtype
                 return False if dtype == torch.bool else (0.0 if dtype.is_floating_point else 0)
-            flat, _ = tree_flatten((args, kwargs))
-            tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-            on_dev = any(self._on_device(t) for t in tensors) or kwargs.get("device") is not None
+            tensors = _tensors(args, kwargs)
+            live = self.live
+            on_dev = kwargs.get("device") is not None or any(id(_storage(t)) in live for t in tensors)
             if on_dev and func in gemm:
                 self._gemm_workspace(func, args)
             if on_dev and func in conv:
@@ -116,11 +145,13 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 raise
             except Exception as exc:
                 raise OpNotTraceable(str(func), exc) from exc
+            if func in uniform:
+                out = _draw_that_keeps(out)
             if on_dev:
                 # a conv call's cuDNN workspace comes after the output it writes and is freed right
                 # after (Conv_v8.cpp); backward: grad_input, its workspace, grad_weight, its workspace
                 scratch = conv_workspace_sizes(func, args, out, workspaces) if func in conv else {}
-                for i, t in enumerate(tree_flatten(out)[0]):
+                for i, t in enumerate((out,) if type(out) is FakeTensor else tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
                             self.track(t.untyped_storage(), labeler(t) if labeler is not None else None)
@@ -134,7 +165,10 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                     if buf:
                         b, m = self._alloc(buf, "workspace"), self._alloc(sem, "workspace")
                         trace.events.extend((("f", m, 0, 0), ("f", b, 0, 0)))
-                if func._schema.is_mutable:
+                mutable = is_mutable.get(func)
+                if mutable is None:
+                    mutable = is_mutable[func] = func._schema.is_mutable
+                if mutable:
                     self._check_resized(tensors)
             return out
 
@@ -161,11 +195,36 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
     return Recorder(), cuda_semantics(amp)
 
 
+def _draw_that_keeps(out: Any) -> Any:
+    """A uniform draw of at most one element (torch.rand([]), rand_like of a scalar) becomes a fake
+    tensor that holds a value, so Python control flow on it resolves: stochastic depth (LayerDrop in
+    BART, Whisper, wav2vec2...: `if torch.rand([]) < layerdrop: skip the layer`) cannot run on fake
+    tensors, which hold no values. The value is the top of [0, 1) (1 - eps/2), so every such skip is
+    not taken: the step traced is one in which every layer runs, the highest a real run reaches, and
+    the only one with layerdrop 0. The storage is the same size and device as the draw's (on the
+    device, one 512-byte block)."""
+    import torch
+    from torch.utils._mode_utils import no_dispatch
+
+    mode = getattr(out, "fake_mode", None)
+    if mode is None or out.numel() > 1 or not out.dtype.is_floating_point or out.requires_grad or \
+            out.device.type != "cpu":
+        return out
+    with no_dispatch():
+        real = torch.full(tuple(out.shape), 1 - torch.finfo(out.dtype).eps / 2, dtype=out.dtype)
+    return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
+
+
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
-               labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
+               labeler: Callable[[Any], str | None] | None = None,
+               decode_traced: int | None = -1) -> tuple[MemTrace, dict]:
     """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
-    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits")."""
+    `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits").
+    generate(): the first `decode_traced` decode steps are traced and the rest written out when they
+    repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS)."""
+    if decode_traced == -1:
+        decode_traced = DECODE_TRACED if SHORTCUTS else None
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -181,11 +240,23 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     if spec.generate is not None:
         steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics, fake_safe_apply(), _generation_runs_to_the_end(spec) as new_call:
+        with fake, rec, semantics, fake_safe_apply(), \
+                _generation_runs_to_the_end(spec, lambda: len(trace.events), decode_traced) as (new_call, decode):
             _load_to_device(spec, rec, info)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
+            starts: list[int] = []
             for i in range(1, steps + 1):
+                if i >= 3 and SHORTCUTS and periodic.self_contained(trace.events, starts[-1], len(trace.events)):
+                    # step i-1 ended with the storages it began with: step i starts from the same state
+                    # and runs the same ops; its events are step i-1's (the allocator replays them anew)
+                    start, end = starts[-1], len(trace.events)
+                    starts.append(end)
+                    rec.next_sid = periodic.repeat_step(trace, start, end, rec.next_sid,
+                                                        (f"step{i - 1}/", f"step{i}/"))
+                    info["repeated_steps"] = info.get("repeated_steps", 0) + 1
+                    continue
+                starts.append(len(trace.events))
                 def mark(name: str, i: int = i) -> None:
                     rec.phase = name
                     if name == "forward":
@@ -205,6 +276,13 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     except Exception as exc:
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
+    if decode["cut"]:  # the decode loop was stopped after `decode_traced` tokens
+        nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
+        if nxt is None:  # the traced decode steps do not repeat: trace them all
+            return trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                              decode_traced=None)
+        rec.next_sid = nxt
+        info["decode_steps_traced"] = len(decode["bounds"]) - 1
     info["cublas_threads"] = sorted(rec.workspace_threads)
     info["uses_gemm"] = bool(rec.workspace_threads)
     info["uses_conv"] = rec.uses_conv
@@ -215,11 +293,15 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
 
 
 @contextlib.contextmanager
-def _generation_runs_to_the_end(spec: WorkloadSpec):
+def _generation_runs_to_the_end(spec: WorkloadSpec, now: Callable[[], int], traced: int | None = None):
     """For a generate() step: its loop stops when max_new_tokens tokens are made, whatever the (fake)
-    tokens are; transformers' own check reads tensor values, which fake tensors do not have."""
+    tokens are; transformers' own check reads tensor values, which fake tensors do not have. With
+    `traced`, the loop stops after that many tokens; decode["bounds"] holds the event index at each
+    check (where each token's step begins, then where the loop ends) and decode["total"] the tokens
+    a real run makes."""
+    decode: dict[str, Any] = {"bounds": [], "total": 0, "cut": False}
     if spec.generate is None:
-        yield lambda: None
+        yield (lambda: None), decode
         return
     steps = spec.generate.get("max_new_tokens")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
@@ -229,18 +311,24 @@ def _generation_runs_to_the_end(spec: WorkloadSpec):
     except ImportError as exc:
         raise InputError(f"{spec.source}: generate needs transformers") from exc
     calls = [0]
+    stop = steps if traced is None else min(steps, traced)
+    decode["total"] = steps
     orig = GenerationMixin._has_unfinished_sequences
 
     def unfinished(self, this_peer_finished, synced_gpus, device=None, **kw):
         calls[0] += 1
-        return calls[0] <= steps
+        decode["bounds"].append(now())
+        decode["cut"] = calls[0] > stop and stop < steps
+        return calls[0] <= stop
 
     def new_call() -> None:
         calls[0] = 0
+        decode["bounds"].clear()
+        decode["cut"] = False
 
     GenerationMixin._has_unfinished_sequences = unfinished
     try:
-        yield new_call
+        yield new_call, decode
     finally:
         GenerationMixin._has_unfinished_sequences = orig
 
