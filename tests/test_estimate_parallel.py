@@ -49,3 +49,14 @@ def test_sharding_every_phase_can_move_the_peak():
     r = per_rank(BD, PEAK, "ddp", 8, phases={"step2/backward": backward, "step2/optimizer": optimizer})
     # DDP's bucket copy of the gradients makes the optimizer step the per-rank peak
     assert r["peak_phase"] == "step2/optimizer" and r["peak_reserved_bytes"] == PEAK + 500 * MiB
+
+
+def test_every_strategy_says_what_hardware_said_about_it():
+    from oomdoctor.estimate.parallel import STRATEGIES, VALIDATION, per_rank
+
+    bd = {"parameters": 4 << 30, "gradients": 4 << 30, "optimizer_state": 8 << 30, "activations": 2 << 30,
+          "context": 700 << 20}
+    for s in STRATEGIES:
+        r = per_rank(bd, 20 << 30, s, 4, block_bytes=256 << 20, shard_size=2 if s == "fsdp-hybrid" else None)
+        assert r["validated_on_hardware"] is False and r["validation"] == VALIDATION[s]
+    assert "-12.4%" in VALIDATION["fsdp"] and "DeepSpeed" in VALIDATION["zero3"]

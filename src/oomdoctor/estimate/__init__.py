@@ -10,5 +10,5 @@
                   replay the trace through a model of PyTorch's caching allocator (pure)
     workspaces, reduce_staging, cudnn_splitk_h100
                   measured knowledge of library workspaces (pure tables)
-    parallel      per-rank DDP/ZeRO/FSDP arithmetic on a traced breakdown (pure; not validated on hardware)
+    parallel      per-rank DDP/ZeRO/FSDP arithmetic on a traced breakdown (pure; measured on 2 H100s, not validated)
 """

@@ -103,7 +103,8 @@ def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[
         lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}")
     if rank is not None:
         lines.append("")
-        lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED ON HARDWARE): "
+        lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED: "
+                     f"{rank.get('validation') or 'not validated on hardware'}): "
                      f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
                      f"{format_bytes(rank['process_total_bytes'])}"
                      + (f" (at {rank['peak_phase']})" if rank.get("peak_phase") else "")
