@@ -1,6 +1,7 @@
 """expect: leak. Under an 8 GiB cap (set_per_process_memory_fraction), a training loop keeps each
 step's output with its graph in a list ("for logging") and runs out of memory after ~2 s. No markers,
-no history; the job dies with CUDA OOM."""
+no history; the job dies with CUDA OOM.
+dies: oom"""
 import time
 
 import torch
