@@ -27,8 +27,8 @@ STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
 _MEASURED = "2 H100s, 2026-11-25, validation/parallel_per_rank.py"
 VALIDATION = {
     "ddp": f"measured on {_MEASURED}: full fine-tune -0.4%, LoRA -5.3% (under); not validated",
-    "fsdp": f"measured on {_MEASURED}: -8.7% and -12.4% (under: memory cached on FSDP2's "
-            "communication streams is not modelled); not validated",
+    "fsdp": f"measured on {_MEASURED}: -8.7% and -12.4% (under; likely the memory cached on "
+            "FSDP2's communication streams, not modelled); not validated",
     "fsdp-hybrid": "not validated on hardware (FSDP2 full shard ran 9-12% under on 2 H100s)",
     "zero2": "not validated on hardware (DeepSpeed was not on the test machine)",
     "zero3": "not validated on hardware (DeepSpeed was not on the test machine)",
