@@ -147,7 +147,8 @@ def test_recorder_writes_start_looks_after_cuda_comes_up(tmp_path, monkeypatch):
 
     blocks = []
     seg = {"device": 0, "total_size": 1 << 30, "allocated_size": 0, "blocks": blocks}
-    fake = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda: {"segments": [seg]})))
+    fake = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda: {"segments": [seg]})),
+                           _C=SimpleNamespace(_cuda_isHistoryEnabled=lambda: False))
     monkeypatch.setattr(probes, "cuda_ready", lambda: fake)
     monkeypatch.setattr(probes, "busiest_device", lambda torch: 0)
     monkeypatch.setattr(probes, "allocator", lambda torch, dev: {"allocated": len(blocks) * MiB})
@@ -239,3 +240,27 @@ def test_ring_looks_replay_what_was_live_and_decide_with_history_on(tmp_path):
         assert (doc["verdict"]["category"] == "leak_in_code") is leak
         if leak:
             assert leak_doc["sites"][0]["source"] == "/home/u/eval.py:9 in <module>"
+
+
+
+def test_no_looks_when_the_job_records_history_itself_or_torch_cannot_say(tmp_path, monkeypatch):
+    from oomdoctor.injob.record import probes
+    from oomdoctor.injob.record import recorder as rmod
+
+    for c in (SimpleNamespace(_cuda_isHistoryEnabled=lambda: True), SimpleNamespace()):
+        calls = []
+        fake = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda calls=calls: calls.append(1) or {"segments": []})),
+                               _C=c)
+        monkeypatch.setattr(probes, "cuda_ready", lambda fake=fake: fake)
+        monkeypatch.setattr(probes, "busiest_device", lambda torch: 0)
+        monkeypatch.setattr(probes, "allocator", lambda torch, dev: {"allocated": int(time.time() * 1e9) % (1 << 40)})
+
+        def attach(self, torch):
+            self._cuda_attached, self._attached_at = True, time.monotonic()
+        monkeypatch.setattr(rmod.Recorder, "_attach", attach)
+        monkeypatch.setattr(rmod, "LOOK_FIRST_S", 0.0)
+        run = tmp_path / f"run{len(vars(c))}"
+        rec = rmod.Recorder(str(run), every_ms=20).start()
+        time.sleep(0.3)
+        rec.stop(final_snapshot=False, restore=False)
+        assert not calls and not list(run.glob("start-*.json"))

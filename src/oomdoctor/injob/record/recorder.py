@@ -241,6 +241,8 @@ class Recorder:
             why = "settled"
         else:
             return
+        if _stacks_recorded(torch):  # the job turned history on itself: a snapshot here would symbolise
+            return
         self._look = {"at": now, "base": low, "why": why}
         point = oom.live_now(torch, device)
         point.update({"t": time.time(), "step": self.steps, "why": why})
@@ -366,6 +368,19 @@ class Recorder:
                 f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {where}: {type(exc).__name__}: {exc}\n")
         except BaseException:  # noqa: BLE001
             pass
+
+
+def _stacks_recorded(torch: Any) -> bool:
+    """True when anyone (the job itself, or us) records allocation history, or when torch cannot say:
+    a snapshot then symbolises stacks, which must not happen on the sampler thread (see LOOK_*)."""
+    try:
+        enabled = torch._C._cuda_isHistoryEnabled
+    except AttributeError:
+        return True
+    try:
+        return bool(enabled())
+    except Exception:
+        return True
 
 
 def _env_rank() -> int | None:
