@@ -73,6 +73,48 @@ def test_mentions_are_not_events(line):
     assert not explain_text([line]).explained
 
 
+# Lines whose shape says nothing failed (issue 17, benign logs): a counter at zero, a passing or
+# skipped test's verdict, a Markdown section title, a change-log entry that fixes the failure.
+NO_FAILURE_SHAPES = [
+    "OOM count: 0",
+    "Number of OOM errors: 0",
+    "OOM errors: 0 (0.00%)",
+    "[INFO] total OOM events: 0",
+    "Skipped 0 batches due to OOM",
+    "tests/test_mem.py::test_alloc[OOM-1] PASSED                              [ 10%]",
+    "tests/test_mem.py::test_alloc[OOM-1] SKIPPED (requires GPU)",
+    "test_cuda_out_of_memory (__main__.TestCuda) ... ok",
+    "[  PASSED  ] OOMTest.AllocFailsGracefully (3 ms)",
+    "## CUDA out of memory",
+    "### Out of memory errors",
+    "- Fixed CUDA out of memory error when loading large checkpoints (#123)",
+    "* Avoid OOM when evaluating with long sequences",
+]
+
+
+@pytest.mark.parametrize("line", NO_FAILURE_SHAPES)
+def test_lines_that_say_nothing_failed_are_not_events(line):
+    assert classify_line(line) is None
+    assert not explain_text([line]).explained
+
+
+# ... and the same words in a failure's shape stay failures.
+STILL_FAILURES = [
+    ("OOM errors: 3", "generic_oom"),
+    ("FAILED tests/test_mem.py::test_alloc[OOM-1] - RuntimeError: CUDA out of memory", "torch_oom"),
+    ("# An error is raised : cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 805,306,368 bytes "
+     "(allocated so far: 536,870,912 bytes, limit set to: 1,073,741,824 bytes).", "cupy_oom"),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.93 GiB total capacity; 0 bytes free)",
+     "torch_oom"),
+]
+
+
+@pytest.mark.parametrize("line,kind", STILL_FAILURES)
+def test_failures_with_counts_tests_or_comments_stay_failures(line, kind):
+    assert classify_line(line) == kind
+    assert explain_text([line]).explained
+
+
 def test_event_text_does_not_swallow_the_next_lines():
     lines = ["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity;",
              "13.90 GiB already allocated; 1.12 GiB free; 14.00 GiB reserved in total by PyTorch)",

@@ -433,10 +433,33 @@ _GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|gene
                                 r"in general|for example|e\.g\.)\b")
 
 
+# Lines whose shape says that nothing failed, whatever words they quote (issue 17's benign logs):
+# - a counter at zero: "OOM count: 0", "CUDA OOMs: 0", "OOM errors: 0 (0.00%)", "Skipped 0 batches due to OOM";
+# - a test runner's verdict on a test that passed or was skipped: pytest "...::test_x[OOM-1] PASSED",
+#   unittest "test_oom (tests.T) ... ok", GoogleTest "[  PASSED  ] OOMTest.Alloc";
+# - a Markdown heading ("## CUDA out of memory": a section of docs or a FAQ, not a log line; a short
+#   title with no colon, unlike a code comment that quotes an error);
+# - a change-log entry or commit title that fixes or prevents it ("- Fixed CUDA out of memory when ...").
+_ZERO_COUNT_AFTER = re.compile(r"(?i)s?(?:\s+(?:errors?|events?|counts?|kills?|failures?|retries|occurrences|exceptions))?"
+                               r"\s*[:=|]\s*0+(?:\.0+)?(?![\d.]*\s*[%]?\s*[1-9])(?!\.?\d)")
+_ZERO_COUNT_BEFORE = re.compile(r"(?i)(?:^|[\s(\[|,;])(?:0|zero|no)\s+(?:[\w-]+\s+){0,3}(?:due to|from|because of|caused by)\s+"
+                                r"(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?$")
+_TEST_VERDICT = re.compile(r"(?:::\S+|\.\.\.)\s+(?:PASSED|SKIPPED|XFAIL|XPASS|ok|skipped|expected failure)(?:\s+\([^)\n]*\)|\s+\'[^\'\n]*\')?\s*(?:\[\s*\d+%\])?\s*$"
+                           r"|^\s*(?:PASSED|SKIPPED|XFAIL|XPASS)\s+\S+::|^\s*\[\s+(?:OK|PASSED|SKIPPED)\s+\]\s")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+[^:#\n]{1,60}$")  # a short title, not "# <code comment>: <error>"
+_CHANGE_ENTRY = re.compile(r"(?i)^\s*(?:[-*+\u2022]\s+|\d+\.\s+)?(?:\[[\w ]+\]\s*)?"
+                           r"(?:fix(?:e[sd])?|resolv(?:e[sd]?|ing)|prevent(?:s|ed)?|avoid(?:s|ed)?|reduc(?:e[sd]?|ing))\b")
+
+
+def _line_says_no_failure(line: str, start: int, end: int) -> bool:
+    return bool(_ZERO_COUNT_AFTER.match(line, end) or _ZERO_COUNT_BEFORE.search(line[max(0, start - 60):start])
+                or _TEST_VERDICT.search(line) or _HEADING.match(line) or _CHANGE_ENTRY.match(line))
+
+
 def is_mention(line: str, start: int, end: int) -> bool:
     """True when the match line[start:end] is advice, a negation or a quotation, not a failure."""
     before = line[max(0, start - 80):start]
-    if _ADVICE_BEFORE.search(before):
+    if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
         return True
     q = before[-1:] if before else ""
     if q and q in _QUOTES and not _ERROR_VALUE.search(before):
