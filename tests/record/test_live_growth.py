@@ -264,3 +264,12 @@ def test_no_looks_when_the_job_records_history_itself_or_torch_cannot_say(tmp_pa
         time.sleep(0.3)
         rec.stop(final_snapshot=False, restore=False)
         assert not calls and not list(run.glob("start-*.json"))
+
+
+def test_a_start_file_with_a_million_groups_is_cut_to_a_bounded_view(tmp_path):
+    from oomdoctor.analysis import evidence
+
+    huge = [{"source": f"x.py:{i} in f", "bytes": i, "blocks": 1} for i in range(1_000_000)]
+    doc = evidence.start_file({"kind": "start", "label": "pid1",
+                               "points": [{"t": T0 + i, "allocated": 1, "live_by_source": huge} for i in range(100)]})
+    assert len(doc["points"]) == 32 and all(len(p["live_by_source"]) == evidence.MAX_GROUPS for p in doc["points"])

@@ -43,9 +43,12 @@ def _blocks(v: Any) -> list[dict[str, Any]]:
     return out
 
 
+MAX_GROUPS = 200  # the recorder writes at most 40 per look; a file from elsewhere may hold millions
+
+
 def _groups(v: Any) -> list[dict[str, Any]]:
     out = []
-    for g in _list(v):
+    for g in _list(v)[:MAX_GROUPS]:
         g = _dict(g)
         if num(g.get("bytes")) is not None:
             out.append({"source": text(g.get("source"), 400) or "(no stack recorded)", "bytes": num(g.get("bytes")),
@@ -55,7 +58,7 @@ def _groups(v: Any) -> list[dict[str, Any]]:
 
 def _sizes(v: Any) -> list[dict[str, Any]]:
     out = []
-    for g in _list(v):
+    for g in _list(v)[:MAX_GROUPS]:
         g = _dict(g)
         size, nbytes, blocks = num(g.get("size")), num(g.get("bytes")), num(g.get("blocks"))
         if size is not None and nbytes is not None and blocks is not None:
