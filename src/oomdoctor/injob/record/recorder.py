@@ -247,9 +247,12 @@ class Recorder:
         point = oom.live_now(torch, device)
         point.update({"t": time.time(), "step": self.steps, "why": why})
         self._start_points.append(point)
-        oom.write_evidence(self.run_dir, recording.start_name(self.label),
-                           {"kind": "start", "pid": self.pid, "rank": self.rank, "label": self.label,
-                            "device": device, "history": self._history_on, "points": self._start_points})
+        try:  # a full disk loses the look, never the tick's sample
+            oom.write_evidence(self.run_dir, recording.start_name(self.label),
+                               {"kind": "start", "pid": self.pid, "rank": self.rank, "label": self.label,
+                                "device": device, "history": self._history_on, "points": self._start_points})
+        except OSError as exc:
+            self._note_error("start_look", exc)
 
     def _discover_rank(self) -> None:
         if self.rank is not None:
