@@ -26,6 +26,8 @@ REAL_SHAPES = [
     ("hs_easyphoto_90", "OSError：No space left on device:", "no_space", "shm_exhausted"),
     ("cn_jax_11477", "kernel version 515.48.7 does not match DSO version 510.73.5 -- cannot find working devices in this configuration", "driver_error", "context_or_driver"),
     ("cn_jaxsim_50", "2023-10-04 12:33:47.594219: E external/xla/xla/stream_executor/cuda/cuda_driver.cc:268] failed call to cuInit: CUDA_ERROR_UNKNOWN: unknown error", "driver_error", "context_or_driver"),
+    ("c5_nvidiadocker_966", "   Failed to initialize NVML: Unknown Error", "driver_error", "context_or_driver"),
+    ("c5_squeezedet_77", "`failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`", "cuda_driver_oom", "other_process"),
     ("cn_digits_799", "F0528 22:26:23.117558 13844 syncedmem.hpp:18] Check failed: error == cudaSuccess (30 vs. 0) unknown error", "driver_error", "context_or_driver"),
     ("cn_pytorch_112950", 'RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at "../c10/cuda/CUDACachingAllocator.cpp":1123, please report a bug to PyTorch.', "torch_oom_nvml", "context_or_driver"),
     ("cn_mmskeleton_80", "RuntimeError: CUDA error (10): invalid device ordinal", "cuda_program_error", "context_or_driver"),
@@ -189,3 +191,17 @@ def test_here_facts_decide(tmp_path):
     facts = FactSet([Fact("sharing.processes", [{"pid": 77, "used_bytes": 30 << 30, "self": False}], "nvml")])
     ex = explain_scan(scanner.finish(), facts)
     assert ex.hypotheses[0].category == "other_process" and "sharing.processes" in ex.facts_used
+
+
+
+def test_tensorflow_startup_free_memory_in_its_camel_case_form_points_at_another_holder():
+    """TensorFlow 1.5+ prints 'totalMemory: X freeMemory: Y' when it creates the device (dev case
+    c5_tensorboard_1155); ~0 free before it allocated anything means another process holds the GPU."""
+    lines = ["2018-04-26 13:45:55.960654: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1356] Found device 0 with properties: ",
+             "name: GeForce GTX 1060 6GB major: 6 minor: 1 memoryClockRate(GHz): 1.835",
+             "totalMemory: 5.93GiB freeMemory: 7.94MiB",
+             "2018-04-26 13:45:55.995201: E tensorflow/core/common_runtime/direct_session.cc:154] Internal: CUDA runtime implicit initialization on GPU:0 failed. Status: out of memory"]
+    ex = explain_text(lines)
+    assert ex.hypotheses[0].category == "other_process"
+    roomy = [ln.replace("freeMemory: 7.94MiB", "freeMemory: 5.80GiB") for ln in lines]
+    assert explain_text(roomy).hypotheses[0].category != "other_process"

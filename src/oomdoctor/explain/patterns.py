@@ -99,7 +99,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
-                     r"kernel version [0-9.]+ does not match DSO version|failed call to cuInit: CUDA_ERROR|"
+                     r"kernel version [0-9.]+ does not match DSO version|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
                      r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
@@ -152,7 +152,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
-                     "cuInit", "cudaSuccess ("),
+                     "cuInit", "cudaSuccess (", "initialize NVML: Unknown"),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
     "no_space": ("No space left on device",),
     "leak_report": ("emory leak",),
@@ -208,9 +208,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # and --query-gpu=memory.used,memory.free rows.
     "smi_process": re.compile(r"^\s*(\d+),\s*(\d+)\s*MiB\s*$|\|\s+\d+\s+(?:N/A|\d+)\s+(?:N/A|\d+)\s+(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)\s?MiB\s*\|"),
     "smi_used_free": re.compile(r"^\s*(\d+)\s*MiB,\s*(\d+)\s*MiB\s*$"),
-    # TensorFlow 1.x prints the device's memory when it creates it: "Total memory: 7.92GiB" "Free memory: 190.31MiB".
-    "tf_total_memory": re.compile(r"\bTotal memory: ([0-9.]+ ?[KMGT]i?B)"),
-    "tf_free_memory": re.compile(r"\bFree memory: ([0-9.]+ ?[KMGT]i?B)"),
+    # TensorFlow 1.x prints the device's memory when it creates it: "Total memory: 7.92GiB" "Free memory: 190.31MiB"
+    # (1.0-1.4), "totalMemory: 5.93GiB freeMemory: 7.94MiB" (1.5 on).
+    "tf_total_memory": re.compile(r"\b(?:Total memory|totalMemory): ([0-9.]+ ?[KMGT]i?B)"),
+    "tf_free_memory": re.compile(r"\b(?:Free memory|freeMemory): ([0-9.]+ ?[KMGT]i?B)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
@@ -250,8 +251,8 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "vcuda": ("vcuda", "gpu-manager"),
     "smi_process": ("MiB",),
     "smi_used_free": ("MiB",),
-    "tf_total_memory": ("Total memory: ",),
-    "tf_free_memory": ("Free memory: ",),
+    "tf_total_memory": ("Total memory: ", "totalMemory: "),
+    "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
     "other_holder": ("released", "freed", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",

@@ -42,6 +42,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("other_process", 0.8, "without numbers, memory held by other processes cannot be ruled out")
     elif k == "cuda_driver_oom":
         driver_oom(ev, b, env)
+        if "from device: CUDA_ERROR_OUT_OF_MEMORY" in ev.text:
+            # TensorFlow's cuda_driver.cc line when its allocator reserves its pool from the driver,
+            # at start-up: the same reading as a tf_oom event 'from device' (below)
+            b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
+                  "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
     elif k == "hami_oom":
         # HAMi-core allocator.c oom_check: usage would pass the container's limit [HAMIOOM].
         lim, use = d.get("limit_bytes"), d.get("would_use_bytes")
@@ -91,8 +96,6 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # BFC prints this hint only when its free bytes would cover the request (bfc_allocator.cc).
             b.add("fragmentation", 2.6, "TensorFlow's BFC allocator says its free memory would cover the request: "
                   "fragmentation", "TF_GPU_ALLOCATOR=cuda_malloc_async (the allocator TensorFlow suggests)")
-        if k == "tf_oom":
-            _tf_startup_free(env, b)
         if k == "jax_oom":
             b.add("other_process", 0.6, "JAX preallocates 75% of the GPU by default (XLA_PYTHON_CLIENT_PREALLOCATE)",
                   "two JAX processes on one GPU need XLA_PYTHON_CLIENT_MEM_FRACTION / PREALLOCATE=false")
@@ -228,6 +231,9 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     """What the reporter wrote around a GPU OOM: the words that point at another holder of the memory
     or at fragmentation. Weaker when the message's own numbers are there to weigh."""
     numeric = "requested_bytes" in ev.numbers and "total_bytes" in ev.numbers
+    # TensorFlow's start-up line says how much was free before this process took any, whatever the
+    # failure line that follows looks like (a TF OOM, CUDA's own 'out of memory', a bare 'OOM')
+    _tf_startup_free(env, b)
     if env.get("other_holder"):
         b.add("other_process", 1.4 if numeric else 2.4, f"the text says the memory is held elsewhere "
               f"('{env['other_holder'][0]}'): an earlier run, a leftover process or every rank on one GPU",
