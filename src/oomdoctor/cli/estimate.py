@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
     parser.add_argument("--parallel", metavar="STRATEGY",
                         help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
-                             "(analytic; on 2 H100s DDP -0.4%%/-5.3%%, FSDP2 -9%%/-12%%: not validated)")
+                             "(analytic, not validated: each figure prints what hardware measured for its strategy)")
     parser.add_argument("--ranks", type=int, default=8, metavar="N", help="with --parallel: number of ranks")
     parser.add_argument("--shard-size", type=int, metavar="M", help="with --parallel fsdp-hybrid: ranks per shard group")
     parser.add_argument("--no-search", action="store_true",

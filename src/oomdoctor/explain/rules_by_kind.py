@@ -42,11 +42,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("other_process", 0.8, "without numbers, memory held by other processes cannot be ruled out")
     elif k == "cuda_driver_oom":
         driver_oom(ev, b, env)
-        if "from device: CUDA_ERROR_OUT_OF_MEMORY" in ev.text:
-            # TensorFlow's cuda_driver.cc line when its allocator reserves its pool from the driver,
-            # at start-up: the same reading as a tf_oom event 'from device' (below)
-            b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
-                  "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
+        if "from device: CUDA_ERROR_OUT_OF_MEMORY" in ev.text:  # TF's cuda_driver.cc line, read as a CUDA OOM
+            _tf_reserve_failed(b)
     elif k == "hami_oom":
         # HAMi-core allocator.c oom_check: usage would pass the container's limit [HAMIOOM].
         lim, use = d.get("limit_bytes"), d.get("would_use_bytes")
@@ -90,8 +87,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 2.2, f"{k.split('_')[0].upper()} ran out of device memory"
                   + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
         if k == "tf_oom" and "from device" in ev.text:
-            b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
-                  "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
+            _tf_reserve_failed(b)
         if k == "tf_oom" and "memory fragmentation" in ev.text:
             # BFC prints this hint only when its free bytes would cover the request (bfc_allocator.cc).
             b.add("fragmentation", 2.6, "TensorFlow's BFC allocator says its free memory would cover the request: "
@@ -190,6 +186,13 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("unknown", 0.6, "the message does not say which memory ran out")
     if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
+
+
+def _tf_reserve_failed(b: Board) -> None:
+    """TensorFlow's allocator reserves its pool 'from device' at start-up: failing there means the device
+    was already taken (whichever kind the line was read as)."""
+    b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
+          "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
 
 
 def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:

@@ -38,6 +38,14 @@ def stats_subset(torch: Any, device: int) -> dict[str, int]:
     return out
 
 
+def _snapshot(torch: Any) -> dict[str, Any]:
+    """The allocator's snapshot (with the history ring when torch has it), else its segments only."""
+    try:
+        return torch.cuda.memory._snapshot()
+    except Exception:
+        return {"segments": torch.cuda.memory_snapshot()}
+
+
 def collect(torch: Any, device: int | None, *, top: int, tail: int, history_on: bool) -> dict[str, Any]:
     """Stats + snapshot summary for `device` (None: the current device)."""
     ev: dict[str, Any] = {}
@@ -51,11 +59,7 @@ def collect(torch: Any, device: int | None, *, top: int, tail: int, history_on: 
             ev["device_free"], ev["device_total"] = int(free), int(total)
         except Exception:
             pass
-        try:
-            snap = torch.cuda.memory._snapshot()
-        except Exception:
-            snap = {"segments": torch.cuda.memory_snapshot()}
-        ev["snapshot"] = snapshot.summarise(snap, device, top=top, tail=tail)
+        ev["snapshot"] = snapshot.summarise(_snapshot(torch), device, top=top, tail=tail)
         ev["snapshot"]["history"] = bool(history_on)
     except Exception as exc:
         ev["error"] = f"{type(exc).__name__}: {exc}"
@@ -65,11 +69,7 @@ def collect(torch: Any, device: int | None, *, top: int, tail: int, history_on: 
 def live_now(torch: Any, device: int) -> dict[str, Any]:
     """What is live on `device` now, by source and by block size (a start point of the run)."""
     try:
-        try:
-            snap = torch.cuda.memory._snapshot()
-        except Exception:
-            snap = {"segments": torch.cuda.memory_snapshot()}
-        return snapshot.live_point(snap, device)
+        return snapshot.live_point(_snapshot(torch), device)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
