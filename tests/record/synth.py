@@ -1,9 +1,11 @@
-"""Synthetic run directories, written in the recorder's own format, for report tests."""
+"""Run directories for report tests: synthetic ones in the recorder's own format, and the device's
+recorded archives unpacked."""
 
 from __future__ import annotations
 
 import json
 import random
+import tarfile
 from pathlib import Path
 
 MiB = 1 << 20
@@ -34,3 +36,16 @@ def write_run(path: Path, *, steps: int = 60, leak_per_step: int = 0, noise: int
         (path / f"oom-{label}-1.json").write_text(json.dumps({"kind": "oom", "label": label, "rank": rank,
                                                                "t": t0 + steps * 0.5, "step": steps, **oom}))
     return path
+
+
+def unpack_runs(archive: Path, out: Path) -> Path:
+    """A device archive unpacked: regular files under record_runs/ only (no absolute or .. paths)."""
+    with tarfile.open(archive) as tar:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if not m.isfile() or m.name.startswith("/") or ".." in parts or parts[0] != "record_runs":
+                continue
+            dest = out.joinpath(*parts)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(tar.extractfile(m).read())
+    return out / "record_runs"

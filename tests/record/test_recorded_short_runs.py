@@ -10,7 +10,6 @@ run's failures: docs/validation/record.md). short3 was written before the final 
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,20 +17,10 @@ import pytest
 from oomdoctor.analysis import timeline
 from oomdoctor.collectors import rundir
 
+from .synth import unpack_runs
+
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 SETS = ("suite-h100-short", "suite-h100-short2", "suite-h100-short3")
-
-
-def _unpack(archive: Path, out: Path) -> Path:
-    with tarfile.open(archive) as tar:
-        for m in tar.getmembers():
-            parts = Path(m.name).parts
-            if not m.isfile() or m.name.startswith("/") or ".." in parts or parts[0] != "record_runs":
-                continue
-            dest = out.joinpath(*parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(tar.extractfile(m).read())
-    return out / "record_runs"
 
 
 def _jobs():
@@ -42,7 +31,7 @@ def _jobs():
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory) -> dict[str, Path]:
-    return {s: _unpack(ROOT / s / "record_runs.tar.gz", tmp_path_factory.mktemp(s)) for s in SETS}
+    return {s: unpack_runs(ROOT / s / "record_runs.tar.gz", tmp_path_factory.mktemp(s)) for s in SETS}
 
 
 @pytest.mark.parametrize("suite,job,expect", list(_jobs()))

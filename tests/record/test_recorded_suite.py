@@ -14,13 +14,14 @@ does (collectors.rundir.load, analysis.timeline.analyse).
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from oomdoctor.analysis import growth, timeline
 from oomdoctor.collectors import rundir
+
+from .synth import unpack_runs
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "suite-h100-run1"
 GiB = 1 << 30
@@ -57,16 +58,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     """The archive unpacked (regular files under record_runs/ only)."""
-    out = tmp_path_factory.mktemp("suite-h100-run1")
-    with tarfile.open(HERE / "record_runs.tar.gz") as tar:
-        for m in tar.getmembers():
-            parts = Path(m.name).parts
-            if not m.isfile() or m.name.startswith("/") or ".." in parts or parts[0] != "record_runs":
-                continue
-            dest = out.joinpath(*parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(tar.extractfile(m).read())
-    return out / "record_runs"
+    return unpack_runs(HERE / "record_runs.tar.gz", tmp_path_factory.mktemp("suite-h100-run1"))
 
 
 @pytest.fixture(scope="module")
