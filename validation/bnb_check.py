@@ -54,7 +54,7 @@ def estimate_one(cfg: tuple) -> dict:
 
 def measure_one(name: str, saved: str) -> dict:
     import bitsandbytes as bnb
-    import estimate_llm_zoo as zoo  # noqa: F401
+    import estimate_llm_zoo as zoo
     import peft
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -82,12 +82,7 @@ def measure_one(name: str, saved: str) -> dict:
     ids = torch.randint(0, vocab, (batch, fields["seq_len"]), device="cuda")
     spec = WorkloadSpec.from_dict({"model": model, "inputs": {"input_ids": ids, "labels": ids}, "optimizer": opt}, name)
     runner = StepRunner(spec, "cuda")
-    steps = []
-    for _ in range(3):
-        torch.cuda.reset_peak_memory_stats()
-        runner.step()
-        torch.cuda.synchronize()
-        steps.append({"peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()})
+    steps = zoo.measure_steps(torch, runner)
     return {"name": name, "steps": steps, "measured_reserved": max(s["peak_reserved"] for s in steps),
             "measured_allocated": max(s["peak_allocated"] for s in steps), "bitsandbytes": bnb.__version__}
 

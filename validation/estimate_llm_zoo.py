@@ -208,6 +208,19 @@ def estimate_one(name: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- measure
+def measure_steps(torch, runner, steps: int = 3) -> list[dict]:
+    """Contract section 6 ground truth: peak allocated and reserved of each step, after
+    reset_peak_memory_stats() (shared by the zoo, bnb_check, parallel_per_rank, generate_alloc_trace)."""
+    out = []
+    for _ in range(steps):
+        torch.cuda.reset_peak_memory_stats()
+        runner.step()
+        torch.cuda.synchronize()
+        out.append({"peak_allocated": torch.cuda.max_memory_allocated(),
+                    "peak_reserved": torch.cuda.max_memory_reserved()})
+    return out
+
+
 def measure_group(names: list[str], out_path: str) -> None:
     """Child process: measure each named configuration in turn on cuda:0, one JSON line each."""
     import gc
@@ -240,13 +253,7 @@ def measure_group(names: list[str], out_path: str) -> None:
             torch.cuda.empty_cache()
             row["after_build_reserved_emptied"] = torch.cuda.memory_reserved()
             runner = StepRunner(spec, "cuda")
-            per_step = []
-            for _ in range(3):
-                torch.cuda.reset_peak_memory_stats()
-                runner.step()
-                torch.cuda.synchronize()
-                per_step.append({"peak_allocated": torch.cuda.max_memory_allocated(),
-                                 "peak_reserved": torch.cuda.max_memory_reserved()})
+            per_step = measure_steps(torch, runner)
             row.update({"per_step": per_step, "measured_reserved": max(s["peak_reserved"] for s in per_step),
                         "measured_allocated": max(s["peak_allocated"] for s in per_step)})
             del runner, spec, build

@@ -43,13 +43,7 @@ def main() -> int:
         with torch.device("cuda"):
             spec = WorkloadSpec.from_dict(build(batch), name)
         runner = StepRunner(spec, "cuda")
-        steps = []
-        for _ in range(2):
-            torch.cuda.reset_peak_memory_stats()
-            runner.step()
-            torch.cuda.synchronize()
-            steps.append({"peak_allocated": torch.cuda.max_memory_allocated(),
-                          "peak_reserved": torch.cuda.max_memory_reserved()})
+        steps = zoo.measure_steps(torch, runner, steps=2)
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
         events = [[e["action"], int(e["addr"]), int(e["size"]), int(e.get("stream", 0))] for e in snap["device_traces"][0]]

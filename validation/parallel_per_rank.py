@@ -65,13 +65,7 @@ def measure(out: Path) -> None:
         torch.cuda.empty_cache()
         spec = WorkloadSpec.from_dict(raw, name)
         runner = StepRunner(spec, "cuda")
-        steps = []
-        for _ in range(3):
-            torch.cuda.reset_peak_memory_stats()
-            runner.step()
-            torch.cuda.synchronize()
-            steps.append({"peak_reserved": torch.cuda.max_memory_reserved(),
-                          "peak_allocated": torch.cuda.max_memory_allocated()})
+        steps = zoo.measure_steps(torch, runner)
         row = {"name": name, "rank": rank, "steps": steps, "measured_reserved": max(s["peak_reserved"] for s in steps)}
         gathered = [None] * RANKS
         dist.all_gather_object(gathered, row)
