@@ -128,6 +128,9 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
             raise UsageError("--ranks must be at least 1 and --shard-size must divide it")
         if recipe.task in ("infer", "generate"):
             raise UsageError("--parallel applies to training tasks (train, lora, qlora)")
+        if recipe.task == "qlora" and args.parallel != "ddp":
+            raise UsageError("--parallel with --task qlora: only ddp is modelled (FSDP-QLoRA and ZeRO over a "
+                             "4-bit base are not)")
     config = hf.load_config(args.model)
     with progress(f"tracing {args.model} ({recipe.task}) at batch size {batch}", args) as update:
         est = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf)
@@ -137,11 +140,19 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
             search = hf.search_fit(config, recipe, batch, args.gpu)
     rank = None
     if args.parallel:
-        from oomdoctor.estimate.parallel import per_rank
+        from oomdoctor.estimate.parallel import TRACED, from_traced, per_rank
 
-        rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
-                        block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size,
-                        phases=est.details.get("phases"))
+        if args.parallel in TRACED:
+            from oomdoctor.estimate.parallel_trace import Plan
+
+            with progress(f"tracing rank 0 of {args.parallel} over {args.ranks} ranks", args):
+                est_rank = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf,
+                                             parallel=Plan(args.parallel, args.ranks, args.shard_size))
+            rank = from_traced(est_rank, args.parallel, args.ranks, args.shard_size)
+        else:
+            rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
+                            block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size,
+                            phases=est.details.get("phases"))
         if est.memory_limit_bytes is not None:
             rank["fits"] = rank["peak_reserved_bytes"] <= est.memory_limit_bytes
     if args.format == "json":

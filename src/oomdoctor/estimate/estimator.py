@@ -62,7 +62,7 @@ def _limit(memory_limit: int | None, gpu: GpuSpec | None, context: int) -> int |
 
 
 def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None,
-              labeler: Callable[[Any], str | None] | None = None) -> tuple[MemTrace, dict]:
+              labeler: Callable[[Any], str | None] | None = None, parallel: Any = None) -> tuple[MemTrace, dict]:
     from oomdoctor.estimate.trace import trace_spec
 
     if batch_size < 1:
@@ -71,7 +71,7 @@ def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None,
     # no GPU named: the H100 the workspace rules were measured on (132 SMs, 2048 threads per SM)
     ws = Workspaces(cublas=cublas_workspace_for(gpu.capability[0] if gpu else 9),
                     reduce_device=ReduceDevice(gpu.sm_count, gpu.max_threads_per_sm) if gpu else ReduceDevice())
-    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws, labeler=labeler)
+    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws, labeler=labeler, parallel=parallel)
 
 
 def estimate(workload_or_spec_factory: SpecSource, batch_size: int, *, memory_limit: int | None = None,

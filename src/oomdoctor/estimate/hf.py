@@ -344,23 +344,26 @@ def with_depth(config: Any, depth: int) -> Any:
 
 
 def estimate_model(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
-                   memory_limit: int | None = None, alloc_conf: Any = None, reduced: bool | None = None) -> Any:
+                   memory_limit: int | None = None, alloc_conf: Any = None, reduced: bool | None = None,
+                   parallel: Any = None) -> Any:
     """Estimate the recipe at one batch size; Estimate.details carries the notes and accelerate's figure.
     `reduced` (default: when the model has more than FULL_DEPTH_MAX blocks): trace 4 and 8 blocks and
     extend every phase's peak linearly to the full depth (estimate/hf.py compose_depth), instead of
-    tracing them all."""
+    tracing them all. `parallel` (estimate.parallel_trace.Plan): rank 0 of a DDP / FSDP2 job, traced
+    with the real wrapper over a fake process group; `batch_size` is then the per-rank micro-batch."""
     depth = model_depth(config)
     if reduced is None:
         reduced = depth is not None and depth > FULL_DEPTH_MAX
     sd = SAMPLE_DEPTHS
     if reduced and depth is not None and depth > sd[1]:
         lo, hi = (estimate_model(with_depth(config, d), recipe, batch_size, gpu=gpu, memory_limit=memory_limit,
-                                 alloc_conf=alloc_conf, reduced=False) for d in sd)
+                                 alloc_conf=alloc_conf, reduced=False, parallel=parallel) for d in sd)
         est = compose_depth(lo, hi, sd, depth, memory_limit)
         details = dict(est.details)
         details["accelerate"] = accelerate_figure(config, recipe)
         return replace(est, details=details)
-    return _estimate_full(config, recipe, batch_size, gpu=gpu, memory_limit=memory_limit, alloc_conf=alloc_conf)
+    return _estimate_full(config, recipe, batch_size, gpu=gpu, memory_limit=memory_limit, alloc_conf=alloc_conf,
+                          parallel=parallel)
 
 
 def compose_depth(lo: Any, hi: Any, depths: tuple[int, int], depth: int, memory_limit: int | None) -> Any:
@@ -426,7 +429,7 @@ def _labeler(config: Any, recipe: Recipe) -> Callable[[Any], str | None]:
 
 
 def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
-                   memory_limit: int | None = None, alloc_conf: Any = None) -> Any:
+                   memory_limit: int | None = None, alloc_conf: Any = None, parallel: Any = None) -> Any:
     from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
     from oomdoctor.estimate.allocator import phase_peaks, replay_of, round_size
     from oomdoctor.estimate.estimator import _from_trace, trace_for
@@ -443,7 +446,7 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
         holder["model"] = raw["model"]
         return raw
 
-    trace, info = trace_for(keep, batch_size, spec_gpu, labeler=_labeler(config, recipe))
+    trace, info = trace_for(keep, batch_size, spec_gpu, labeler=_labeler(config, recipe), parallel=parallel)
     sizes, workspace, notes = analytic_resizes(trace, info, holder["model"], recipe)
     if sizes or workspace:
         trace = trace.resized(sizes)

@@ -1,4 +1,10 @@
-"""Per-rank memory of data-parallel training, from the traced single-GPU breakdown (pure arithmetic).
+"""Per-rank memory of data-parallel training.
+
+DDP and FSDP2 (`ddp`, `fsdp`, `fsdp-hybrid`) are traced: the real wrapper runs over a fake process group
+(estimate/parallel_trace.py) and `from_traced` shapes that rank-0 estimate for the output. DeepSpeed
+ZeRO (`zero2`, `zero3`) is not traced (DeepSpeed is not a dependency): `per_rank` below shards the
+traced single-GPU breakdown by arithmetic. The history of the arithmetic for DDP/FSDP2 is kept because
+it is the fallback and the docs compare against it.
 
 Measured once on two H100s (validation/parallel_per_rank.py, docs/validation/estimate.md): DDP within
 -0.4% (full fine-tune) and -5.3% (LoRA), FSDP2 full shard -8.7% and -12.4%: under-estimates, so not
@@ -23,6 +29,7 @@ import math
 from typing import Any
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
+TRACED = ("ddp", "fsdp", "fsdp-hybrid")
 # What hardware has said about each strategy (shown beside every per-rank figure).
 _MEASURED = "2 H100s, 2026-11-25, validation/parallel_per_rank.py"
 VALIDATION = {
@@ -79,3 +86,13 @@ def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks
     return {"strategy": strategy, "ranks": ranks, "shard_size": n if strategy == "fsdp-hybrid" else None,
             "peak_reserved_bytes": reserved, "process_total_bytes": reserved + int(breakdown.get("context", 0)),
             "breakdown": out, "validated_on_hardware": False, "validation": VALIDATION[strategy]}
+
+
+def from_traced(est: Any, strategy: str, ranks: int, shard_size: int | None = None) -> dict[str, Any]:
+    """The per-rank answer from an Estimate traced as rank 0 of `strategy` (hf.estimate_model(parallel=...)),
+    in the same shape as per_rank's."""
+    return {"strategy": strategy, "ranks": ranks,
+            "shard_size": (shard_size or ranks) if strategy == "fsdp-hybrid" else None,
+            "peak_reserved_bytes": est.peak_reserved_bytes, "process_total_bytes": est.process_total_bytes,
+            "breakdown": dict(est.breakdown), "peak_phase": est.peak_phase, "traced": True,
+            "validated_on_hardware": False, "validation": VALIDATION[strategy]}

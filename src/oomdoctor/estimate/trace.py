@@ -48,8 +48,10 @@ class OpNotTraceable(Exception):
         self.op, self.exc = op, exc
 
 
-def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None):
-    """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily)."""
+def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None,
+           stream: Callable[[], int] | None = None):
+    """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily).
+    `stream()` names the stream each allocation is made on (FSDP2's communication streams), else 0."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -66,7 +68,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
 
     def _storage(t: Any) -> Any:
         try:
-            return t.untyped_storage()
+            return getattr(t, "_local_tensor", t).untyped_storage()  # a DTensor's shard on this rank
         except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
             return None
 
@@ -92,17 +94,20 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
         def __init__(self):
             super().__init__()
             self.live: dict[int, tuple[int, int]] = {}  # id(storage) -> (sid, nbytes)
+            self.emptied: dict[int, str | None] = {}  # id(storage) -> category: resized to 0, still alive
             self.next_sid = 0
             self.phase = "setup"
             self.workspace_threads: set[str] = set()
             self.lt_threads: set[str] = set()
             self.uses_conv = False
             self.scalar_stub = False  # generate(): data-dependent stop checks read as "not finished"
+            self.category: str | None = None  # the label of what is created now, when nothing else names it
 
         def _alloc(self, nbytes: int, category: str | None = None) -> int:
             sid = self.next_sid
             self.next_sid += 1
-            trace.events.append(("a", sid, nbytes, 0))
+            trace.events.append(("a", sid, nbytes, stream() if stream is not None else 0))
+            category = category or self.category
             if category:
                 trace.categories[sid] = category
             return sid
@@ -120,9 +125,28 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             return sid
 
         def _dead(self, key: int) -> None:
+            self.emptied.pop(key, None)
             entry = self.live.pop(key, None)
             if entry is not None:
                 trace.events.append(("f", entry[0], 0, 0))
+
+        def storage_resized(self, st: Any, nbytes: int) -> None:
+            """`storage.resize_(n)`, which does not dispatch: FSDP2 frees its unsharded parameters with
+            resize_(0) and brings them back with resize_(size). The storage keeps its finalizer."""
+            key = id(st)
+            entry = self.live.get(key)
+            if entry is not None:
+                if nbytes == entry[1]:
+                    return
+                trace.events.append(("f", entry[0], 0, 0))
+                category = trace.categories.get(entry[0])
+                if nbytes:
+                    self.live[key] = (self._alloc(nbytes, category), nbytes)
+                else:
+                    del self.live[key]
+                    self.emptied[key] = category
+            elif key in self.emptied and nbytes:
+                self.live[key] = (self._alloc(nbytes, self.emptied.pop(key)), nbytes)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -154,7 +178,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 for i, t in enumerate((out,) if type(out) is FakeTensor else tree_flatten(out)[0]):
                     if isinstance(t, torch.Tensor):
                         try:
-                            self.track(t.untyped_storage(), labeler(t) if labeler is not None else None)
+                            self.track(_storage(t), labeler(t) if labeler is not None else None)
                         except Exception:  # noqa: BLE001
                             pass
                     if i in scratch:
@@ -195,6 +219,25 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
     return Recorder(), cuda_semantics(amp)
 
 
+@contextlib.contextmanager
+def _storage_resizes(rec: Any):
+    """Route UntypedStorage.resize_ through the recorder for the trace's duration (restored after)."""
+    import torch
+
+    orig = torch.UntypedStorage.resize_
+
+    def resize_(self: Any, size: int) -> Any:
+        out = orig(self, size)
+        rec.storage_resized(self, int(self.nbytes()))
+        return out
+
+    torch.UntypedStorage.resize_ = resize_
+    try:
+        yield
+    finally:
+        torch.UntypedStorage.resize_ = orig
+
+
 def _draw_that_keeps(out: Any) -> Any:
     """A uniform draw of at most one element (torch.rand([]), rand_like of a scalar) becomes a fake
     tensor that holds a value, so Python control flow on it resolves: stochastic depth (LayerDrop in
@@ -218,11 +261,26 @@ def _draw_that_keeps(out: Any) -> Any:
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
                labeler: Callable[[Any], str | None] | None = None,
-               decode_traced: int | None = -1) -> tuple[MemTrace, dict]:
+               decode_traced: int | None = -1, parallel: Any = None) -> tuple[MemTrace, dict]:
     """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
     `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits").
     generate(): the first `decode_traced` decode steps are traced and the rest written out when they
-    repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS)."""
+    repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS).
+    `parallel` (an estimate.parallel_trace.Plan): trace rank 0 of a DDP / FSDP2 job over a fake process
+    group; the model is wrapped after it is loaded, as a training script does."""
+    if parallel is not None:
+        from oomdoctor.estimate import parallel_trace
+
+        with parallel_trace.fake_world(parallel) as mesh:
+            return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                               decode_traced=decode_traced, parallel=parallel, mesh=mesh)
+    return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                       decode_traced=decode_traced)
+
+
+def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: str, workspaces: Workspaces | None,
+                labeler: Callable[[Any], str | None] | None, decode_traced: int | None,
+                parallel: Any = None, mesh: Any = None) -> tuple[MemTrace, dict]:
     if decode_traced == -1:
         decode_traced = DECODE_TRACED if SHORTCUTS else None
     import torch
@@ -234,15 +292,22 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     trace = MemTrace()
     spec = _build(make_spec, fake, source)
-    rec, semantics = _modes(trace, workspaces, spec.amp is not None, labeler)
+    streams = None
+    if parallel is not None:
+        from oomdoctor.estimate.parallel_trace import StreamIds
+
+        streams = StreamIds()
+    rec, semantics = _modes(trace, workspaces, spec.amp is not None, labeler, streams)
     info: dict[str, Any] = {"parameter_bytes": 0, "parameter_count": 0}
     rec.scalar_stub = spec.generate is not None
     if spec.generate is not None:
         steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics, fake_safe_apply(), \
+        with fake, rec, semantics, fake_safe_apply(), _storage_resizes(rec), \
                 _generation_runs_to_the_end(spec, lambda: len(trace.events), decode_traced) as (new_call, decode):
             _load_to_device(spec, rec, info)
+            if parallel is not None:
+                spec = _wrap(spec, parallel, mesh, rec, trace)
             runner = StepRunner(spec, "cpu", optimizer_kwargs={"foreach": True} if spec.train else None,
                                 on_phase=None)
             starts: list[int] = []
@@ -279,8 +344,8 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     if decode["cut"]:  # the decode loop was stopped after `decode_traced` tokens
         nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
         if nxt is None:  # the traced decode steps do not repeat: trace them all
-            return trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                              decode_traced=None)
+            return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                               decode_traced=None, parallel=parallel, mesh=mesh)
         rec.next_sid = nxt
         info["decode_steps_traced"] = len(decode["bounds"]) - 1
     info["cublas_threads"] = sorted(rec.workspace_threads)
@@ -382,10 +447,38 @@ def _load_to_device(spec: WorkloadSpec, rec: Any, info: dict) -> None:
             rec.track(t.untyped_storage(), "activations")
 
 
+def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -> WorkloadSpec:
+    """Wrap the loaded model for data parallelism; what the wrapper allocates is labelled: DDP's
+    gradient buckets as gradients, FSDP2's shards as parameters."""
+    import dataclasses
+
+    from oomdoctor.estimate.parallel_trace import wrap
+
+    start = len(trace.events)
+    rec.category = "gradients" if plan.strategy == "ddp" else "parameters"
+    try:
+        model = wrap(spec.model, plan, mesh)
+    finally:
+        rec.category = None
+    _drop_replaced_parameters(trace, start)
+    return dataclasses.replace(spec, model=model)
+
+
+def _drop_replaced_parameters(trace: MemTrace, start: int) -> None:
+    """Parameters loaded whole and freed by sharding leave the trace: FSDP2 recipes build on the meta
+    device or the CPU and shard before anything reaches the GPU (and a script that loads whole empties
+    the cache after sharding), so the whole model never sits on a rank at once."""
+    freed = {sid for op, sid, _, _ in trace.events[start:] if op == "f"}
+    gone = {sid for op, sid, _, _ in trace.events[:start]
+            if op == "a" and sid in freed and trace.categories.get(sid) == "parameters"}
+    if gone:
+        trace.events[:] = [e for e in trace.events if e[1] not in gone]
+
+
 def _label_grads(spec: WorkloadSpec, rec: Any, trace: MemTrace) -> None:
     for p in spec.model.parameters():
         if p.grad is not None:
-            entry = rec.live.get(id(p.grad.untyped_storage()))
+            entry = rec.live.get(id(getattr(p.grad, "_local_tensor", p.grad).untyped_storage()))
             if entry is not None:
                 trace.categories[entry[0]] = "gradients"
 
@@ -396,6 +489,7 @@ def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
     for state in runner.optimizer.state.values():
         for v in state.values():
             if isinstance(v, torch.Tensor):
+                v = getattr(v, "_local_tensor", v)
                 entry = rec.live.get(id(v.untyped_storage()))
                 if entry is not None:
                     trace.categories[entry[0]] = "optimizer_state"
