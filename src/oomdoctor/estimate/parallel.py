@@ -30,15 +30,15 @@ from typing import Any
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
 TRACED = ("ddp", "fsdp", "fsdp-hybrid")
-# What hardware has said about each strategy (shown beside every per-rank figure).
-_MEASURED = "2 H100s, 2026-11-25, validation/parallel_per_rank.py"
+# What hardware has said about each strategy (shown beside every per-rank figure). Two GPUs only: more
+# ranks, other interconnects and NCCL's own buffers (outside PyTorch's allocator) are not measured.
+_TRACED = "traced over a fake process group; measured on 2 H200s, 2026-11-26, validation/parallel_traced.py"
 VALIDATION = {
-    "ddp": f"measured on {_MEASURED}: full fine-tune -0.4%, LoRA -5.3% (under); not validated",
-    "fsdp": f"measured on {_MEASURED}: -8.7% and -12.4% (under; likely the memory cached on "
-            "FSDP2's communication streams, not modelled); not validated",
-    "fsdp-hybrid": "not validated on hardware (FSDP2 full shard ran 9-12% under on 2 H100s)",
-    "zero2": "not validated on hardware (DeepSpeed was not on the test machine)",
-    "zero3": "not validated on hardware (DeepSpeed was not on the test machine)",
+    "ddp": f"{_TRACED}: 4 held-out runs -1.6% to +0.1%; not validated beyond 2 ranks",
+    "fsdp": f"{_TRACED}: 6 held-out runs -0.3% to +0.1%, one +12.8% (Gemma-2, over); not validated beyond 2 ranks",
+    "fsdp-hybrid": f"{_TRACED}: 1 held-out run (2 replicas of 1 shard) -0.01%; wider shard groups not validated",
+    "zero2": "arithmetic, not traced; not validated on hardware (DeepSpeed was not on the test machine)",
+    "zero3": "arithmetic, not traced; not validated on hardware (DeepSpeed was not on the test machine)",
 }
 SEGMENT = 2 << 20
 
