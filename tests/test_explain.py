@@ -34,7 +34,7 @@ def _fixture(name: str) -> str:
 @pytest.mark.parametrize("name,expected", [
     ("huge_single.txt", "true_capacity"),       # 3725 GiB asked of a 139.8 GiB GPU
     ("fill_then_ask.txt", "true_capacity"),     # 0 bytes reserved-unallocated: nothing to defragment
-    ("fraction_cap.txt", "true_capacity"),      # against the 6.99 GiB set_per_process_memory_fraction cap
+    ("fraction_cap.txt", "gpu_sharing_limit"),  # a 6.99 GiB fraction cap with 133 GiB free: contract "fractions"
     # cuda:7 on a one-GPU machine: a device the process cannot see is configuration (contract §2:
     # context_or_driver covers "wrong device"), not a program error.
     ("bad_ordinal.txt", "context_or_driver"),

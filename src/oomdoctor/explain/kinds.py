@@ -92,6 +92,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "true_capacity"  # ggml/llama.cpp's ordinary OOM (cudaMalloc directly, no caching allocator)
     if kind == "cuda_driver_oom" and "from device: CUDA_ERROR_OUT_OF_MEMORY" in text:
         return "other_process"  # TensorFlow reserving its pool at start-up: the device was already taken
+    if kind == "tf_oom" and "from device" in text and "OOM when allocating" not in text:
+        return "other_process"  # the same start-up reservation read as TensorFlow's (CUDA or ROCm)
     if kind == "tf_oom" and "memory fragmentation" in text:
         return "fragmentation"  # BFC's own hint: its free bytes would cover the request
     if kind == "torch_oom_nvml" and "nvmlInit" in text:

@@ -44,8 +44,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # THC era (<= 0.4): "cuda runtime error (2) : out of memory at .../THCStorage.cu" (§4.5).
     ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory"),
     # TensorFlow: ResourceExhaustedError / "OOM when allocating tensor" (tf BFC allocator),
-    # and the StreamExecutor line "failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY".
-    ("tf_oom", r"ResourceExhaustedError|OOM when allocating tensor|failed to allocate .* from device: CUDA_ERROR_OUT_OF_MEMORY|"
+    # and the StreamExecutor line "failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY"
+    # (TensorFlow-ROCm: "... from device: hipError_t(1002)", HIP's out-of-memory code then).
+    ("tf_oom", r"ResourceExhaustedError|OOM when allocating tensor|failed to allocate .* from device: (?:CUDA_ERROR_OUT_OF_MEMORY|hipError_t\(1002\))|"
                r"Allocator \(\w+\) ran out of memory trying to allocate"),
     # XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ..." (xla BFC allocator).
     # XLA's status code also names allocation failures without "Out of memory" ("RESOURCE_EXHAUSTED:
@@ -125,7 +126,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "torch_oom": (" out of memory", "Tried to allocate "),
     "mps_oom": ("MPS backend out of memory",),
     "torch_oom_legacy": ("cuda runtime error (2)",),
-    "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "ran out of memory trying"),
+    "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "from device: hipError_t(1002)", "ran out of memory trying"),
     "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
     "rmm_oom": ("rmm::", "RMM failure"),
@@ -462,13 +463,23 @@ def is_mention(line: str, start: int, end: int) -> bool:
     before = line[max(0, start - 80):start]
     if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
         return True
-    q = before[-1:] if before else ""
-    if q and q in _QUOTES and not _ERROR_VALUE.search(before):
-        close = _CLOSE.get(q, q)
-        j = line.find(close, end)
+    if _CONDITIONAL.search(line[max(0, start - 80):end + 30]):
+        return True
+    # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
+    qm = _QUOTE_OPEN.search(before)
+    if qm and not _ERROR_VALUE.search(before[: qm.start() + 1]):
+        q = qm.group(1)
+        j = line.find(_CLOSE.get(q, q), end)
         if 0 <= j - end <= 40:
             return True
     return False
+
+
+# "if the GPU runs out of memory", "when CUDA runs out of memory": what a program does in that case
+# (change logs, docs), not a failure that happened
+_CONDITIONAL = re.compile(r"(?i)\b(?:if|when(?:ever)?|in case|unless)\s+(?:the\s+|a\s+|your\s+|it\s+)?"
+                          r"(?:[\w-]+\s+)?(?:runs?|goes|go|gets?)\s+out of (?:GPU |CUDA |device )?memory\b")
+_QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 
 
 def classify_line(line: str) -> str | None:

@@ -77,13 +77,16 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         # refuses to grow past it even when the device has free memory (CUDACachingAllocator.cpp).
         used = R if R is not None else (P or 0)
         need = used + (X or 0)
-        if fits_after_defrag:
+        if fits_after_defrag and U >= 128 * 1024**2:  # a few MiB of split-block slack is not the cause
             b.add("fragmentation", 2.5, f"{fb(U)} is reserved but unallocated, more than the {why_x}, "
                   f"under a {fb(C)} per-process cap", ALLOC_CONF_FIX)
         else:
             now = f" (now {C / T:.4f} of {fb(T)} = {fb(C)}; this allocation needs {fb(need)})" if T else ""
             frac = f"{min(1.0, need / T):.4f}" if T else "a larger fraction"
-            b.add("true_capacity", 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
+            # a per-process fraction is a sharing limit (docs/contracts.md): it, not the GPU, refused
+            # when the device still had room for the request; with the device full too, the job is big
+            cat = "gpu_sharing_limit" if F is not None and X is not None and F >= X else "true_capacity"
+            b.add(cat, 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
                   f"PyTorch holds {fb(used)} and {why_x}" + (f", while the GPU still has {fb(F)} free" if F else ""),
                   f"the cap, not the GPU, is the limit{now}: this allocation alone needs a fraction above {frac} "
                   "(torch.cuda.set_per_process_memory_fraction), with headroom for the rest of the step; "

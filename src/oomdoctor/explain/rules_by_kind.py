@@ -87,7 +87,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 2.2, f"{k.split('_')[0].upper()} ran out of device memory"
                   + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
         if k == "tf_oom" and "from device" in ev.text:
-            _tf_reserve_failed(b)
+            _tf_reserve_failed(b, alone="OOM when allocating" not in ev.text)
         if k == "tf_oom" and "memory fragmentation" in ev.text:
             # BFC prints this hint only when its free bytes would cover the request (bfc_allocator.cc).
             b.add("fragmentation", 2.6, "TensorFlow's BFC allocator says its free memory would cover the request: "
@@ -188,10 +188,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
 
 
-def _tf_reserve_failed(b: Board) -> None:
+def _tf_reserve_failed(b: Board, alone: bool = False) -> None:
     """TensorFlow's allocator reserves its pool 'from device' at start-up: failing there means the device
-    was already taken (whichever kind the line was read as)."""
-    b.add("other_process", 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
+    was already taken (whichever kind the line was read as). `alone`: the event is that reservation
+    only (no tensor allocation failed after it), which is as strong as the CUDA-driver reading of it."""
+    b.add("other_process", 2.4 if alone else 1.4, "TensorFlow failed to reserve memory from the device at start-up: "
           "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
 
 
