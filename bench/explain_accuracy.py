@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_accuracy_table(C.summary(dev), C.summary(test), md)))
     for name, rows in (("test", test), ("dev", dev)):
         none = sum(1 for r in rows if not r.ranked)
-        print(("- " if md else "") + f"{name}: {none} of {len(rows)} reports where no event was found (no answer)")
+        words = [r for r in rows if r.words_only]
+        print(("- " if md else "") + f"{name}: {none} of {len(rows)} reports with no answer; {len(words)} answered from "
+              f"the words alone (no failure line found; exit 0), {sum(r.top1 for r in words)} of them right")
     print()
     print("Calibration of the top answer's confidence, test split:")
     print("\n".join(_calibration_table(test, md)))

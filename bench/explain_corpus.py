@@ -69,6 +69,7 @@ class Scored:
     expected: str
     ranked: list[str]
     confidence: float
+    words_only: bool = False  # no failure line found: the answer is the words' leaning (rank._words_only)
 
     @property
     def top1(self) -> bool:
@@ -86,7 +87,8 @@ def score_reports(cases: list[dict[str, Any]]) -> list[Scored]:
     for c in cases:
         ex = explain_text(c["text"].splitlines())
         out.append(Scored(c["id"], c["category"], [h.category for h in ex.hypotheses],
-                          ex.hypotheses[0].confidence if ex.hypotheses else 0.0))
+                          ex.hypotheses[0].confidence if ex.hypotheses else 0.0,
+                          words_only=bool(ex.hypotheses) and not ex.events))
     return out
 
 

@@ -90,6 +90,19 @@ def _decode(b: bytes) -> str:
     return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
 
 
+def _wrapped_mention(before: str, text: str) -> bool:
+    """A prose line wrapped mid-sentence (indented, starting in lower case, after a line that ends in a
+    word): it is judged with the line before it, so "... which will prevent" + "memory leaking when
+    ..." (a change log's wrapped entry) is the mention it is and not a report of a leak."""
+    body = text.lstrip()
+    if not (text[:1].isspace() and body[:1].islower()):
+        return False
+    prev = before.rstrip("\n").rsplit("\n", 1)[-1].rstrip()
+    if not prev or not prev[-1:].isalpha():
+        return False
+    return P.classify_line(prev + " " + body.rstrip("\n")) is None
+
+
 class LogScanner:
     """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
 
@@ -179,8 +192,10 @@ class LogScanner:
         kind = P.classify_line(text)
         if kind is None:
             return
-        ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         before = self._lookback(block, ls)
+        if _wrapped_mention(before, text):
+            return
+        ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
             for line in before.splitlines()[-40:]:

@@ -18,7 +18,7 @@ from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_m
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
-_MEMORY = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
+MEMORY_WORD = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
                      r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
 _FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
@@ -53,7 +53,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
     for source, first, text in samples:
         for i, line in enumerate(text.splitlines()):
             line = line[:_MAX_LINE]
-            mem = _MEMORY.search(line)
+            mem = MEMORY_WORD.search(line)
             if mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _judged(line):
                 continue
             for f in _FAILURE.finditer(line):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.rank import Explanation
 from oomdoctor.render.envelope import dumps
 from oomdoctor.units import format_bytes
@@ -37,6 +38,13 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
                   force_terminal=color, soft_wrap=not color)
     if not ex.events:
         con.print("No OOM-like event found.")
+        if ex.hypotheses:  # a leaning from the words alone (explain/rank.py _words_only), never a failure
+            con.print("If the job did fail for memory, its words lean to (a word model, no failure line to read):")
+            for h in ex.hypotheses[:3]:
+                d = DECIDERS.get(h.category)
+                con.print(f"   {h.category}  confidence {h.confidence:.2f}"
+                          + (f"  [dim]decided by {escape(d.fact)}: {escape(d.command)}[/dim]" if d else ""))
+            con.print("Paste the error message and its traceback for an answer.")
         return buf.getvalue()
     if not ex.failures:
         con.print(f"[bold green]No failure:[/bold green] {len(ex.recovered)} out-of-memory event(s) that the job "
