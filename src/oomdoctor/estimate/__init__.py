@@ -10,5 +10,6 @@
                   replay the trace through a model of PyTorch's caching allocator (pure)
     workspaces, reduce_staging, cudnn_splitk_h100
                   measured knowledge of library workspaces (pure tables)
-    parallel      per-rank DDP/ZeRO/FSDP arithmetic on a traced breakdown (pure; measured on 2 H100s, not validated)
+    parallel      per-rank answer: traced DDP/FSDP2 shaped, ZeRO arithmetic on the single-GPU breakdown (pure)
+    parallel_trace  DDP / FSDP2 over torch's fake process group, for tracing rank 0 (measured on 2 GPUs)
 """
