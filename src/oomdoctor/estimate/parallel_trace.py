@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-TRACED = ("ddp", "fsdp", "fsdp-hybrid")
+TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2")
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,10 @@ def _ddp_without_value_checks() -> Iterator[None]:
 
 
 def wrap(model: Any, plan: Plan, mesh: Any) -> Any:
-    """DDP with PyTorch's defaults, or fully_shard on every block, then the root."""
+    """DDP with PyTorch's defaults, or fully_shard on every block, then the root (ZeRO-2: the model
+    as it is; the optimizer is Zero2Emulation, made by the tracer)."""
+    if plan.strategy == "zero2":
+        return model
     if plan.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -134,3 +137,114 @@ def wrap(model: Any, plan: Plan, mesh: Any) -> Any:
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
+
+
+# DeepSpeed ZeRO-2 as it allocates (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) under its most
+# common configuration: bf16 enabled, DeepSpeed's defaults (contiguous_gradients, no overlap_comm,
+# reduce_bucket_size 5e8 elements), fp32 gradient accumulation into a compact partition buffer.
+ZERO_REDUCE_BUCKET = 500_000_000
+ZERO_ALIGN = 2  # nccl_start_alignment_factor: the flat buffer is padded to a multiple of 2 x ranks
+
+
+class Zero2Emulation:
+    """The optimizer side of DeepSpeed ZeRO-2 on rank 0, written as the tensors DeepSpeed makes (not
+    DeepSpeed's code, which needs a GPU and values): the bf16 parameters moved into one flat buffer, this
+    rank's fp32 master partition, a bf16 reduce bucket during backward that each gradient is copied into
+    and then freed, this rank's fp32 gradient partition, and the wrapped optimizer (AdamW: fp32 state)
+    over the master partition. Used as the step's optimizer (step() then zero_grad())."""
+
+    def __init__(self, model: Any, ranks: int, make_inner: Any, label: Any = None) -> None:
+        import torch
+
+        label = label or (lambda t, category: None)
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("ZeRO-2 needs trainable parameters")
+        dtype, dev = params[0].dtype, params[0].device
+        total = sum(p.numel() for p in params)
+        align = ZERO_ALIGN * ranks
+        padded = -(-total // align) * align
+        self.part = padded // ranks
+        with torch.no_grad():
+            flat = torch.empty(padded, dtype=dtype, device=dev)
+            self.ranges = []
+            off = 0
+            for p in params:
+                n = p.numel()
+                flat[off:off + n].copy_(p.data.view(-1))
+                p.data = flat[off:off + n].view_as(p)
+                self.ranges.append((p, off, n))
+                off += n
+            self.flat = flat
+            self.master = flat[: self.part].detach().clone().to(torch.float32)
+            label(flat, "parameters")
+            label(self.master, "optimizer_state")
+            torch.zeros(self.part, dtype=torch.float32, device=dev)  # initialize_optimizer_states' grad, freed
+        self.master.requires_grad_(True)
+        self.inner = make_inner([self.master])
+        self.dtype, self.dev, self.label = dtype, dev, label
+        self.bucket: Any = None
+        self.bucket_params: list[tuple[Any, int, int]] = []
+        self.bucket_used = 0
+        self.grad_part: Any = None
+        self.state = self.inner.state
+        self.param_groups = self.inner.param_groups
+        for p, o, n in self.ranges:
+            p.register_post_accumulate_grad_hook(lambda p, o=o, n=n: self._grad_ready(p, o, n))
+
+    def _grad_ready(self, p: Any, off: int, n: int) -> None:
+        import torch
+
+        with torch.no_grad():
+            if self.bucket is None:
+                self.bucket = torch.empty(ZERO_REDUCE_BUCKET, dtype=self.dtype, device=self.dev)
+                self.label(self.bucket, "gradients")
+            if n > ZERO_REDUCE_BUCKET:  # oversized gradients bypass the bucket
+                self._reduce_one(p.grad.view(-1), off, n)
+                p.grad = None
+                return
+            if self.bucket_used + n > ZERO_REDUCE_BUCKET:
+                self._flush()
+            view = self.bucket[self.bucket_used:self.bucket_used + n]
+            view.copy_(p.grad.view(-1))
+            p.grad = view.view_as(p)
+            self.bucket_params.append((p, off, n))
+            self.bucket_used += n
+
+    def _reduce_one(self, grad: Any, off: int, n: int) -> None:
+        """Average (in place, as the reduce does) and add this rank's part to the fp32 partition."""
+        import torch
+
+        lo, hi = max(off, 0), min(off + n, self.part)
+        if lo >= hi:
+            return
+        if self.grad_part is None:
+            self.grad_part = torch.zeros(self.part, dtype=torch.float32, device=self.dev)
+            self.label(self.grad_part, "gradients")
+        self.grad_part[lo:hi].add_(grad[lo - off:hi - off].to(torch.float32))
+
+    def _flush(self) -> None:
+        for p, off, n in self.bucket_params:
+            if p.grad is not None:
+                self._reduce_one(p.grad.view(-1), off, n)
+                p.grad = None
+        self.bucket_params, self.bucket_used = [], 0
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            self._flush()
+            self.bucket = None  # _release_ipg_buffers
+            if self.grad_part is None:
+                self.grad_part = torch.zeros(self.part, dtype=torch.float32, device=self.dev)
+            self.master.grad = self.grad_part
+            self.grad_part = None
+            self.inner.step()
+            self.master.grad = None
+            self.flat[: self.part].copy_(self.master)  # then all-gathered in place
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p, _, _ in self.ranges:
+            p.grad = None

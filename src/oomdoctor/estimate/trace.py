@@ -460,6 +460,18 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
         model = wrap(spec.model, plan, mesh)
     finally:
         rec.category = None
+    if plan.strategy == "zero2":
+        from oomdoctor.estimate.parallel_trace import Zero2Emulation
+        from oomdoctor.workload.step import make_optimizer
+
+        def label(t: Any, category: str) -> None:
+            entry = rec.live.get(id(t.untyped_storage()))
+            if entry is not None:
+                trace.categories[entry[0]] = category
+
+        emu = Zero2Emulation(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), label)
+        _drop_replaced_parameters(trace, start)
+        return dataclasses.replace(spec, model=model, optimizer=lambda params: emu)
     _drop_replaced_parameters(trace, start)
     return dataclasses.replace(spec, model=model)
 
