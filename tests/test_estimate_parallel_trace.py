@@ -125,3 +125,22 @@ def test_cli_reports_traced_per_rank(tmp_path, capsys):
     assert rank["strategy"] == "fsdp" and "2 H200" in rank["validation"]
     # sharded state; on a model this small FSDP2's stream pools can cost more than sharding saves
     assert 0 < rank["breakdown"]["optimizer_state"] <= out["breakdown"]["optimizer_state"] / 3
+
+
+def test_zero2_emulation_holds_deepspeeds_tensors(single):
+    """ZeRO-2 as DeepSpeed allocates it: flat bf16 parameters (whole), an fp32 master partition and
+    fp32 AdamW state over it (1/N each), a 5e8-element bf16 reduce bucket during backward, freed at
+    the step."""
+    from oomdoctor.estimate.parallel_trace import ZERO_REDUCE_BUCKET
+
+    trace, info = _trace(Plan("zero2", 4))
+    params = info["parameter_bytes"]
+    n_params = params // 2  # bf16
+    state = sum(_cats(trace, "optimizer_state").values())
+    assert state == pytest.approx(12 * n_params / 4, rel=0.02)  # master + exp_avg + exp_avg_sq, fp32
+    flat = [s for sid, s in _cats(trace, "parameters").items()
+            if not any(op == "f" and x == sid for op, x, _, _ in trace.events)]
+    assert sum(flat) == pytest.approx(params, rel=0.01)  # the parameters stay whole, in one buffer
+    buckets = [sid for sid, s in _cats(trace, "gradients").items() if s == 2 * ZERO_REDUCE_BUCKET]
+    assert len(buckets) == 3  # one per step's backward
+    assert all(any(op == "f" and x == sid for op, x, _, _ in trace.events) for sid in buckets)

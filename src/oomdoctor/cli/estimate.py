@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
     parser.add_argument("--parallel", metavar="STRATEGY",
                         help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
-                             "(analytic, not validated: each figure prints what hardware measured for its strategy)")
+                             "(ddp/fsdp traced over a fake process group, zero2 emulated, zero3 arithmetic; each "
+                             "figure prints what hardware measured for its strategy)")
     parser.add_argument("--ranks", type=int, default=8, metavar="N", help="with --parallel: number of ranks")
     parser.add_argument("--shard-size", type=int, metavar="M", help="with --parallel fsdp-hybrid: ranks per shard group")
     parser.add_argument("--no-search", action="store_true",
