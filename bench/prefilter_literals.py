@@ -61,6 +61,8 @@ REQUIREMENTS: dict[str, bytes] = {
     "eviction": b"low on resource: memory", "batch-size finder retry": b"failed, trying batch size",
     "DSO mismatch": b"does not match DSO version", "ROCm access fault": b"Memory access fault",
     "RMM": b"rmm::", "memory leak": b"memory leak", "Colab RAM": b"using all available RAM",
+    "batch size decreased": b"size decreased from", "batch size reduced": b"size reduced from",
+    "batch size halved": b"size halved from", "batch size lowered": b"size lowered from",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

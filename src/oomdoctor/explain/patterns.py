@@ -25,7 +25,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # ("Batch size N failed, trying batch size M", lightning tuner/batch_size_scaling.py), fairseq's
     # trainer ("attempting to recover from OOM in forward/backward pass", "ran out of memory, skipping
     # batch"), and loops that skip a batch on OOM.
+    # Composer's auto-microbatching: "Train microbatch size decreased from 2048 -> 1024, and the batch will be retrained"
     ("oom_recovered", r"Batch size \d+ failed, trying batch size \d+|attempting to recover from OOM|"
+                      r"[Bb]atch size (?:decreased|reduced|halved|lowered) from \d+ ?(?:->|to) ?\d+|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b"),
@@ -117,7 +119,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # tests reject almost all of them in a few microseconds, where running the regexes cost ~100 us a
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
-    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall"),
+    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
+                      "size decreased from", "size reduced from", "size halved from", "size lowered from"),
     "hami_oom": ("HAMI-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
     "torch_oom_nvml": ("NVML_SUCCESS",),
@@ -190,6 +193,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'No executable batch size', b'aligned address', b'ft on device', b'td::bad_alloc', b'Exit', b'exit',
     b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR', b'ibility was attempted',
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
+    b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -432,7 +436,7 @@ _ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|ca
 
 # Prose about OOMs in general (docs, READMEs), not one that happened.
 _GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
-                                r"in general|for example|e\.g\.)\b")
+                                r"in general|for example|e\.g\.|essentially|basically)\b")
 
 
 # Lines whose shape says that nothing failed, whatever words they quote (issue 17's benign logs):
@@ -465,6 +469,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if _CONDITIONAL.search(line[max(0, start - 80):end + 30]):
         return True
+    if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
+        return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
     qm = _QUOTE_OPEN.search(before)
     if qm and not _ERROR_VALUE.search(before[: qm.start() + 1]):
