@@ -140,24 +140,28 @@ def wrap(model: Any, plan: Plan, mesh: Any) -> Any:
 
 
 # DeepSpeed ZeRO-2 as it allocates (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) under its most
-# common configuration: bf16 enabled, DeepSpeed's defaults (contiguous_gradients, no overlap_comm,
-# reduce_bucket_size 5e8 elements), fp32 gradient accumulation into a compact partition buffer.
+# common configuration: bf16 enabled and DeepSpeed's defaults (contiguous_gradients, no overlap_comm,
+# reduce_bucket_size 5e8 elements). Read off DeepSpeed's own allocator history on an H200
+# (validation/zero_alloc_trace.py, validation/results/zero_trace_tinyllama-zero2.json.gz).
 ZERO_REDUCE_BUCKET = 500_000_000
 ZERO_ALIGN = 2  # nccl_start_alignment_factor: the flat buffer is padded to a multiple of 2 x ranks
 
 
 class Zero2Emulation:
     """The optimizer side of DeepSpeed ZeRO-2 on rank 0, written as the tensors DeepSpeed makes (not
-    DeepSpeed's code, which needs a GPU and values): the bf16 parameters moved into one flat buffer, this
-    rank's fp32 master partition, a bf16 reduce bucket during backward that each gradient is copied into
-    and then freed, this rank's fp32 gradient partition, and the wrapped optimizer (AdamW: fp32 state)
-    over the master partition. Used as the step's optimizer (step() then zero_grad())."""
+    DeepSpeed's code, which needs a GPU and values). At start: the bf16 parameters moved into one flat
+    buffer, this rank's fp32 master partition. In backward: a bf16 reduce bucket (setup_buckets) that
+    each gradient is copied into and then freed; when it fills and at the end, its gradients are
+    flattened into a new tensor and all-reduced (allreduce_bucket), and this rank's share is copied into
+    a bf16 partition buffer (copy_grads_in_partition, whole parameters); the bucket is freed when
+    backward ends. At the step: that share flattened again (bf16), cast to fp32, the wrapped optimizer
+    (AdamW: fp32 state) run over the master partition, the bf16 partition updated in place. Used as the
+    step's optimizer (step() then zero_grad())."""
 
     def __init__(self, model: Any, ranks: int, make_inner: Any, label: Any = None) -> None:
         import torch
 
         label = label or (lambda t, category: None)
-
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("ZeRO-2 needs trainable parameters")
@@ -184,10 +188,15 @@ class Zero2Emulation:
         self.master.requires_grad_(True)
         self.inner = make_inner([self.master])
         self.dtype, self.dev, self.label = dtype, dev, label
+        # this rank's parameters, whole (copy_grads_in_partition sizes its buffer so)
+        self.mine = {id(p): (start, n) for p, o, n in self.ranges if o < self.part
+                     for start in [sum(m for q, oo, m in self.ranges if oo < o and oo < self.part)]}
+        self.mine_numel = sum(n for _, o, n in self.ranges if o < self.part)
         self.bucket: Any = None
         self.bucket_params: list[tuple[Any, int, int]] = []
         self.bucket_used = 0
-        self.grad_part: Any = None
+        self.grads_in_partition: Any = None
+        self.averaged: Any = None
         self.state = self.inner.state
         self.param_groups = self.inner.param_groups
         for p, o, n in self.ranges:
@@ -197,50 +206,68 @@ class Zero2Emulation:
         import torch
 
         with torch.no_grad():
-            if self.bucket is None:
+            if self.bucket is None:  # setup_buckets, once per backward; the epilogue at its end
                 self.bucket = torch.empty(ZERO_REDUCE_BUCKET, dtype=self.dtype, device=self.dev)
                 self.label(self.bucket, "gradients")
-            if n > ZERO_REDUCE_BUCKET:  # oversized gradients bypass the bucket
-                self._reduce_one(p.grad.view(-1), off, n)
-                p.grad = None
-                return
+                torch.autograd.Variable._execution_engine.queue_callback(self._epilogue)
             if self.bucket_used + n > ZERO_REDUCE_BUCKET:
                 self._flush()
+            if n > ZERO_REDUCE_BUCKET:  # an oversized gradient bypasses the bucket, reduced on its own
+                self.bucket_params.append((p, off, n))
+                self._flush()
+                return
             view = self.bucket[self.bucket_used:self.bucket_used + n]
             view.copy_(p.grad.view(-1))
             p.grad = view.view_as(p)
             self.bucket_params.append((p, off, n))
             self.bucket_used += n
 
-    def _reduce_one(self, grad: Any, off: int, n: int) -> None:
-        """Average (in place, as the reduce does) and add this rank's part to the fp32 partition."""
+    def _flush(self) -> None:
+        """reduce_ipg_grads: flatten the bucket's gradients, all-reduce, keep this rank's share."""
         import torch
 
-        lo, hi = max(off, 0), min(off + n, self.part)
-        if lo >= hi:
+        if not self.bucket_params:
             return
-        if self.grad_part is None:
-            self.grad_part = torch.zeros(self.part, dtype=torch.float32, device=self.dev)
-            self.label(self.grad_part, "gradients")
-        self.grad_part[lo:hi].add_(grad[lo - off:hi - off].to(torch.float32))
-
-    def _flush(self) -> None:
-        for p, off, n in self.bucket_params:
-            if p.grad is not None:
-                self._reduce_one(p.grad.view(-1), off, n)
+        flat = torch.cat([p.grad.view(-1) for p, _, _ in self.bucket_params])  # allreduce_bucket's flatten
+        for p, _, _ in self.bucket_params:
+            where = self.mine.get(id(p))
+            if where is not None:
+                if self.grads_in_partition is None:
+                    self.grads_in_partition = torch.empty(self.mine_numel, dtype=self.dtype, device=self.dev)
+                    self.label(self.grads_in_partition, "gradients")
+                start, n = where
+                dst = self.grads_in_partition[start:start + n]
+                dst.copy_(p.grad.view(-1))
+                p.grad = dst.view_as(p)
+            else:
                 p.grad = None
+        del flat
         self.bucket_params, self.bucket_used = [], 0
+
+    def _epilogue(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            self._flush()
+            self.averaged, self.grads_in_partition = self.grads_in_partition, None
+            self.bucket = None  # _release_ipg_buffers
 
     def step(self) -> None:
         import torch
 
         with torch.no_grad():
-            self._flush()
-            self.bucket = None  # _release_ipg_buffers
-            if self.grad_part is None:
-                self.grad_part = torch.zeros(self.part, dtype=torch.float32, device=self.dev)
-            self.master.grad = self.grad_part
-            self.grad_part = None
+            if self.averaged is None:
+                self.averaged = torch.zeros(self.mine_numel, dtype=self.dtype, device=self.dev)
+            for start, n in self.mine.values():  # get_grad_norm_direct: each gradient's norm in fp32
+                torch.linalg.vector_norm(self.averaged[start:start + n].to(torch.float32))
+            flat_grad = self.averaged[: self.part].clone()  # step: flatten the averaged gradients
+            grad32 = flat_grad.to(torch.float32)
+            del flat_grad
+            for p, _, _ in self.ranges:  # free_grad_in_param_list: the partition buffer goes
+                p.grad = None
+            self.averaged = None
+            self.master.grad = grad32
+            del grad32
             self.inner.step()
             self.master.grad = None
             self.flat[: self.part].copy_(self.master)  # then all-gathered in place

@@ -470,19 +470,23 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
                 trace.categories[entry[0]] = category
 
         emu = Zero2Emulation(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), label)
-        _drop_replaced_parameters(trace, start)
+        _drop_replaced_parameters(trace, start, transients=True)
         return dataclasses.replace(spec, model=model, optimizer=lambda params: emu)
     _drop_replaced_parameters(trace, start)
     return dataclasses.replace(spec, model=model)
 
 
-def _drop_replaced_parameters(trace: MemTrace, start: int) -> None:
+def _drop_replaced_parameters(trace: MemTrace, start: int, transients: bool = False) -> None:
     """Parameters loaded whole and freed by sharding leave the trace: FSDP2 recipes build on the meta
     device or the CPU and shard before anything reaches the GPU (and a script that loads whole empties
-    the cache after sharding), so the whole model never sits on a rank at once."""
+    the cache after sharding), so the whole model never sits on a rank at once. `transients`: what the
+    wrapper itself made and freed goes too (DeepSpeed's start-up copies; its engine and training
+    scripts empty the cache after initialize)."""
     freed = {sid for op, sid, _, _ in trace.events[start:] if op == "f"}
     gone = {sid for op, sid, _, _ in trace.events[:start]
             if op == "a" and sid in freed and trace.categories.get(sid) == "parameters"}
+    if transients:
+        gone |= {sid for op, sid, _, _ in trace.events[start:] if op == "a" and sid in freed}
     if gone:
         trace.events[:] = [e for e in trace.events if e[1] not in gone]
 
