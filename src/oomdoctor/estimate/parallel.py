@@ -2,8 +2,8 @@
 
 DDP and FSDP2 (`ddp`, `fsdp`, `fsdp-hybrid`) are traced: the real wrapper runs over a fake process group
 (estimate/parallel_trace.py) and `from_traced` shapes that rank-0 estimate for the output. ZeRO-2 is
-traced with an emulation of DeepSpeed's tensors (parallel_trace.Zero2Emulation; DeepSpeed itself needs
-a GPU and values). ZeRO-3 is not traced: `per_rank` below shards the traced single-GPU breakdown by
+traced with an emulation of DeepSpeed's tensors (parallel_trace.Zero2Emulation, written from
+DeepSpeed's own allocation history; DeepSpeed itself needs a GPU and values). ZeRO-3 is not traced: `per_rank` below shards the traced single-GPU breakdown by
 arithmetic, which DeepSpeed showed to be far too low (VALIDATION). The history of the arithmetic for DDP/FSDP2 is kept because
 it is the fallback and the docs compare against it.
 
@@ -39,8 +39,8 @@ VALIDATION = {
     "fsdp": f"{_TRACED}: 6 held-out runs -0.3% to +0.1%, one +12.8% (Gemma-2, over); not validated beyond 2 ranks",
     "fsdp-hybrid": f"{_TRACED}: 1 held-out run (2 replicas of 1 shard) -0.01%; wider shard groups not validated",
     "zero2": "an emulation of DeepSpeed ZeRO-2's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
-             "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 3 held-out runs 8-20% UNDER (peak "
-             "allocated within 7%; DeepSpeed's allocator slack is not emulated): a lower bound, not validated",
+             "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -0.01% to +2.5%; "
+             "other DeepSpeed versions and settings (overlap_comm, bucket sizes, offload) not validated",
     "zero3": "arithmetic, not traced; measured against DeepSpeed 0.19.8 (bf16, defaults) on 2 H200s, 2026-11-26, "
              "validation/parallel_zero.py: 52-56% UNDER (fp32 master weights, buckets and slack not modelled): "
              "far too low, do not size a job by it",
