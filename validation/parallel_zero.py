@@ -53,7 +53,17 @@ HELDOUT2 = [
     ("pythia-zero2", "pythia-1.4b", 2, 4, {"task": "train", "seq_len": 2048}),
     ("llama3b-zero2-ckpt", "llama3.2-3b", 2, 4, {"task": "train", "seq_len": 2048, "gradient_checkpointing": True}),
 ]
-ALL = DEV + HELDOUT + HELDOUT2
+# Written 2026-11-26 after the ZeRO-3 emulation was written from DeepSpeed's allocation history of
+# tinyllama-zero3 (the ZeRO-3 rows of HELDOUT had been read): a held-out set for ZeRO-3, estimated and
+# committed before its one run.
+HELDOUT3 = [
+    ("qwen3-1.7b-zero3", "qwen3-1.7b", 3, 4, {"task": "train", "seq_len": 1024}),
+    ("llama1b-zero3", "llama3.2-1b", 3, 4, {"task": "train", "seq_len": 1024}),
+    ("pythia-zero3", "pythia-1.4b", 3, 4, {"task": "train", "seq_len": 2048}),
+    ("gemma2b-zero3-ckpt", "gemma-2b", 3, 4, {"task": "train", "seq_len": 1024, "gradient_checkpointing": True}),
+    ("phi1.5-zero3-ckpt", "phi-1.5", 3, 8, {"task": "train", "seq_len": 2048, "gradient_checkpointing": True}),
+]
+ALL = DEV + HELDOUT + HELDOUT2 + HELDOUT3
 
 
 def ds_config(stage: int, batch: int) -> dict:
@@ -101,7 +111,8 @@ def measure_one(name: str, out: Path) -> None:
     dist.all_gather_object(gathered, row)
     if rank == 0:
         kind = "dev" if any(c[0] == name for c in DEV) else \
-            ("heldout2" if any(c[0] == name for c in HELDOUT2) else "heldout")
+            ("heldout2" if any(c[0] == name for c in HELDOUT2) else
+             "heldout3" if any(c[0] == name for c in HELDOUT3) else "heldout")
         with (out / f"parallel_zero_{kind}.jsonl").open("a") as f:
             f.write(json.dumps({"name": name, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
                                 "ranks": gathered}) + "\n")

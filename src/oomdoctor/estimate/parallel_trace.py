@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2")
+TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2", "zero3")
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def _ddp_without_value_checks() -> Iterator[None]:
 def wrap(model: Any, plan: Plan, mesh: Any) -> Any:
     """DDP with PyTorch's defaults, or fully_shard on every block, then the root (ZeRO-2: the model
     as it is; the optimizer is Zero2Emulation, made by the tracer)."""
-    if plan.strategy == "zero2":
+    if plan.strategy in ("zero2", "zero3"):
         return model
     if plan.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -275,3 +275,154 @@ class Zero2Emulation:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p, _, _ in self.ranges:
             p.grad = None
+
+
+ZERO3_PERSISTENCE = 100_000  # stage3_param_persistence_threshold: smaller parameters stay whole
+ZERO3_MAX_LIVE = 1_000_000_000  # stage3_max_live_parameters: gathered elements kept before any is released
+
+
+class Zero3Emulation:
+    """DeepSpeed ZeRO-3 on rank 0 as its allocation history shows it (validation/zero_alloc_trace.py,
+    tinyllama-zero3; DeepSpeed 0.19.8, bf16, defaults): every parameter partitioned (a bf16 flat buffer
+    of this rank's shards, parameters under 1e5 elements kept whole), an fp32 master partition, a bf16
+    gradient partition buffer and a 5e8-element bf16 reduce bucket held from the start; each module's
+    parameters gathered whole on a side stream before its forward and kept for its backward while no
+    more than stage3_max_live_parameters (1e9) elements are gathered (beyond it the first gathered go),
+    released once its gradients are in the bucket;
+    each gradient copied into the bucket and freed; a full bucket flattened on a third stream for the
+    reduce-scatter; at the step the gradient partition flattened, cast to fp32 and AdamW run over the
+    master partition. The model's own parameters stay as they are for autograd and are not counted
+    (the tracer drops them): only the emulated tensors are."""
+
+    def __init__(self, model: Any, ranks: int, make_inner: Any, label: Any = None) -> None:
+        import torch
+
+        label = label or (lambda t, category: None)
+        params = list(model.parameters())
+        if not any(p.requires_grad for p in params):
+            raise ValueError("ZeRO-3 needs trainable parameters")
+        self.dtype = dtype = params[0].dtype
+        self.dev = dev = params[0].device
+        self.ranks = ranks
+        self.ag_stream, self.rs_stream = torch.cpu.Stream(), torch.cpu.Stream()
+        shard = {id(p): -(-p.numel() // ranks) for p in params}
+        self.persistent = {id(p) for p in params if p.numel() < ZERO3_PERSISTENCE}
+        part = sum(shard[id(p)] for p in params)
+        self.trainable_part = sum(shard[id(p)] for p in params if p.requires_grad)
+        with torch.no_grad():
+            self.part16 = torch.empty(part, dtype=dtype, device=dev)
+            self.whole = torch.empty(sum(p.numel() for p in params if id(p) in self.persistent) or 1,
+                                     dtype=dtype, device=dev)
+            self.master = torch.empty(self.trainable_part, dtype=torch.float32, device=dev)
+            self.grad_part = torch.zeros(self.trainable_part, dtype=dtype, device=dev)
+            self.bucket = torch.empty(ZERO_REDUCE_BUCKET, dtype=dtype, device=dev)
+        for t, cat in ((self.part16, "parameters"), (self.whole, "parameters"), (self.master, "optimizer_state"),
+                       (self.grad_part, "gradients"), (self.bucket, "gradients")):
+            label(t, cat)
+        self.master.requires_grad_(True)
+        self.inner = make_inner([self.master])
+        self.state = self.inner.state
+        self.param_groups = self.inner.param_groups
+        self.label = label
+        self.gathered: dict[int, list[Any]] = {}  # in the order gathered
+        self.live_elems = 0
+        self.waiting: dict[int, int] = {}  # module -> gradients still to come in this backward
+        self.owner: dict[int, Any] = {}
+        self.bucket_used = 0
+        self.in_backward = False
+        for m in model.modules():
+            own = [p for p in m._parameters.values() if p is not None]
+            if not own:
+                continue
+            for p in own:
+                self.owner[id(p)] = m
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(self._grad_ready)
+            if all(id(p) in self.persistent for p in own):
+                continue
+            m.register_forward_pre_hook(lambda mod, args: self._gather(mod))
+            m.register_full_backward_pre_hook(lambda mod, grad_out: self._gather(mod))
+
+    def _gather(self, m: Any) -> None:
+        """Gather a module's parameters; with more than stage3_max_live_parameters elements gathered, the
+        ones gathered first are released (DeepSpeed keeps them for their reuse in backward otherwise)."""
+        import torch
+
+        if id(m) in self.gathered:
+            return
+        with torch.no_grad(), torch.cpu.stream(self.ag_stream):
+            bufs = [torch.empty(p.numel(), dtype=self.dtype, device=self.dev)
+                    for p in m._parameters.values() if p is not None and id(p) not in self.persistent]
+        for b in bufs:
+            self.label(b, "parameters")
+        self.gathered[id(m)] = bufs
+        self.live_elems += sum(b.numel() for b in bufs)
+        self.waiting[id(m)] = sum(1 for p in m._parameters.values() if p is not None and p.requires_grad)
+        while self.live_elems > ZERO3_MAX_LIVE and len(self.gathered) > 1:
+            oldest = next(iter(self.gathered))
+            if oldest == id(m):
+                break
+            self._release_id(oldest)
+
+    def _release(self, m: Any) -> None:
+        self._release_id(id(m))
+
+    def _release_id(self, key: int) -> None:
+        bufs = self.gathered.pop(key, None)
+        if bufs:
+            self.live_elems -= sum(b.numel() for b in bufs)
+
+    def _grad_ready(self, p: Any) -> None:
+        import torch
+
+        if not self.in_backward:
+            self.in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._epilogue)
+        n = p.numel()
+        with torch.no_grad():
+            if self.bucket_used + n > ZERO_REDUCE_BUCKET:
+                self._flush()
+            if n <= ZERO_REDUCE_BUCKET and p.grad is not None:
+                self.bucket[self.bucket_used:self.bucket_used + n].copy_(p.grad.reshape(-1))
+            p.grad = None
+            self.bucket_used += min(n, ZERO_REDUCE_BUCKET)
+        m = self.owner.get(id(p))
+        if m is not None and id(m) in self.waiting:
+            self.waiting[id(m)] -= 1
+            if self.waiting[id(m)] <= 0:
+                self._release(m)
+
+    def _flush(self) -> None:
+        """reduce_scatter_coalesced: the bucket flattened on the reduce stream, this rank's share kept."""
+        import torch
+
+        if self.bucket_used:
+            with torch.cpu.stream(self.rs_stream):
+                flat = torch.empty(self.bucket_used, dtype=self.dtype, device=self.dev)
+            del flat
+        self.bucket_used = 0
+
+    def _epilogue(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            self._flush()
+        self.gathered.clear()
+        self.live_elems = 0
+        self.in_backward = False
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            flat = self.grad_part.clone()  # _prepare_fp32_grad_for_sub_group
+            grad32 = flat.to(torch.float32)
+            del flat
+            self.master.grad = grad32
+            del grad32
+            self.inner.step()
+            self.master.grad = None
+            self.part16[: self.trainable_part].copy_(self.master)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return None

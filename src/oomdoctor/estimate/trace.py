@@ -460,8 +460,8 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
         model = wrap(spec.model, plan, mesh)
     finally:
         rec.category = None
-    if plan.strategy == "zero2":
-        from oomdoctor.estimate.parallel_trace import Zero2Emulation
+    if plan.strategy in ("zero2", "zero3"):
+        from oomdoctor.estimate.parallel_trace import Zero2Emulation, Zero3Emulation
         from oomdoctor.workload.step import make_optimizer
 
         def label(t: Any, category: str) -> None:
@@ -469,8 +469,13 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
             if entry is not None:
                 trace.categories[entry[0]] = category
 
-        emu = Zero2Emulation(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), label)
+        kind = Zero2Emulation if plan.strategy == "zero2" else Zero3Emulation
+        emu = kind(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), label)
         _drop_replaced_parameters(trace, start, transients=True)
+        if plan.strategy == "zero3":  # the model's own parameters stand in for DeepSpeed's: not counted
+            whole = {rec.live[id(p.untyped_storage())][0] for p in model.parameters()
+                     if id(p.untyped_storage()) in rec.live}
+            trace.events[:] = [e for e in trace.events if e[1] not in whole]
         return dataclasses.replace(spec, model=model, optimizer=lambda params: emu)
     _drop_replaced_parameters(trace, start)
     return dataclasses.replace(spec, model=model)
