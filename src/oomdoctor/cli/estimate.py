@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
     parser.add_argument("--parallel", metavar="STRATEGY",
                         help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
-                             "(ddp/fsdp traced over a fake process group, zero2 emulated, zero3 arithmetic; each "
-                             "figure prints what hardware measured for its strategy)")
+                             "(ddp/fsdp traced over a fake process group, zero2/zero3 through emulations of "
+                             "DeepSpeed's tensors; each figure prints what hardware measured for its strategy)")
     parser.add_argument("--ranks", type=int, default=8, metavar="N", help="with --parallel: number of ranks")
     parser.add_argument("--shard-size", type=int, metavar="M", help="with --parallel fsdp-hybrid: ranks per shard group")
     parser.add_argument("--no-search", action="store_true",
@@ -141,19 +141,13 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
             search = hf.search_fit(config, recipe, batch, args.gpu)
     rank = None
     if args.parallel:
-        from oomdoctor.estimate.parallel import TRACED, from_traced, per_rank
+        from oomdoctor.estimate.parallel import from_traced
+        from oomdoctor.estimate.parallel_trace import Plan
 
-        if args.parallel in TRACED:
-            from oomdoctor.estimate.parallel_trace import Plan
-
-            with progress(f"tracing rank 0 of {args.parallel} over {args.ranks} ranks", args):
-                est_rank = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf,
-                                             parallel=Plan(args.parallel, args.ranks, args.shard_size))
-            rank = from_traced(est_rank, args.parallel, args.ranks, args.shard_size)
-        else:
-            rank = per_rank(est.breakdown, est.peak_reserved_bytes, args.parallel, args.ranks,
-                            block_bytes=int(est.details.get("block_bytes", 0)), shard_size=args.shard_size,
-                            phases=est.details.get("phases"))
+        with progress(f"tracing rank 0 of {args.parallel} over {args.ranks} ranks", args):
+            est_rank = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf,
+                                         parallel=Plan(args.parallel, args.ranks, args.shard_size))
+        rank = from_traced(est_rank, args.parallel, args.ranks, args.shard_size)
         if est.memory_limit_bytes is not None:
             rank["fits"] = rank["peak_reserved_bytes"] <= est.memory_limit_bytes
     if args.format == "json":

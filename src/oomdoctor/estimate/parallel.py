@@ -1,27 +1,16 @@
-"""Per-rank memory of data-parallel training.
+"""Per-rank memory of data-parallel training: the validation verdicts and the shape of the answer.
 
-DDP and FSDP2 (`ddp`, `fsdp`, `fsdp-hybrid`) are traced: the real wrapper runs over a fake process group
-(estimate/parallel_trace.py) and `from_traced` shapes that rank-0 estimate for the output. ZeRO-2 is
-traced with an emulation of DeepSpeed's tensors (parallel_trace.Zero2Emulation, written from
-DeepSpeed's own allocation history; DeepSpeed itself needs a GPU and values). ZeRO-3 is not traced: `per_rank` below shards the traced single-GPU breakdown by
-arithmetic, which DeepSpeed showed to be far too low (VALIDATION). The history of the arithmetic for DDP/FSDP2 is kept because
-it is the fallback and the docs compare against it.
+Every strategy is traced as rank 0 (estimate/parallel_trace.py) and `from_traced` shapes that estimate
+for the output: DDP and FSDP2 (`ddp`, `fsdp`, `fsdp-hybrid`) with the real wrappers over torch's fake
+process group; DeepSpeed ZeRO-2/3 (`zero2`, `zero3`) with emulations of DeepSpeed's tensors written
+from its own allocation history (DeepSpeed itself needs a GPU and values). VALIDATION says, beside
+every figure, what two GPUs measured.
 
-Measured once on two H100s (validation/parallel_per_rank.py, docs/validation/estimate.md): DDP within
--0.4% (full fine-tune) and -5.3% (LoRA), FSDP2 full shard -8.7% and -12.4%: under-estimates, so not
-validated (VALIDATION below, shown with every figure). The single-rank step is traced
-(batch size = per-rank micro-batch); each strategy then shards or adds terms at the peak:
-
-    ddp          everything replicated, plus DDP's gradient buckets (a second copy of the gradients,
-                 gradient_as_bucket_view=False, PyTorch's default)
-    zero2        DeepSpeed ZeRO-2: gradients and optimizer state / N
-    zero3, fsdp  ZeRO-3 / FSDP2 full shard: parameters, gradients and optimizer state / N, plus the
-                 unsharded parameters and gradients of two blocks (the one running and the prefetched)
-    fsdp-hybrid  FSDP2 hybrid shard (HSDP): as fsdp within a shard group of `shard_size` ranks,
-                 replicated across groups
-
-Activations, workspaces and the allocator's slack stay as traced; NCCL's own buffers live outside
-PyTorch's caching allocator and are not counted.
+`per_rank` is the arithmetic the CLI used before the traces (2026-11-25): it shards a traced
+single-GPU breakdown (ddp adds a bucket copy of the gradients; zero2 divides gradients and optimizer
+state by N; zero3/fsdp divide parameters too and add two unsharded blocks; fsdp-hybrid within a shard
+group). Kept as a library function and for the docs' comparison: against DeepSpeed it was 24-56% under,
+against FSDP2 9-12% under (docs/validation/estimate.md).
 """
 
 from __future__ import annotations
@@ -30,7 +19,7 @@ import math
 from typing import Any
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
-TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2")
+TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2", "zero3")
 # What hardware has said about each strategy (shown beside every per-rank figure). Two GPUs only: more
 # ranks, other interconnects and NCCL's own buffers (outside PyTorch's allocator) are not measured.
 _TRACED = "traced over a fake process group; measured on 2 H200s, 2026-11-26, validation/parallel_traced.py"
@@ -41,9 +30,10 @@ VALIDATION = {
     "zero2": "an emulation of DeepSpeed ZeRO-2's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
              "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -0.01% to +2.5%; "
              "other DeepSpeed versions and settings (overlap_comm, bucket sizes, offload) not validated",
-    "zero3": "arithmetic, not traced; measured against DeepSpeed 0.19.8 (bf16, defaults) on 2 H200s, 2026-11-26, "
-             "validation/parallel_zero.py: 52-56% UNDER (fp32 master weights, buckets and slack not modelled): "
-             "far too low, do not size a job by it",
+    "zero3": "an emulation of DeepSpeed ZeRO-3's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
+             "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -1.6% to +0.8%, one "
+             "+14.5% (Gemma-2B, over); other DeepSpeed versions and settings (prefetch, live-parameter limits, "
+             "offload) not validated",
 }
 SEGMENT = 2 << 20
 
