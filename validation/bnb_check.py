@@ -35,6 +35,18 @@ CONFIGS = [
 ]
 
 
+# Written 2026-11-26 with the estimator's prepare_model_for_kbit_training emulation (--kbit-prep), before
+# any run of it: the model goes through peft.prepare_model_for_kbit_training with its defaults (as most
+# QLoRA recipes do), then LoRA. `--set kbit` measures these.
+KBIT = [
+    ("llama1b-qlora-kbit", "llama3.2-1b", 8, {"task": "qlora", "seq_len": 1024, "kbit_prep": True}),
+    ("qwen3b-qlora-kbit", "qwen2.5-3b", 4, {"task": "qlora", "seq_len": 1024, "kbit_prep": True}),
+    ("tinyllama-qlora-kbit", "tinyllama-1.1b", 16, {"task": "qlora", "seq_len": 1024, "kbit_prep": True}),
+    ("smollm2-qlora-kbit", "smollm2-1.7b", 8, {"task": "qlora", "seq_len": 2048, "kbit_prep": True}),
+]
+ALL = CONFIGS + KBIT
+
+
 def estimate_one(cfg: tuple) -> dict:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
@@ -62,14 +74,16 @@ def measure_one(name: str, saved: str) -> dict:
     from oomdoctor.workload.load import WorkloadSpec
     from oomdoctor.workload.step import StepRunner
 
-    _, shape, batch, fields = next(c for c in CONFIGS if c[0] == name)
+    _, shape, batch, fields = next(c for c in ALL if c[0] == name)
     torch.manual_seed(0)
     if fields["task"] == "qlora":
         q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                                bnb_4bit_compute_dtype=torch.bfloat16)
         model = AutoModelForCausalLM.from_pretrained(saved, quantization_config=q, dtype=torch.bfloat16,
                                                      device_map="cuda")
-        if fields.get("gradient_checkpointing"):
+        if fields.get("kbit_prep"):
+            model = peft.prepare_model_for_kbit_training(model)
+        elif fields.get("gradient_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
         model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM"))
@@ -91,14 +105,22 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", nargs=2)
+    ap.add_argument("--set", choices=("first", "kbit"), default="first")
+    ap.add_argument("--estimate-only", action="store_true", help="the CPU estimates alone, to --out")
     a = ap.parse_args()
+    configs = KBIT if a.set == "kbit" else CONFIGS
     if a.child:
         print(json.dumps(measure_one(*a.child)), flush=True)
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    pool = ProcessPoolExecutor(max_workers=len(CONFIGS))
-    futures = [pool.submit(estimate_one, c) for c in CONFIGS]
+    if a.estimate_only:
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            rows_e = list(pool.map(estimate_one, configs))
+        (out / f"bnb_check_{a.set}_estimated.json").write_text(json.dumps(rows_e, indent=1))
+        return 0
+    pool = ProcessPoolExecutor(max_workers=len(configs))
+    futures = [pool.submit(estimate_one, c) for c in configs]
     import estimate_llm_zoo as zoo
     import torch
     from transformers import AutoModelForCausalLM
@@ -106,13 +128,13 @@ def main() -> int:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         saved = {}
-        for shape in sorted({c[1] for c in CONFIGS}):
+        for shape in sorted({c[1] for c in configs}):
             d = os.path.join(tmp, shape)
             with torch.device("cuda"):
                 AutoModelForCausalLM.from_config(zoo._config(shape), dtype=torch.bfloat16).save_pretrained(d)
             torch.cuda.empty_cache()
             saved[shape] = d
-        for name, shape, _, _ in CONFIGS:
+        for name, shape, _, _ in configs:
             r = subprocess.run([sys.executable, __file__, "--out", a.out, "--child", name, saved[shape]],
                                capture_output=True, text=True, timeout=200)
             try:
@@ -127,7 +149,8 @@ def main() -> int:
         if r.get("measured_reserved") and r.get("estimated_reserved"):
             r["err_reserved_pct"] = round(100 * (r["estimated_reserved"] / r["measured_reserved"] - 1), 2)
         print(r["name"], r.get("err_reserved_pct"), r.get("estimate_error", ""), flush=True)
-    (out / "bnb_check.json").write_text(json.dumps(list(rows.values()), indent=1))
+    (out / ("bnb_check.json" if a.set == "first" else f"bnb_check_{a.set}.json")).write_text(
+        json.dumps(list(rows.values()), indent=1))
     return 0
 
 

@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-targets", metavar="A,B", help="with --model: LoRA target modules (or all-linear)")
     parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="with --task generate")
     parser.add_argument("--num-beams", type=int, default=1, metavar="N", help="with --task generate")
+    parser.add_argument("--kbit-prep", action="store_true",
+                        help="with --task qlora: the model goes through peft's prepare_model_for_kbit_training "
+                             "first (fp32 norms, embeddings and lm_head; gradient checkpointing), as most QLoRA "
+                             "recipes do")
     parser.add_argument("--parallel", metavar="STRATEGY",
                         help="with --model: per-rank memory for ddp, zero2, zero3, fsdp or fsdp-hybrid "
                              "(ddp/fsdp traced over a fake process group, zero2/zero3 through emulations of "
@@ -116,7 +120,7 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
     recipe = hf.Recipe(task=args.task, seq_len=args.seq_len, dtype=args.dtype or "bf16", amp=args.amp,
                        optimizer=args.optimizer, gradient_checkpointing=args.gradient_checkpointing,
                        lora_r=args.lora_r, lora_targets=targets, max_new_tokens=args.max_new_tokens,
-                       num_beams=args.num_beams).check()
+                       num_beams=args.num_beams, kbit_prep=args.kbit_prep).check()
     batch = args.batch_size or 1
     if batch < 1:
         raise UsageError("--batch-size must be at least 1")

@@ -52,6 +52,7 @@ class Recipe:
     lora_targets: tuple[str, ...] | None = None
     max_new_tokens: int = 128
     num_beams: int = 1
+    kbit_prep: bool = False  # qlora: peft.prepare_model_for_kbit_training before the adapters
     notes: tuple[str, ...] = field(default=())
 
     def check(self) -> Recipe:
@@ -61,6 +62,8 @@ class Recipe:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.optimizer not in MODEL_OPTIMIZERS:
             raise UsageError(f"--optimizer must be one of {', '.join(MODEL_OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.kbit_prep and self.task != "qlora":
+            raise UsageError("--kbit-prep applies to --task qlora")
         for name in ("seq_len", "lora_r", "max_new_tokens", "num_beams"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -159,7 +162,9 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
                 import peft
             except ImportError as exc:
                 raise UsageError("--task lora/qlora needs peft: pip install peft") from exc
-            if recipe.gradient_checkpointing:
+            if recipe.kbit_prep:
+                prepare_kbit(model)
+            elif recipe.gradient_checkpointing:
                 model.enable_input_require_grads()
             targets = list(recipe.lora_targets) if recipe.lora_targets else None
             if targets == ["all-linear"]:
@@ -197,6 +202,48 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
     return build
 
 
+def quantized_linears(model: Any) -> list[tuple[str, Any]]:
+    """The Linear layers a 4-bit load quantizes: every nn.Linear but the output head (bitsandbytes
+    skips lm_head) and adapters."""
+    import torch
+
+    return [(name, m) for name, m in model.named_modules()
+            if type(m) is torch.nn.Linear and "lm_head" not in name and "lora_" not in name]
+
+
+def _linear4bit_forward(self: Any, x: Any) -> Any:
+    """bitsandbytes Linear4bit.forward with bf16 compute: the input cast to bf16, the output back."""
+    import torch
+    import torch.nn.functional as F
+
+    bias = None if self.bias is None else self.bias.to(torch.bfloat16)
+    return F.linear(x.to(torch.bfloat16), self.weight, bias).to(x.dtype)
+
+
+def prepare_kbit(model: Any) -> None:
+    """What peft.prepare_model_for_kbit_training does to a 4-bit model, on the traced bf16 one (peft's
+    own function would cast the stand-in bf16 Linear weights too): every parameter frozen, every one
+    that is not a 4-bit weight (norms, embeddings, lm_head, biases) cast to fp32, so the hidden states
+    run in fp32 and each 4-bit Linear casts its input to bf16 and its output back; input gradients and
+    gradient checkpointing with peft's arguments."""
+    import types
+
+    import torch
+
+    quant = quantized_linears(model)
+    four_bit = {id(m.weight) for _, m in quant}
+    for p in model.parameters():
+        p.requires_grad = False
+    with torch.no_grad():
+        for p in model.parameters():
+            if id(p) not in four_bit and p.dtype in (torch.float16, torch.bfloat16):
+                p.data = p.data.to(torch.float32)
+    for _, m in quant:
+        m.forward = types.MethodType(_linear4bit_forward, m)
+    model.enable_input_require_grads()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
+
+
 def replace_lora(lcfg: Any, **changes: Any) -> Any:
     import copy
 
@@ -229,15 +276,16 @@ def analytic_resizes(trace: Any, info: dict, model: Any, recipe: Recipe) -> tupl
     if recipe.task == "qlora":
         sids = info.get("parameter_sids", {})
         largest = 0
-        for name, mod in model.named_modules():
-            if type(mod) is not torch.nn.Linear or "lm_head" in name or "lora_" in name:
-                continue
+        for _, mod in quantized_linears(model):
             w = mod.weight
             if w.requires_grad or id(w) not in sids:
                 continue
             sizes[sids[id(w)]] = _nf4_bytes(w.numel())
             largest = max(largest, w.numel() * 2)
         workspace = largest
+        if recipe.kbit_prep:
+            notes.append("qlora: prepare_model_for_kbit_training emulated (norms, embeddings, lm_head and biases in "
+                         "fp32; hidden states in fp32, each 4-bit Linear computing in bf16; gradient checkpointing)")
         notes.append("qlora: analytic 4-bit base (NF4 + double quantisation sizes replace the traced bf16 "
                       "Linear weights; largest dequantised weight added as workspace); bitsandbytes kernels "
                       "do not run under fake tensors")
