@@ -268,7 +268,6 @@ def _adam8bit_bytes(numel: int, size: int) -> int:
 def analytic_resizes(trace: Any, info: dict, model: Any, recipe: Recipe) -> tuple[dict[int, int], int, list[str]]:
     """Sizes the traced storages take under the analytic stand-ins (QLoRA's 4-bit base, 8-bit AdamW),
     and the extra workspace (QLoRA's dequantised weight). Returns (sizes by sid, workspace, notes)."""
-    import torch
 
     sizes: dict[int, int] = {}
     notes: list[str] = []
