@@ -34,6 +34,16 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     memory-efficient): they keep no L x L attention matrix, unlike the CPU math fallback."""
     import torch
 
+    if enable_gqa and query.dim() == 4 and key.dim() == 4 and key.shape[-3] != query.shape[-3]:
+        # flash attention takes grouped keys and values (fp16/bf16, no mask); the memory-efficient kernel
+        # does not, so anything else runs the math path on keys and values repeated to every head (an
+        # L x L matrix per head: fp32 hidden states after prepare_model_for_kbit_training, GQA models)
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+        if dtype in (torch.float16, torch.bfloat16) and attn_mask is None:
+            return None
+        rep = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
+        return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
     if enable_gqa or query.dim() != 4 or query.shape[-1] % 8 or query.shape[-1] > 256:
         return None
     if not _last_dim_contiguous(query, key, value, attn_mask):

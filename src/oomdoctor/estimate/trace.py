@@ -220,6 +220,29 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
 
 
 @contextlib.contextmanager
+def _unpacked_positions(spec: WorkloadSpec):
+    """transformers (masking_utils) looks for packed sequences in the position ids when there is no
+    cache (training with gradient checkpointing sets use_cache=False): with real values it finds none
+    and lets SDPA run causal without a mask; with fake tensors it cannot read them and builds a full
+    4-D mask, which changes the attention kernel CUDA picks (with fp32 inputs and grouped keys, the
+    math path and its L x L matrix). Without position ids in the inputs the model makes consecutive
+    ones, so the answer is "not packed" as on the GPU."""
+    import sys
+
+    mu = sys.modules.get("transformers.masking_utils")
+    inputs = spec.inputs if isinstance(spec.inputs, dict) else {}
+    if mu is None or "position_ids" in inputs or not hasattr(mu, "find_packed_sequence_indices"):
+        yield
+        return
+    orig = mu.find_packed_sequence_indices
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices = orig
+
+
+@contextlib.contextmanager
 def _storage_resizes(rec: Any):
     """Route UntypedStorage.resize_ through the recorder for the trace's duration (restored after)."""
     import torch
@@ -303,7 +326,7 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
     if spec.generate is not None:
         steps = 1  # nothing carries over between generate() calls; each decode step is a forward
     try:
-        with fake, rec, semantics, fake_safe_apply(), _storage_resizes(rec), \
+        with fake, rec, semantics, fake_safe_apply(), _storage_resizes(rec), _unpacked_positions(spec), \
                 _generation_runs_to_the_end(spec, lambda: len(trace.events), decode_traced) as (new_call, decode):
             _load_to_device(spec, rec, info)
             if parallel is not None:
