@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oomdoctor.errors import InputError  # noqa: E402
+from oomdoctor.errors import InputError, UsageError  # noqa: E402
 from oomdoctor.estimate.allocator import replay  # noqa: E402
 from oomdoctor.estimate.estimator import estimate  # noqa: E402
 from oomdoctor.estimate.fake_module import fake_safe_apply  # noqa: E402
@@ -499,3 +499,53 @@ def test_speech_models_with_layerdrop_trace_every_layer(make):
     plain, drop = estimate(make(0.0), 2), estimate(make(0.3), 2)
     assert (drop.peak_allocated_bytes, drop.peak_reserved_bytes) == \
         (plain.peak_allocated_bytes, plain.peak_reserved_bytes)
+
+
+def test_kbit_prep_casts_what_is_not_4bit_and_runs_fp32_hidden_states():
+    """--kbit-prep: norms, embeddings and lm_head in fp32, 4-bit Linears computing in bf16; the hidden
+    states (and so the activations) in fp32: more activation memory than the same QLoRA without it."""
+    import torch
+
+    cfg = hf.load_config_dict(dict(CONFIG, tie_word_embeddings=False))
+    model = hf.make_build(cfg, hf.Recipe(task="qlora", seq_len=32, kbit_prep=True).check())(2)["model"]
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            continue
+        four_bit = any(k in name for k in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                           "down_proj")) and name.endswith("weight")
+        assert p.dtype == (torch.bfloat16 if four_bit else torch.float32), name
+        assert not p.requires_grad
+    with pytest.raises(UsageError):
+        hf.Recipe(task="lora", kbit_prep=True).check()
+
+
+def test_cli_kbit_prep_is_labelled_and_larger(capsys, model_dir):
+    _, plain = _cli_json(capsys, "--model", str(model_dir), "--task", "qlora", "--batch-size", "4", "--seq-len", "64",
+                         "--gradient-checkpointing")
+    _, prep = _cli_json(capsys, "--model", str(model_dir), "--task", "qlora", "--batch-size", "4", "--seq-len", "64",
+                        "--kbit-prep")
+    assert any("prepare_model_for_kbit_training" in n for n in prep["analytic"])
+    assert prep["breakdown"]["parameters"] > plain["breakdown"]["parameters"]  # fp32 embeddings and norms
+
+
+def test_checkpointing_keeps_sdpa_causal_without_a_mask_as_on_the_gpu():
+    """With use_cache off (gradient checkpointing) transformers checks the position ids for packed
+    sequences; fake tensors cannot answer, and it used to build a full 4-D mask. On the GPU SDPA runs
+    causal, grouped keys and no mask; fp32 grouped-query attention then takes CUDA's math path."""
+    from oomdoctor.estimate import cuda_semantics as cs
+    from oomdoctor.estimate.estimator import trace_for
+
+    calls = []
+    orig = cs.cuda_sdpa
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        calls.append((attn_mask is None, is_causal, enable_gqa, k.shape[-3] != q.shape[-3]))
+        return orig(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    cs.cuda_sdpa = spy
+    try:
+        cfg = hf.load_config_dict(dict(CONFIG))
+        trace_for(hf.make_build(cfg, hf.Recipe(task="lora", seq_len=32, gradient_checkpointing=True).check()), 2)
+    finally:
+        cs.cuda_sdpa = orig
+    assert calls and all(c == (True, True, True, True) for c in calls), calls[:3]
