@@ -279,6 +279,7 @@ class Zero2Emulation:
 
 ZERO3_PERSISTENCE = 100_000  # stage3_param_persistence_threshold: smaller parameters stay whole
 ZERO3_MAX_LIVE = 1_000_000_000  # stage3_max_live_parameters: gathered elements kept before any is released
+ZERO3_SUB_GROUP = 1_000_000_000  # sub_group_size: the optimizer steps this many partition elements at a time
 
 
 class Zero3Emulation:
@@ -290,8 +291,8 @@ class Zero3Emulation:
     more than stage3_max_live_parameters (1e9) elements are gathered (beyond it the first gathered go),
     released once its gradients are in the bucket;
     each gradient copied into the bucket and freed; a full bucket flattened on a third stream for the
-    reduce-scatter; at the step the gradient partition flattened, cast to fp32 and AdamW run over the
-    master partition. The model's own parameters stay as they are for autograd and are not counted
+    reduce-scatter; at the step, one sub-group (sub_group_size, 1e9 elements) at a time, the gradient
+    partition flattened, cast to fp32 and AdamW run over that part of the master partition. The model's own parameters stay as they are for autograd and are not counted
     (the tracer drops them): only the emulated tensors are."""
 
     def __init__(self, model: Any, ranks: int, make_inner: Any, label: Any = None) -> None:
@@ -309,18 +310,30 @@ class Zero3Emulation:
         self.persistent = {id(p) for p in params if p.numel() < ZERO3_PERSISTENCE}
         part = sum(shard[id(p)] for p in params)
         self.trainable_part = sum(shard[id(p)] for p in params if p.requires_grad)
+        # _create_fp16_sub_groups: parameters in order, a group closed once it reaches sub_group_size
+        self.groups: list[int] = []
+        acc = 0
+        for p in params:
+            if p.requires_grad:
+                acc += shard[id(p)]
+                if acc >= ZERO3_SUB_GROUP:
+                    self.groups.append(acc)
+                    acc = 0
+        if acc or not self.groups:
+            self.groups.append(acc)
         with torch.no_grad():
             self.part16 = torch.empty(part, dtype=dtype, device=dev)
             self.whole = torch.empty(sum(p.numel() for p in params if id(p) in self.persistent) or 1,
                                      dtype=dtype, device=dev)
-            self.master = torch.empty(self.trainable_part, dtype=torch.float32, device=dev)
+            self.masters = [torch.empty(n, dtype=torch.float32, device=dev) for n in self.groups]
             self.grad_part = torch.zeros(self.trainable_part, dtype=dtype, device=dev)
             self.bucket = torch.empty(ZERO_REDUCE_BUCKET, dtype=dtype, device=dev)
-        for t, cat in ((self.part16, "parameters"), (self.whole, "parameters"), (self.master, "optimizer_state"),
-                       (self.grad_part, "gradients"), (self.bucket, "gradients")):
+        for t, cat in ((self.part16, "parameters"), (self.whole, "parameters"), (self.grad_part, "gradients"),
+                       (self.bucket, "gradients"), *((m, "optimizer_state") for m in self.masters)):
             label(t, cat)
-        self.master.requires_grad_(True)
-        self.inner = make_inner([self.master])
+        for m in self.masters:
+            m.requires_grad_(True)
+        self.inner = make_inner(self.masters)
         self.state = self.inner.state
         self.param_groups = self.inner.param_groups
         self.label = label
@@ -415,14 +428,17 @@ class Zero3Emulation:
         import torch
 
         with torch.no_grad():
-            flat = self.grad_part.clone()  # _prepare_fp32_grad_for_sub_group
-            grad32 = flat.to(torch.float32)
-            del flat
-            self.master.grad = grad32
-            del grad32
-            self.inner.step()
-            self.master.grad = None
-            self.part16[: self.trainable_part].copy_(self.master)
+            off = 0
+            for master, n in zip(self.masters, self.groups):  # one sub-group at a time
+                flat = self.grad_part[off:off + n].clone()  # _prepare_fp32_grad_for_sub_group
+                grad32 = flat.to(torch.float32)
+                del flat
+                master.grad = grad32
+                del grad32
+                self.inner.step()  # only this sub-group has a gradient
+                master.grad = None
+                self.part16[off:off + n].copy_(master)
+                off += n
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         return None
