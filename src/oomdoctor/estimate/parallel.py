@@ -31,9 +31,9 @@ VALIDATION = {
              "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -0.01% to +2.5%; "
              "other DeepSpeed versions and settings (overlap_comm, bucket sizes, offload) not validated",
     "zero3": "an emulation of DeepSpeed ZeRO-3's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
-             "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -1.6% to +0.8%, one "
-             "+14.5% (Gemma-2B, over); other DeepSpeed versions and settings (prefetch, live-parameter limits, "
-             "offload) not validated",
+             "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 4 held-out runs -2.7% to -0.4%, "
+             "one +11.6% (Gemma-2, over); other DeepSpeed versions and settings (prefetch, live-parameter "
+             "limits, offload) not validated",
 }
 SEGMENT = 2 << 20
 
