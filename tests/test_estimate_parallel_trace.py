@@ -131,7 +131,7 @@ def test_zero2_emulation_holds_deepspeeds_tensors(single):
     """ZeRO-2 as DeepSpeed allocates it: flat bf16 parameters (whole), an fp32 master partition and
     fp32 AdamW state over it (1/N each), a 5e8-element bf16 reduce bucket during backward, freed at
     the step."""
-    from oomdoctor.estimate.parallel_trace import ZERO_REDUCE_BUCKET
+    from oomdoctor.estimate.deepspeed_emulation import ZERO_REDUCE_BUCKET
 
     trace, info = _trace(Plan("zero2", 4))
     params = info["parameter_bytes"]
@@ -157,7 +157,7 @@ def test_zero3_emulation_partitions_and_gathers(single):
     assert state == pytest.approx(12 * n_params / 4, rel=0.05)  # master + exp_avg + exp_avg_sq
     gathered = [s for op, sid, s, st in trace.events if op == "a" and st != 0 and trace.categories.get(sid) == "parameters"]
     assert sum(gathered) >= info["parameter_bytes"] * 0.9  # every step gathers the model at least once
-    from oomdoctor.estimate.parallel_trace import ZERO_REDUCE_BUCKET
+    from oomdoctor.estimate.deepspeed_emulation import ZERO_REDUCE_BUCKET
 
     peak = replay(trace.events).peak_allocated  # DeepSpeed's bucket is 5e8 elements whatever the model
     assert 2 * ZERO_REDUCE_BUCKET < peak < replay(single[0].events).peak_allocated + 2 * ZERO_REDUCE_BUCKET + info["parameter_bytes"]

@@ -396,7 +396,7 @@ def estimate_model(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
     """Estimate the recipe at one batch size; Estimate.details carries the notes and accelerate's figure.
     `reduced` (default: when the model has more than FULL_DEPTH_MAX blocks): trace 4 and 8 blocks and
     extend every phase's peak linearly to the full depth (estimate/hf.py compose_depth), instead of
-    tracing them all. `parallel` (estimate.parallel_trace.Plan): rank 0 of a DDP / FSDP2 job, traced
+    tracing them all. `parallel` (estimate.parallel_trace.Plan): rank 0 of a DDP / FSDP2 / DeepSpeed ZeRO job, traced
     with the real wrapper over a fake process group; `batch_size` is then the per-rank micro-batch."""
     depth = model_depth(config)
     if reduced is None:

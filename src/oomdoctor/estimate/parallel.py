@@ -2,7 +2,8 @@
 
 Every strategy is traced as rank 0 (estimate/parallel_trace.py) and `from_traced` shapes that estimate
 for the output: DDP and FSDP2 (`ddp`, `fsdp`, `fsdp-hybrid`) with the real wrappers over torch's fake
-process group; DeepSpeed ZeRO-2/3 (`zero2`, `zero3`) with emulations of DeepSpeed's tensors written
+process group; DeepSpeed ZeRO-2/3 (`zero2`, `zero3`) with emulations of DeepSpeed's tensors
+(estimate/deepspeed_emulation.py) written
 from its own allocation history (DeepSpeed itself needs a GPU and values). VALIDATION says, beside
 every figure, what two GPUs measured.
 

@@ -484,7 +484,7 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
     finally:
         rec.category = None
     if plan.strategy in ("zero2", "zero3"):
-        from oomdoctor.estimate.parallel_trace import Zero2Emulation, Zero3Emulation
+        from oomdoctor.estimate.deepspeed_emulation import Zero2Emulation, Zero3Emulation
         from oomdoctor.workload.step import make_optimizer
 
         def label(t: Any, category: str) -> None:
