@@ -161,3 +161,18 @@ def test_zero3_emulation_partitions_and_gathers(single):
 
     peak = replay(trace.events).peak_allocated  # DeepSpeed's bucket is 5e8 elements whatever the model
     assert 2 * ZERO_REDUCE_BUCKET < peak < replay(single[0].events).peak_allocated + 2 * ZERO_REDUCE_BUCKET + info["parameter_bytes"]
+
+
+def test_a_process_with_its_own_process_group_gets_a_usage_error():
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from oomdoctor.errors import UsageError
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with pytest.raises(UsageError):
+            _trace(Plan("ddp", 2))
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
