@@ -20,7 +20,6 @@ import math
 from typing import Any
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
-TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2", "zero3")
 # What hardware has said about each strategy (shown beside every per-rank figure). Two GPUs only: more
 # ranks, other interconnects and NCCL's own buffers (outside PyTorch's allocator) are not measured.
 _TRACED = "traced over a fake process group; measured on 2 H200s, 2026-11-26, validation/parallel_traced.py"

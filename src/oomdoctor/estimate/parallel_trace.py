@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-TRACED = ("ddp", "fsdp", "fsdp-hybrid", "zero2", "zero3")
-
 
 @dataclass(frozen=True)
 class Plan:

@@ -48,6 +48,14 @@ class OpNotTraceable(Exception):
         self.op, self.exc = op, exc
 
 
+def _local_storage(t: Any) -> Any:
+    """A tensor's storage on this rank (a DTensor's local shard), or None for tensors without one."""
+    try:
+        return getattr(t, "_local_tensor", t).untyped_storage()
+    except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
+        return None
+
+
 def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable[[Any], str | None] | None = None,
            stream: Callable[[], int] | None = None):
     """Build the dispatch recorder and the CUDA-semantics function mode (torch imported lazily).
@@ -66,11 +74,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
     is_mutable: dict[Any, bool] = {}
     Tensor = torch.Tensor
 
-    def _storage(t: Any) -> Any:
-        try:
-            return getattr(t, "_local_tensor", t).untyped_storage()  # a DTensor's shard on this rank
-        except Exception:  # noqa: BLE001 - sparse or wrapper tensors without storage
-            return None
+    _storage = _local_storage
 
     def _tensors(args: Any, kwargs: dict) -> list:
         """The tensors among an op's arguments (aten arguments nest at most a list deep; anything
@@ -123,6 +127,13 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             self.live[key] = (sid, nbytes)
             weakref.finalize(st, self._dead, key)
             return sid
+
+        def label(self, t: Any, category: str) -> int | None:
+            """Name the breakdown category of a live tensor's storage; its sid, or None if not tracked."""
+            entry = self.live.get(id(_storage(t)))
+            if entry is not None:
+                trace.categories[entry[0]] = category
+            return entry[0] if entry is not None else None
 
         def _dead(self, key: int) -> None:
             self.emptied.pop(key, None)
@@ -487,13 +498,8 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
         from oomdoctor.estimate.deepspeed_emulation import Zero2Emulation, Zero3Emulation
         from oomdoctor.workload.step import make_optimizer
 
-        def label(t: Any, category: str) -> None:
-            entry = rec.live.get(id(t.untyped_storage()))
-            if entry is not None:
-                trace.categories[entry[0]] = category
-
         kind = Zero2Emulation if plan.strategy == "zero2" else Zero3Emulation
-        emu = kind(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), label)
+        emu = kind(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), rec.label)
         _drop_replaced_parameters(trace, start, transients=True)
         if plan.strategy == "zero3":  # the model's own parameters stand in for DeepSpeed's: not counted
             whole = {rec.live[id(p.untyped_storage())][0] for p in model.parameters()
@@ -522,9 +528,7 @@ def _drop_replaced_parameters(trace: MemTrace, start: int, transients: bool = Fa
 def _label_grads(spec: WorkloadSpec, rec: Any, trace: MemTrace) -> None:
     for p in spec.model.parameters():
         if p.grad is not None:
-            entry = rec.live.get(id(getattr(p.grad, "_local_tensor", p.grad).untyped_storage()))
-            if entry is not None:
-                trace.categories[entry[0]] = "gradients"
+            rec.label(p.grad, "gradients")
 
 
 def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
@@ -533,8 +537,6 @@ def _label_state(runner: Any, rec: Any, trace: MemTrace) -> None:
     for state in runner.optimizer.state.values():
         for v in state.values():
             if isinstance(v, torch.Tensor):
-                v = getattr(v, "_local_tensor", v)
-                entry = rec.live.get(id(v.untyped_storage()))
-                if entry is not None:
-                    trace.categories[entry[0]] = "optimizer_state"
-                    trace.numels[entry[0]] = v.numel()
+                sid = rec.label(v, "optimizer_state")
+                if sid is not None:
+                    trace.numels[sid] = getattr(v, "_local_tensor", v).numel()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 
-from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.rank import Explanation
 from oomdoctor.render.envelope import dumps
 from oomdoctor.units import format_bytes
@@ -41,9 +40,9 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         if ex.hypotheses:  # a leaning from the words alone (explain/rank.py _words_only), never a failure
             con.print("If the job did fail for memory, its words lean to (a word model, no failure line to read):")
             for h in ex.hypotheses[:3]:
-                d = DECIDERS.get(h.category)
+                d = h.to_json().get("decided_by")
                 con.print(f"   {h.category}  confidence {h.confidence:.2f}"
-                          + (f"  [dim]decided by {escape(d.fact)}: {escape(d.command)}[/dim]" if d else ""))
+                          + (f"  [dim]decided by {escape(d['fact'])}: {escape(d['command'])}[/dim]" if d else ""))
             con.print("Paste the error message and its traceback for an answer.")
         return buf.getvalue()
     if not ex.failures:
