@@ -71,6 +71,7 @@ class Zero2Emulation:
         self.grads_in_partition: Any = None
         self.averaged: Any = None
         self.state = self.inner.state
+        self.stand_ins: list[Any] = []  # every tensor here is DeepSpeed's own
         self.param_groups = self.inner.param_groups
         for p, o, n in self.ranges:
             p.register_post_accumulate_grad_hook(lambda p, o=o, n=n: self._grad_ready(p, o, n))
@@ -208,6 +209,8 @@ class Zero3Emulation:
             m.requires_grad_(True)
         self.inner = make_inner(self.masters)
         self.state = self.inner.state
+        # autograd runs on the model's whole parameters; DeepSpeed holds shards and gathers: not counted
+        self.stand_ins = params
         self.param_groups = self.inner.param_groups
         self.label = label
         self.gathered: dict[int, list[Any]] = {}  # in the order gathered

@@ -501,10 +501,10 @@ def _wrap(spec: WorkloadSpec, plan: Any, mesh: Any, rec: Any, trace: MemTrace) -
         kind = Zero2Emulation if plan.strategy == "zero2" else Zero3Emulation
         emu = kind(model, plan.ranks, lambda ps: make_optimizer(spec, ps, foreach=True), rec.label)
         _drop_replaced_parameters(trace, start, transients=True)
-        if plan.strategy == "zero3":  # the model's own parameters stand in for DeepSpeed's: not counted
-            whole = {rec.live[id(p.untyped_storage())][0] for p in model.parameters()
-                     if id(p.untyped_storage()) in rec.live}
-            trace.events[:] = [e for e in trace.events if e[1] not in whole]
+        # tensors that only stand in for DeepSpeed's own (ZeRO-3: the model's whole parameters)
+        stand_ins = {rec.live[id(_local_storage(t))][0] for t in emu.stand_ins if id(_local_storage(t)) in rec.live}
+        if stand_ins:
+            trace.events[:] = [e for e in trace.events if e[1] not in stand_ins]
         return dataclasses.replace(spec, model=model, optimizer=lambda params: emu)
     _drop_replaced_parameters(trace, start)
     return dataclasses.replace(spec, model=model)
