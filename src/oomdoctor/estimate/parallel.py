@@ -24,8 +24,9 @@ STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
 # ranks, other interconnects and NCCL's own buffers (outside PyTorch's allocator) are not measured.
 _TRACED = "traced over a fake process group; measured on 2 H200s, 2026-11-26, validation/parallel_traced.py"
 VALIDATION = {
-    "ddp": f"{_TRACED}: 4 held-out runs -1.6% to +0.1%; not validated beyond 2 ranks",
-    "fsdp": f"{_TRACED}: 6 held-out runs -0.3% to +0.1%, one +12.8% (Gemma-2, over); not validated beyond 2 ranks",
+    "ddp": f"{_TRACED}: 3 held-out runs -1.6% to +0.1%; not validated beyond 2 ranks",
+    "fsdp": f"{_TRACED}: 5 held-out runs, 4 within -0.3% to +0.1%, one +12.8% (Gemma-2, over); "
+            "not validated beyond 2 ranks",
     "fsdp-hybrid": f"{_TRACED}: 1 held-out run (2 replicas of 1 shard) -0.01%; wider shard groups not validated",
     "zero2": "an emulation of DeepSpeed ZeRO-2's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
              "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -0.01% to +2.5%; "
