@@ -36,6 +36,12 @@ REAL_SHAPES = [
     ("ca_ollama_1236", "CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:7358: out of memory", "cuda_driver_oom", "true_capacity"),
     ("hs_vllm_1160", "(raylet) node_manager.cc:3007: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons", "ray_oom", "host_oom"),
     ("lo_overcomplete_5", "In `log_metrics.py`, there is a GPU memory leak when we use `monitoring=2`:", "leak_report", "leak_in_code"),
+    # a quotation after what happened to the job is the job's error, not docs quoting a phrase
+    ("cn_mxnet_3486", '   I try to train a model on gpu, it crashes and throws an exception saying "CUDA driver version is '
+     'insufficient for CUDA runtime version" with centos 7.0,cuda7.5,Driver Version: 352.99.', "driver_error", "context_or_driver"),
+    ("hs_alpaca_lora_546", "Generate.py fails on `Loading checkpoint shards: 52%` with message `killed`.", "exit_137", "host_oom"),
+    ("c3_econ_23", "python -m apps.avatarizer -n <filename> shows killed in line 163.", "exit_137", "host_oom"),
+    ("cn_tf_2437", "Loaded cudnn library: 4007 but source was compiled against 4004", "driver_error", "context_or_driver"),
 ]
 
 
@@ -66,6 +72,10 @@ MENTIONS = [
     "The caller indicates that this is not a failure, but may mean that there could be performance gains.",
     "GPU OOM failures during training often stem from memory fragmentation rather than raw capacity.",
     "|            CUDA OOMs: 0            |        cudaMalloc retries: 0         |",
+    "  - I get `CUDA out of memory` errors",  # a FAQ's question (b3_decode_faq_cudaoom): a kind of error
+    "the `CUDA out of memory` error means that the GPU is full",
+    "If the process is killed by the OOM killer, raise the memory limit of the pod.",
+    "The training was killed by me with Ctrl-C after 3 epochs",
 ]
 
 
@@ -108,6 +118,10 @@ STILL_FAILURES = [
      "(allocated so far: 536,870,912 bytes, limit set to: 1,073,741,824 bytes).", "cupy_oom"),
     ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.93 GiB total capacity; 0 bytes free)",
      "torch_oom"),
+    ('I get "CUDA out of memory" when I run it on the second GPU', "torch_oom"),
+    ("I keep getting `RuntimeError: CUDA out of memory` after a few epochs", "torch_oom"),
+    ("When I run it, I get an OOM error", "generic_oom"),
+    ("When training with batch 64 it fails with OOM error", "generic_oom"),
 ]
 
 

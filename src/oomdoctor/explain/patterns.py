@@ -90,7 +90,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # SIGKILL as launchers print it: DeepSpeed "exits with return code = -9", torchrun
                  # "exitcode: -9" / "(exitcode: -9)", Go's exec "signal: killed", bash "Killed   python ...".
                  r"|\b(?:[Ee]xit ?[Cc]ode|EXIT ?CODE|[Rr]eturn ?[Cc]ode|RETURN ?CODE|[Ee]xit [Ss]tatus)\s*[:=]?\s*-9\b|\bsignal: killed\b"
-                 r"|(?:^|\bline \d+: )(?:\d+ )?Killed\s+\S|^\s*killed\s*$|\]Killed\s*$"),
+                 r"|(?:^|\bline \d+: )(?:\d+ )?Killed\s+\S|^\s*killed\s*$|\]Killed\s*$"
+                 # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
+                 # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
+                 r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
+                 r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
     ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory|"
                    r"session crashed after using all available RAM"),
@@ -102,7 +106,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
-                     r"kernel version [0-9.]+ does not match DSO version|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
+                     r"kernel version [0-9.]+ does not match DSO version|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
                      r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
@@ -156,7 +160,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
-                     "cuInit", "cudaSuccess (", "initialize NVML: Unknown"),
+                     "cuInit", "cudaSuccess (", "initialize NVML: Unknown", "but source was compiled"),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
     "no_space": ("No space left on device",),
     "leak_report": ("emory leak",),
@@ -194,6 +198,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR', b'ibility was attempted',
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
+    b'source was compiled',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -473,10 +478,15 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
     qm = _QUOTE_OPEN.search(before)
+    if qm and qm.group(1) in "\"`" and line.count(qm.group(1), 0, start - len(before) + qm.start()) % 2:
+        qm = None  # that quote closes an earlier one ("`52%` with message killed"): the match is outside
     if qm and not _ERROR_VALUE.search(before[: qm.start() + 1]):
         q = qm.group(1)
-        j = line.find(_CLOSE.get(q, q), end)
-        if 0 <= j - end <= 40:
+        close = _CLOSE.get(q, q)
+        j = line.find(close, end)
+        # reported ("I get `...`") unless it names a kind of error in the plural, as a FAQ does
+        if 0 <= j - end <= 40 and (not _REPORTED_BEFORE.search(before[: qm.start()])
+                                   or _KIND_PLURAL.match(line, j + len(close))):
             return True
     return False
 
@@ -486,6 +496,18 @@ def is_mention(line: str, start: int, end: int) -> bool:
 _CONDITIONAL = re.compile(r"(?i)\b(?:if|when(?:ever)?|in case|unless)\s+(?:the\s+|a\s+|your\s+|it\s+)?"
                           r"(?:[\w-]+\s+)?(?:runs?|goes|go|gets?)\s+out of (?:GPU |CUDA |device )?memory\b")
 _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
+# A quotation that a report puts after what happened to the job: "I get `CUDA out of memory`", "it crashes
+# saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of
+# a phrase ("the `out of memory` error means ..."), whose verbs are not the job's.
+_IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")
+_KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")
+_REPORTED_BEFORE = re.compile(
+    r"(?i)(?:\b(?:I|we|it|this|that|which|script|job|run|training|code|program|process|model|command)\s+"
+    r"(?:\w+\s+){0,2}(?:get|gets|got|getting|see|saw|am seeing|keep getting|hit|hits|encounter(?:ed)?)"
+    r"|\b(?:say(?:s|ing)?|with (?:the |this |an? )?(?:message|error|exception)|throws?|threw|thrown|raises?|raised|"
+    r"shows?|showed|gives?|gave|returns?|returned|fails? with|failed with|crash(?:es|ed)? with|died with|"
+    r"exit(?:s|ed)? with|printed|prints|reports?|reported|following error|error (?:is|was)|message (?:is|was)))"
+    r"\s*(?:an?\s+|the\s+)?(?:error|exception|message)?\s*[:,-]?\s*$")
 
 
 def classify_line(line: str) -> str | None:
@@ -501,12 +523,24 @@ def classify_line(line: str) -> str | None:
     return None
 
 
+def _docs_clause(line: str, start: int) -> bool:
+    """The match sits in a conditional clause with no first person: "if the process is killed by the
+    OOM killer", "when the batch is too large you get an OOM" (docs), not "when I run it I get OOM"."""
+    c = _IF_CLAUSE.search(line, max(0, start - 200), start)
+    return c is not None and not _FIRST_PERSON.search(line, c.start(), start)
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me|us|it)\b")
+
+
 def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
     for n, m in enumerate(pat.finditer(line)):
         if n >= 4:
             return False
         if is_mention(line, m.start(), m.end()):
             continue
+        if (kind == "generic_oom" or (kind == "exit_137" and m.group(0)[:1].islower())) and _docs_clause(line, m.start()):
+            continue  # "if the process is killed by the OOM killer": what docs say may happen
         if kind == "generic_oom" and (not (_ERROR_WORDS.search(line) or not line[:m.start()].strip(" \t[(*>-!:|"))
                                       or _GENERAL_STATEMENT.search(line)):
             continue
