@@ -63,7 +63,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "RMM": b"rmm::", "memory leak": b"memory leak", "Colab RAM": b"using all available RAM",
     "batch size decreased": b"size decreased from", "batch size reduced": b"size reduced from",
     "batch size halved": b"size halved from", "batch size lowered": b"size lowered from",
-    "cuDNN build mismatch": b"but source was compiled",
+    "cuDNN build mismatch": b"but source was compiled", "SIGBUS": b"SIGBUS",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

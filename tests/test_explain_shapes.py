@@ -42,7 +42,19 @@ REAL_SHAPES = [
     ("hs_alpaca_lora_546", "Generate.py fails on `Loading checkpoint shards: 52%` with message `killed`.", "exit_137", "host_oom"),
     ("c3_econ_23", "python -m apps.avatarizer -n <filename> shows killed in line 163.", "exit_137", "host_oom"),
     ("cn_tf_2437", "Loaded cudnn library: 4007 but source was compiled against 4004", "driver_error", "context_or_driver"),
+    ("d3_retinanetexamples_59", "Bus error (core dumped)", "bus_error", "shm_exhausted"),
 ]
+
+
+def test_growth_the_text_reports_outweighs_a_full_gpu():
+    """d3_torchmetrics_1094: a full GPU at the failure fits a leak as well as a big job; the growth
+    the reporter saw decides. And the verb-first form (d3_pytorch_1737)."""
+    text = ["After each batch the GPU memory allocation keeps on increasing. ",
+            "RuntimeError: CUDA out of memory. Tried to allocate 210.00 MiB (GPU 0; 15.78 GiB total capacity; 14.39 GiB "
+            "already allocated; 138.50 MiB free; 14.42 GiB reserved in total by PyTorch)"]
+    assert explain_text(text).hypotheses[0].category == "leak_in_code"
+    verb_first = ["Enabling the cudnn backend increases the memory used linearly (goes OOM eventually)."]
+    assert explain_text(verb_first).scan.env.get("growth")
 
 
 @pytest.mark.parametrize("case,line,kind,category", REAL_SHAPES, ids=[c[0] for c in REAL_SHAPES])

@@ -117,6 +117,7 @@ EXTRA_LINES = [
     "OSError: [Errno 28] No space left on device",
     "There is a GPU memory leak in the evaluation loop",
     "Epoch 0: Batch size 512 failed, trying batch size 256",
+    "Bus error (core dumped)",
 ]
 
 

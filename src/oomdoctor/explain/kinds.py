@@ -46,6 +46,7 @@ KINDS: dict[str, Kind] = {
     "cublas_cudnn": Kind("context_or_driver", True, "cuBLAS/cuDNN (the status decides)"),
     "shm_error": Kind("shm_exhausted", False, "DataLoader shared memory (/dev/shm)"),
     "dataloader_killed": Kind("host_oom", False, "SIGKILL of a DataLoader worker"),
+    "bus_error": Kind("shm_exhausted", False, "SIGBUS (in containers most often /dev/shm)", definite=False),
     "nccl_system_error": Kind("shm_exhausted", False, "NCCL's failed system call (in containers: /dev/shm)", definite=False),
     "kernel_oom": Kind("host_oom", False, "the kernel OOM killer"),
     "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)"),

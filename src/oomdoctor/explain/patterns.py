@@ -76,6 +76,10 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device|"
                   r"creating shared memory segment /dev/shm|failed to extend /dev/shm/\S+ to \d+ bytes[^\n]{0,60}No space left on device"),
     ("dataloader_killed", r"DataLoader worker .{0,60}killed by signal: Killed"),
+    # SIGBUS in a GPU job: a page of a shared-memory segment that /dev/shm could not back (Docker's 64 MB
+    # default); also a truncated memory-mapped file, hence not as sure as shm_error.
+    ("bus_error", r"^\s*(?:\S+: line \d+: +\d+ )?Bus error\b|\bBus error \(core dumped\)|\bsignal: bus error\b|"
+                  r"died with <Signals\.SIGBUS|\b(?:exitcode|exit code|exit status)\s*[:=]?\s*-7\b|\bsignal 7 \(SIGBUS\)"),
     # NCCL's "unhandled system error" (ncclSystemError): a failed system call, in containers most often
     # the /dev/shm segment (NCCL docs, troubleshooting: "Docker ... --shm-size / --ipc=host").
     ("nccl_system_error", r"unhandled system error"),
@@ -144,6 +148,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "cublas_cudnn": ("_STATUS_",),
     "shm_error": ("shared memory", "</torch_", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
+    "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
     "nccl_system_error": ("unhandled system error",),
     "kernel_oom": ("of memory: Kill", "oom-kill"),
     "k8s_oomkilled": ("OOMKilled",),
@@ -198,7 +203,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR', b'ibility was attempted',
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
-    b'source was compiled',
+    b'source was compiled', b'IGBUS',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -226,7 +231,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
-                         r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"),
+                         r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"
+                         # the verb first, or a growth that has its own word: "increases the memory used
+                         # linearly", "memory use balloons", "memory keeps piling up"
+                         r"|\b(?:increas\w+|grow\w*)\s+(?:the\s+)?(?:\w+\s+)?memory\b[^.\n]{0,30}\b(?:linearly|steadily|continuously|every (?:step|iteration|epoch|batch))"
+                         r"|memory[^.\n]{0,40}?\b(?:balloon\w*|piles? up|piling up|creeps? up|never goes down|keeps? going up)\b"),
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
@@ -278,7 +287,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
 } | {
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
-    b"ccumulat", b"from ", b"From ",
+    b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"reeps", b"goes down",
     b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",

@@ -127,6 +127,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k == "shm_error":
         b.add("shm_exhausted", 3.5, "the DataLoader's shared-memory segments in /dev/shm ran out "
               "(bus error / 'No space left on device' for /torch_* segments) [PTDL][PTMAP]", SHM_FIX)
+    elif k == "bus_error":
+        b.add("shm_exhausted", 2.4, "a bus error (SIGBUS) in a GPU job is most often a /dev/shm page that could not be "
+              "backed: DataLoader workers and NCCL put tensors there, and Docker gives 64 MB [PTDL]", SHM_FIX)
+        b.add("not_oom", 0.6, "SIGBUS also follows a memory-mapped file that was truncated or is on a failing disk",
+              "check that the dataset/checkpoint files are whole; df -h /dev/shm")
     elif k == "dataloader_killed":
         b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
               "host or the container's cgroup [PTDL]", HOST_FIX)
@@ -215,7 +220,9 @@ def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict
     """Memory that keeps rising step after step: PyTorch FAQ 'Don't accumulate history across your
     training loop' (docs/notes/faq: 'My model reports cuda runtime error(2): out of memory')."""
     if env and env.get("growth"):
-        b.add("leak_in_code", 2.6, f"the text reports memory that keeps growing ('{env['growth'][0]}'), the "
+        # the figures at the failure cannot tell a leak from a job that is too big (a leak fills the GPU
+        # too): growth the text reports outweighs a full GPU's true_capacity (2.2 + the word prior's 0.5)
+        b.add("leak_in_code", 3.0, f"the text reports memory that keeps growing ('{env['growth'][0]}'), the "
               "symptom of history kept across iterations (PyTorch FAQ)", LEAK_FIX)
     for label, series in readings.items():
         if len(series) < 6:
