@@ -64,6 +64,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "batch size decreased": b"size decreased from", "batch size reduced": b"size reduced from",
     "batch size halved": b"size halved from", "batch size lowered": b"size lowered from",
     "cuDNN build mismatch": b"but source was compiled", "SIGBUS": b"SIGBUS",
+    "TGI capacity": b"Not enough memory to handle",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

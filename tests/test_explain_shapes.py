@@ -43,7 +43,42 @@ REAL_SHAPES = [
     ("c3_econ_23", "python -m apps.avatarizer -n <filename> shows killed in line 163.", "exit_137", "host_oom"),
     ("cn_tf_2437", "Loaded cudnn library: 4007 but source was compiled against 4004", "driver_error", "context_or_driver"),
     ("d3_retinanetexamples_59", "Bus error (core dumped)", "bus_error", "shm_exhausted"),
+    ("d4_tgi_710", "Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to decrease "
+     "`--max-batch-total-tokens` or `--max-batch-prefill-tokens", "vllm_capacity", "true_capacity"),
+    ("d4_ray_14535", "ValueError: The configured object store size exceeds the capacity of /dev/shm. This will harm "
+     "performance.", "shm_error", "shm_exhausted"),
+    ("d1_cuml_6218", "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: Call to cuInit results in "
+     "CUDA_ERROR_NO_DEVICE (100)", "driver_error", "context_or_driver"),
+    ("d1_pytorch_35710", "RuntimeError: cuda runtime error (802) : system not yet initialized at "
+     "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50", "driver_error", "context_or_driver"),
+    ("d1_pytorch_88639", "/opt/anaconda3/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: CUDA "
+     "initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
+     "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.", "driver_error",
+     "context_or_driver"),
 ]
+
+
+OTHER_HOLDER_WORDS = [
+    # (dev case, the reporter's words): two programs at once, in English and in Chinese
+    ("d1_squeezedet_2", "I seem to run out of memory when I try to run both evaluation scripts simultaneously"),
+    ("d1_cudf_6773", "it only comes up if I have 2 kernels running and I am using cudf in both"),
+    ("d1_llamafactory_4756", "推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"),
+    ("d4_xinference_1212", "将后台任务杀掉之后gpu并没有得到释放"),
+    ("d4_hamicore_170", "hami还是会调度到同一个GPU卡上导致OOM，启动失败。"),
+]
+
+
+@pytest.mark.parametrize("case,line", OTHER_HOLDER_WORDS, ids=[c[0] for c in OTHER_HOLDER_WORDS])
+def test_other_holder_words(case, line):
+    assert explain_text([line]).scan.env.get("other_holder")
+
+
+def test_llamacpp_kv_cache_retry_is_a_recovery():
+    """b5_llamacpp_kvretry_medgemma_14938: llama.cpp halves its batch when the KV cache is full."""
+    ex = explain_text(["decode: failed to find a memory slot for batch of size 1024",
+                       "init: failed to find free space in the KV cache, retrying with smaller batch size",
+                       "slot update_slots: id  0 | task 0 | n_tokens = 256"])
+    assert ex.recovered and not ex.explained
 
 
 def test_growth_the_text_reports_outweighs_a_full_gpu():
@@ -88,6 +123,10 @@ MENTIONS = [
     "the `CUDA out of memory` error means that the GPU is full",
     "If the process is killed by the OOM killer, raise the memory limit of the pod.",
     "The training was killed by me with Ctrl-C after 3 epochs",
+    # mechanisms about OOMs, named in feature texts (b6_vlmharness_autobatch_19, b6_comfyui_memsummary_fmt_13950)
+    "--batch-size auto probes available GPU memory and backs off on OOM. Progressive halving until fitting.",
+    "Reopening: OOM backoff logic was only unit-tested against a stand-in exception, never exercised against real "
+    "torch/CUDA OOM behavior or a real model.",
 ]
 
 

@@ -30,7 +30,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"[Bb]atch size (?:decreased|reduced|halved|lowered) from \d+ ?(?:->|to) ?\d+|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
-                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b"),
+                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
+                      # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
+                      r"free space in the KV cache, retrying with smaller batch"),
     ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*Device \d+ OOM"),
     ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
     # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
@@ -62,7 +64,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
-    ("vllm_capacity", r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
+    ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
     # Accelerate find_executable_batch_size / Lightning: every batch size down to 1 ran out of memory.
     ("batch_finder", r"No executable batch size found, reached zero"),
@@ -74,7 +76,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
     ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device|"
-                  r"creating shared memory segment /dev/shm|failed to extend /dev/shm/\S+ to \d+ bytes[^\n]{0,60}No space left on device"),
+                  r"creating shared memory segment /dev/shm|object store size exceeds the capacity of /dev/shm|failed to extend /dev/shm/\S+ to \d+ bytes[^\n]{0,60}No space left on device"),
     ("dataloader_killed", r"DataLoader worker .{0,60}killed by signal: Killed"),
     # SIGBUS in a GPU job: a page of a shared-memory segment that /dev/shm could not back (Docker's 64 MB
     # default); also a truncated memory-mapped file, hence not as sure as shm_error.
@@ -110,7 +112,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
-                     r"kernel version [0-9.]+ does not match DSO version|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
+                     r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: (?:CUDA unknown error|Unexpected error from cudaGetDeviceCount)|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
                      r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
@@ -141,12 +143,12 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
     "rmm_oom": ("rmm::", "RMM failure"),
-    "vllm_capacity": ("No available memory", "KV cache"),
+    "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle"),
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
     "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
     "cublas_cudnn": ("_STATUS_",),
-    "shm_error": ("shared memory", "</torch_", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
+    "shm_error": ("shared memory", "</torch_", "capacity of /dev/shm", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
     "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
     "nccl_system_error": ("unhandled system error",),
@@ -165,7 +167,8 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
-                     "cuInit", "cudaSuccess (", "initialize NVML: Unknown", "but source was compiled"),
+                     "cuInit", "cudaSuccess (", "initialize NVML: Unknown", "but source was compiled", "NO_DEVICE", "NoDevice",
+                     "not yet initialized", "SystemNotReady", "CUDA initialization: "),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
     "no_space": ("No space left on device",),
     "leak_report": ("emory leak",),
@@ -203,7 +206,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR', b'ibility was attempted',
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
-    b'source was compiled', b'IGBUS',
+    b'source was compiled', b'IGBUS', b'nough memory to handle',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -245,7 +248,12 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
                                r"(?:all|every|each) (?:\w+ ){0,3}(?:on|onto|to|in|use|uses|using) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0|same gpu)|"
-                               r"(?:first gpu|gpu ?0|cuda:0|device 0)[^.\n]{0,40}(?:much more|all|every|each) )"),
+                               r"(?:first gpu|gpu ?0|cuda:0|device 0)[^.\n]{0,40}(?:much more|all|every|each) |"
+                               # two programs at once: "run both evaluation scripts simultaneously", "2 kernels running"
+                               r"\b(?:run|running|launch\w*|start\w*)\s+(?:\w+\s+){0,4}(?:simultaneously|at the same time|concurrently)\b|"
+                               r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b)"
+                               # the same in Chinese reports: occupied (by others), not released, another process, the same card
+                               r"|被(?:他人|别人|其他\w{0,4})占用|(?:显存|GPU|gpu|内存)\S{0,6}(?:没有|没|未)(?:得到|被)?释放|(?:其他|其它|别的)(?:进程|程序|任务)|同一(?:个|张|块)?(?:GPU|gpu|卡|显卡)"),
     # "fragmentation" in the reporter's words, not in the allocator's own hints ("... to avoid
     # fragmentation", TensorFlow's "If the cause is memory fragmentation").
     # How people describe (and fix) history kept across iterations, in prose: not code lines of a traceback.
@@ -274,6 +282,9 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
     "other_holder": ("released", "freed", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
+                     "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
+                     "instances", "jobs",
+                     "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
     "fragmentation_words": ("fragment",),
@@ -291,7 +302,9 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
-    b"etach", b"reeping",
+    b"etach", b"reeping", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
+    b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
+    "同一".encode(),
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
@@ -431,7 +444,7 @@ _ADVICE_BEFORE = re.compile(
     r"(?i)(?:\b(?:avoid\w*|prevent\w*|reduc\w+ the (?:risk|chance)|to reduce|if you\b|in case of|consider\w*|"
     r"mitigat\w+|workaround|handl(?:e|es|ing)|catch(?:es|ing)?|recover\w* from|protect\w* against|"
     r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
-    r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
+    r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
     r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
@@ -485,6 +498,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
+    if _MECHANISM_AFTER.match(line, end):
+        return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
     qm = _QUOTE_OPEN.search(before)
     if qm and qm.group(1) in "\"`" and line.count(qm.group(1), 0, start - len(before) + qm.start()) % 2:
@@ -508,6 +523,10 @@ _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 # A quotation that a report puts after what happened to the job: "I get `CUDA out of memory`", "it crashes
 # saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of
 # a phrase ("the `out of memory` error means ..."), whose verbs are not the job's.
+# "OOM" as the modifier of a mechanism's name (docs, PRs, changelogs), not a failure that happened.
+_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
+                              r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
+                              r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")
 _KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")
 _REPORTED_BEFORE = re.compile(
