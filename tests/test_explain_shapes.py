@@ -73,6 +73,27 @@ def test_other_holder_words(case, line):
     assert explain_text([line]).scan.env.get("other_holder")
 
 
+def test_chinese_reports_and_docs():
+    """d1_llamafactory_4756 reports its OOM in Chinese; b5_ewbang_yolov8_gpumem_blog says what may happen."""
+    ex = explain_text(["推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"])
+    assert ex.explained and ex.hypotheses[0].category == "other_process"
+    docs = explain_text(["• 高显存使用量通常意味着模型规模较大(如 YOLOv8m),或者 Batch Size 较大。如果显存不足,可能会导致训练失败或速度降低。"])
+    assert not docs.explained
+
+
+def test_words_only_leaning_reads_the_prose():
+    """d3_sukima_5: no failure line, but the reporter saw memory grow: a leaning to a leak (exit 0)."""
+    ex = explain_text(["Memory use, especially CUDA memory use, balloons when generation requests are processed."])
+    assert not ex.explained and ex.hypotheses[0].category == "leak_in_code"
+
+
+def test_plural_class_statements_are_not_failures():
+    """b5_cruijffkit_oomretry_pr_484: design text about OOMs in general."""
+    line = ("The second path is the common case: CUDA OOMs are Python exceptions, so SLURM sees them as ordinary "
+            "`FAILED` jobs.")
+    assert not explain_text([line]).explained
+
+
 def test_llamacpp_kv_cache_retry_is_a_recovery():
     """b5_llamacpp_kvretry_medgemma_14938: llama.cpp halves its batch when the KV cache is full."""
     ex = explain_text(["decode: failed to find a memory slot for batch of size 1024",

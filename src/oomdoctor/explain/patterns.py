@@ -463,7 +463,9 @@ _ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|ca
 
 # Prose about OOMs in general (docs, READMEs), not one that happened.
 _GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
-                                r"in general|for example|e\.g\.|essentially|basically)\b")
+                                r"in general|for example|e\.g\.|essentially|basically)\b"
+                                # the class, in the plural: "CUDA OOMs are Python exceptions", "OOMs can be caught"
+                                r"|\bOOMs (?:are|aren't|can|cannot|can't|will|would|should|need|must|usually|often)\b")
 
 
 # Lines whose shape says that nothing failed, whatever words they quote (issue 17's benign logs):

@@ -218,9 +218,13 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
     if not MEMORY_WORD.search(text):  # a log that never speaks of memory leans to nothing
         return []
     post = model.posterior(text)
-    if not post or max(post.values()) < WORDS_ONLY_MIN:
-        return []
+    # What the reporter wrote about the memory (another holder, growth, fragmentation) leans as in a
+    # report with a failure line (prose_rules), and lets the leaning stand even where the prior is flat.
     b = Board()
+    leak_rules(scan.readings, b, scan.env)
+    prose_rules(OomEvent(REPORTED_KIND, 0, ""), b, scan.env)
+    if not b.scores and (not post or max(post.values()) < WORDS_ONLY_MIN):
+        return []
     for cat, p in post.items():
         if p >= PRIOR_FLOOR:
             b.add(cat, PRIOR_WEIGHT * p, f"no failure line was found; the words of the text lean to {cat} "

@@ -19,14 +19,20 @@ from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_m
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
 MEMORY_WORD = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
-                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b")
+                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b"
+                     # Chinese reports: video memory, memory
+                     r"|显存|内存|(?<![A-Za-z])OOM(?![A-Za-z])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
 _FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
-                      r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b")
+                      r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b"
+                      # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
+                      r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z])OOM(?![A-Za-z])")
 _MAX_LINE = 2000
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
 # conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
+# The same for Chinese prose: if / may / usually / for example / suggest / avoid / prevent: docs, not a report.
+_ZH_NOT_REPORT = re.compile(r"如果|假如|若是|一旦|可能|通常|一般|例如|比如|建议|避免|防止")
 _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
 # A remedy or a kind of failure, not one that happened: "this fixes fragmentation-induced OOM".
 _REMEDY_BEFORE = re.compile(r"(?i)\b(?:fix(?:es|ed|ing)?|solv(?:e|es|ed|ing)|resolv\w+|prevent\w*|avoid\w*|mitigat\w+|"
@@ -54,7 +60,8 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
         for i, line in enumerate(text.splitlines()):
             line = line[:_MAX_LINE]
             mem = MEMORY_WORD.search(line)
-            if mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _judged(line):
+            if (mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
+                    or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
