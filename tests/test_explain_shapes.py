@@ -287,7 +287,8 @@ def test_tensorflow_startup_free_memory_in_its_camel_case_form_points_at_another
              "name: GeForce GTX 1060 6GB major: 6 minor: 1 memoryClockRate(GHz): 1.835",
              "totalMemory: 5.93GiB freeMemory: 7.94MiB",
              "2018-04-26 13:45:55.995201: E tensorflow/core/common_runtime/direct_session.cc:154] Internal: CUDA runtime implicit initialization on GPU:0 failed. Status: out of memory"]
-    ex = explain_text(lines)
+    ex = explain_text(lines, prior=None)
     assert ex.hypotheses[0].category == "other_process"
+    assert explain_text(lines).hypotheses[0].category == "other_process"
     roomy = [ln.replace("freeMemory: 7.94MiB", "freeMemory: 5.80GiB") for ln in lines]
-    assert explain_text(roomy).hypotheses[0].category != "other_process"
+    assert explain_text(roomy, prior=None).hypotheses[0].category != "other_process"  # the rule, not the words
