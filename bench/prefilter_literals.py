@@ -65,6 +65,8 @@ REQUIREMENTS: dict[str, bytes] = {
     "batch size halved": b"size halved from", "batch size lowered": b"size lowered from",
     "cuDNN build mismatch": b"but source was compiled", "SIGBUS": b"SIGBUS",
     "TGI capacity": b"Not enough memory to handle",
+    "fabric manager": b"system not yet initialized", "torch CUDA init warning": b"CUDA initialization: ",
+    "Ray object store": b"exceeds the capacity of /dev/shm",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

@@ -196,7 +196,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 48 literals in all, well under Teddy's 64.
+    # the three log shapes (tests/test_prefilter_engine.py); 59 literals in all, under Teddy's 64.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -207,6 +207,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
+    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -298,7 +299,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
 } | {
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
-    b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"reeps", b"goes down",
+    b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"ile up", b"reeps", b"reep up", b"goes down",
     b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
