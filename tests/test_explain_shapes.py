@@ -73,6 +73,15 @@ def test_other_holder_words(case, line):
     assert explain_text([line]).scan.env.get("other_holder")
 
 
+def test_a_cache_many_times_the_request_is_not_read_as_fragmentation_first():
+    """e2_chexnet_19 (a leak): 1.45 GiB cached unallocated, 94 x a 16 MiB request that still failed."""
+    line = ("RuntimeError: CUDA out of memory. Tried to allocate 16.00 MiB (GPU 0; 15.90 GiB total capacity; 14.20 GiB "
+            "already allocated; 3.88 MiB free; 15.65 GiB reserved in total by PyTorch)")
+    assert explain_text([line], prior=None).hypotheses[0].category == "true_capacity"
+    near = line.replace("Tried to allocate 16.00 MiB", "Tried to allocate 1.00 GiB")
+    assert explain_text([near], prior=None).hypotheses[0].category == "fragmentation"
+
+
 def test_chinese_reports_and_docs():
     """d1_llamafactory_4756 reports its OOM in Chinese; b5_ewbang_yolov8_gpumem_blog says what may happen."""
     ex = explain_text(["推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"])
@@ -148,6 +157,14 @@ MENTIONS = [
     "--batch-size auto probes available GPU memory and backs off on OOM. Progressive halving until fitting.",
     "Reopening: OOM backoff logic was only unit-tested against a stand-in exception, never exercised against real "
     "torch/CUDA OOM behavior or a real model.",
+    # docs of round 2's adversarial benign batch (e4_*): a table of errors, a bold label, a negation with
+    # a word between, what may happen, what a feature does instead
+    "| `CUDA out of memory` | GPU VRAM exhaustion | Follow OOM debugging steps above |",
+    "*   **Out of Memory (OOM):** Try the VRAM reduction measures listed above.",
+    "    reserved-memory growth, and no late-epoch OOM from novel batch shapes.",
+    "Because of natural variance in batches it's possible for some time to pass before an OOM error.",
+    "otherwise you will see a CUDA Out Of Memory (OOM) Error and your training will crash.",
+    "so a node makes forward progress instead of OOM-ing or deadlocking under bursty/long-context load.",
 ]
 
 
@@ -194,6 +211,7 @@ STILL_FAILURES = [
     ("I keep getting `RuntimeError: CUDA out of memory` after a few epochs", "torch_oom"),
     ("When I run it, I get an OOM error", "generic_oom"),
     ("When training with batch 64 it fails with OOM error", "generic_oom"),
+    ("**RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB**", "torch_oom"),
 ]
 
 

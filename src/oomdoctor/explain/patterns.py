@@ -446,11 +446,14 @@ _ADVICE_BEFORE = re.compile(
     r"mitigat\w+|workaround|handl(?:e|es|ing)|catch(?:es|ing)?|recover\w* from|protect\w* against|"
     r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
     r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
-    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*"
+    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,3}\s*"
+    r"|\b(?:instead of|rather than)\s+"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
-    r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?)$")
+    r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
+    # "no late-epoch OOM", "without a single OOM": a negation with one word between
+    r"|\b(?:no|without|never)\s+(?:an?\s+|single\s+)?[\w-]+\s+)$")
 _ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what)[\"']?\s*[:=(]\s*[\"']$")
 _QUOTES = "\"'`\u201c\u2018"
 _CLOSE = {"\u201c": "\u201d", "\u2018": "\u2019"}
@@ -464,7 +467,7 @@ _ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|ca
 
 # Prose about OOMs in general (docs, READMEs), not one that happened.
 _GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
-                                r"in general|for example|e\.g\.|essentially|basically)\b"
+                                r"in general|for example|e\.g\.|essentially|basically|it'?s possible|it is possible)\b"
                                 # the class, in the plural: "CUDA OOMs are Python exceptions", "OOMs can be caught"
                                 r"|\bOOMs (?:are|aren't|can|cannot|can't|will|would|should|need|must|usually|often)\b")
 
@@ -501,6 +504,9 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
+    label = _BOLD_LABEL.match(line)
+    if _TABLE_ROW.match(line) or (label is not None and start < label.end()):
+        return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
@@ -527,7 +533,10 @@ _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 # saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of
 # a phrase ("the `out of memory` error means ..."), whose verbs are not the job's.
 # "OOM" as the modifier of a mechanism's name (docs, PRs, changelogs), not a failure that happened.
-_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
+_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
+# a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
+_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s")
+_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
                               r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
                               r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")

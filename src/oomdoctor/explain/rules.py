@@ -16,6 +16,9 @@ from oomdoctor.units import format_bytes as fb
 # CUDA context + library workspaces outside PyTorch's cache: 0.3-1 GiB per process (memory-tools §5:
 # ~287 MB lazy .. 667 MB eager in 1.13, >1000 MB before CUDA 11.7).
 CONTEXT_MAX = int(1.5 * GIB)
+# Above this many times the request, memory cached but unallocated is no longer read as fragmentation
+# first (torch_oom below).
+FRAG_RATIO_MAX = 3.5
 
 
 @dataclass
@@ -94,7 +97,17 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         return
     own = R if R is not None else P
     own_share = own / T if own is not None and T else None
-    if U is not None and X is not None and U >= X and U >= 128 * 1024**2:
+    if U is not None and X is not None and U >= X and U >= 128 * 1024**2 and U > FRAG_RATIO_MAX * X:
+        # Many times the request cached and still no block for it: the cache is mostly where this
+        # request cannot go (the small-block pool, other streams' segments), so the job's own footprint
+        # is what filled the GPU. In the corpus's confirmed reports (dev) no fragmentation case had the
+        # cache above 3.1 x the request; leaks and full jobs did (docs/validation/explain.md).
+        b.add("fragmentation", 1.4, f"{fb(U)} is reserved by PyTorch but unallocated, {U / X:.0f} x the {why_x}: "
+              "some of PyTorch's cache is split, but that much free cache that cannot hold the request "
+              "is mostly in blocks it cannot use", _frag_fix(X, d))
+        b.add("true_capacity", 1.6, f"the {why_x} is small next to what is cached: the GPU is full of this job's "
+              "own memory", _capacity_fix(X, F, U, T))
+    elif U is not None and X is not None and U >= X and U >= 128 * 1024**2:
         # On OOM the allocator frees every unsplit cached block and retries before raising
         # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
         b.add("fragmentation", 3.0 if U >= 0.05 * (T or U) else 2.2,
