@@ -82,6 +82,27 @@ def test_a_cache_many_times_the_request_is_not_read_as_fragmentation_first():
     assert explain_text([near], prior=None).hypotheses[0].category == "fragmentation"
 
 
+def test_docs_examples_and_hypotheticals_are_not_failures():
+    """Dev benign texts of round 2: an error introduced as an example (e4_litgpt_oom_tutorial), a
+    hypothetical wrapped over two lines (e4_diffsinger_probe_epoch_327), a statement about OOMs in
+    general and an article's typeset quotation (e4_towardsai_fit_llm_blog)."""
+    tutorial = ["## Dealing with out-of-memory (OOM) errors", "", "If you got this error while running a script", "",
+                "```bash", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.22 GiB. GPU 0 has a total capacity "
+                "of 79.15 GiB of which 228.38 MiB is free.", "```"]
+    assert not explain_text(tutorial).explained
+    assert explain_text(tutorial[4:]).explained  # the same block pasted on its own is a failure
+    wrapped = ["CUDA caching allocator grows segment-wise and never shrinks, such a batch can",
+               "lock in a permanently larger reserved footprint — or OOM — several epochs into"]
+    assert not explain_text(wrapped).explained
+    for line in ("3B, 7B, or even 13B parameters models are large and the fine-tuning is long and tedious. Running "
+                 "out of memory during training can be both frustrating and costly.",
+                 "\u201cRuntimeError: CUDA error: out of memory\u201d."):
+        assert not explain_text([line]).explained, line
+    for line in ("I can load the model, but training fails with CUDA out of memory",
+                 "2. Trainer will crash with a CUDA Memory Exception"):
+        assert explain_text([line]).explained, line
+
+
 def test_chinese_reports_and_docs():
     """d1_llamafactory_4756 reports its OOM in Chinese; b5_ewbang_yolov8_gpumem_blog says what may happen."""
     ex = explain_text(["推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"])

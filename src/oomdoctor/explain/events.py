@@ -103,6 +103,28 @@ def _wrapped_mention(before: str, text: str) -> bool:
     return P.classify_line(prev + " " + body.rstrip("\n")) is None
 
 
+# Docs introduce an example of an error: "If you got this error while running a script", "For example:",
+# "you may see something like:" (then a fenced block or a quote). The error that follows is that example.
+_EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
+                            r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
+                            r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?)\s*$")
+_FENCE = re.compile(r"^\s*(?:```|~~~)")
+
+
+def _introduced_example(before: str) -> bool:
+    """The line just before (over blank lines and one opening code fence) introduces an example."""
+    lines = before.rstrip("\n").split("\n")[-4:]
+    fences = 0
+    for line in reversed(lines):
+        if not line.strip():
+            continue
+        if _FENCE.match(line) and fences == 0:
+            fences += 1
+            continue
+        return bool(_EXAMPLE_INTRO.match(line))
+    return False
+
+
 class LogScanner:
     """Feed blocks of whole lines (bytes); `finish()` gives the LogScan."""
 
@@ -193,7 +215,7 @@ class LogScanner:
         if kind is None:
             return
         before = self._lookback(block, ls)
-        if _wrapped_mention(before, text):
+        if _wrapped_mention(before, text) or _introduced_example(before):
             return
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))

@@ -446,7 +446,7 @@ _ADVICE_BEFORE = re.compile(
     r"mitigat\w+|workaround|handl(?:e|es|ing)|catch(?:es|ing)?|recover\w* from|protect\w* against|"
     r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
     r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
-    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,3}\s*"
+    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*(?:CUDA\s+|GPU\s+)?"
     r"|\b(?:instead of|rather than)\s+"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
@@ -505,7 +505,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
     if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
     label = _BOLD_LABEL.match(line)
-    if _TABLE_ROW.match(line) or (label is not None and start < label.end()):
+    if _TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
@@ -533,6 +533,9 @@ _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 # saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of
 # a phrase ("the `out of memory` error means ..."), whose verbs are not the job's.
 # "OOM" as the modifier of a mechanism's name (docs, PRs, changelogs), not a failure that happened.
+# A line that is one quotation in typographic quotes: an article quoting the message (terminals and
+# issue pastes use straight quotes or backticks).
+_TYPESET_QUOTE_LINE = re.compile("^\\s*[\u201c\u2018][^\u201d\u2019\\n]{1,300}[\u201d\u2019][.!]?\\s*$")
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
 _BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s")

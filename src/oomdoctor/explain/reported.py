@@ -32,6 +32,13 @@ _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|f
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
 # conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
 # The same for Chinese prose: if / may / usually / for example / suggest / avoid / prevent: docs, not a report.
+# A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
+# what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and not
+# across "but" or a comma ("I can load it, but training fails with OOM" is a report).
+_MODAL_BEFORE = re.compile(r"(?i)\b(?:can|could|may|might|would|should)\b(?!['\u2019]t|not)(?:(?!\bbut\b)[^.!?;:,])*$")
+# ... or right after it, as a statement about the failure in general: "Running out of memory during
+# training can be both frustrating and costly", "OOM may happen when ...".
+_MODAL_AFTER = re.compile(r"(?i)[^.!?;:,]{0,40}?\b(?:can|could|may|might|would|should)\b(?!['\u2019]t|not)")
 _ZH_NOT_REPORT = re.compile(r"如果|假如|若是|一旦|可能|通常|一般|例如|比如|建议|避免|防止")
 _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
 # A remedy or a kind of failure, not one that happened: "this fixes fragmentation-induced OOM".
@@ -57,8 +64,13 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
         if m:
             return source, first + text.count("\n", 0, m.start()), m.group(0)
     for source, first, text in samples:
+        prev = ""
         for i, line in enumerate(text.splitlines()):
             line = line[:_MAX_LINE]
+            # prose wrapped mid-sentence is read with the line before it ("such a batch can" + "lock in
+            # ... or OOM"): a hypothetical there is one here
+            lead = prev if line[:1].islower() and prev[-1:].isalpha() else ""
+            prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
                     or _judged(line)):
@@ -66,6 +78,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
+                        or _MODAL_BEFORE.search(lead + " " + line[:lo]) or _MODAL_AFTER.match(line, hi)
                         or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _REMEDY_BEFORE.search(line, 0, lo) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
                     continue
                 return source, first + i, line.strip()[:400]
