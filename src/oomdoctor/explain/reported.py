@@ -78,7 +78,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
-                        or _MODAL_BEFORE.search(lead + " " + line[:lo]) or _MODAL_AFTER.match(line, hi)
+                        or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or _MODAL_AFTER.match(line, hi)
                         or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _REMEDY_BEFORE.search(line, 0, lo) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
                     continue
                 return source, first + i, line.strip()[:400]
