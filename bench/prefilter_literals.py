@@ -66,7 +66,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "cuDNN build mismatch": b"but source was compiled", "SIGBUS": b"SIGBUS",
     "TGI capacity": b"Not enough memory to handle",
     "fabric manager": b"system not yet initialized", "torch CUDA init warning": b"CUDA initialization: ",
-    "Ray object store": b"exceeds the capacity of /dev/shm",
+    "Ray object store": b"exceeds the capacity of /dev/shm", "TF cuDNN init": b"cuDNN failed to initialize",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

@@ -49,6 +49,10 @@ REAL_SHAPES = [
      "performance.", "shm_error", "shm_exhausted"),
     ("d1_cuml_6218", "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: Call to cuInit results in "
      "CUDA_ERROR_NO_DEVICE (100)", "driver_error", "context_or_driver"),
+    ("d1_n2v_22", "`UnknownError: Failed to get convolution algorithm. This is probably because cuDNN failed to initialize, "
+     "so try looking to see if a warning log message was printed above.", "cublas_cudnn", "context_or_driver"),
+    ("d1_pyhdx_95", "2020-08-05 14:50:28.489542: E tensorflow/stream_executor/cuda/cuda_blas.cc:238] failed to create "
+     "cublas handle: CUBLAS_STATUS_ALLOC_FAILED", "cublas_cudnn", "other_process"),
     ("d1_pytorch_35710", "RuntimeError: cuda runtime error (802) : system not yet initialized at "
      "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50", "driver_error", "context_or_driver"),
     ("d1_pytorch_88639", "/opt/anaconda3/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: CUDA "

@@ -82,7 +82,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
     if kind == "cublas_cudnn":
         status = str(d.get("status", ""))
         if status.endswith("ALLOC_FAILED"):
-            return "true_capacity"
+            # a handle created at start-up found the GPU full before the job's own tensors
+            return "other_process" if "failed to create cublas handle" in text else "true_capacity"
         return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"
     if kind == "xid":
         x = d.get("xid")

@@ -73,7 +73,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
-    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"),
+    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"
+                     # TensorFlow's wording of a cuDNN handle that could not be created
+                     r"|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
     ("shm_error", r"insufficient shared memory \(shm\)|out of shared memory|unable to allocate shared memory\(shm\)|unable to write to file </torch_|unable to mmap [0-9]+ bytes from file </torch_|killed by signal: Bus\b|No space left on device.{0,40}torch_|torch_[0-9_]+.{0,40}No space left on device|"
                   r"creating shared memory segment /dev/shm|object store size exceeds the capacity of /dev/shm|failed to extend /dev/shm/\S+ to \d+ bytes[^\n]{0,60}No space left on device"),
@@ -147,7 +149,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
     "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
-    "cublas_cudnn": ("_STATUS_",),
+    "cublas_cudnn": ("_STATUS_", "cuDNN failed to initialize"),
     "shm_error": ("shared memory", "</torch_", "capacity of /dev/shm", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
     "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
@@ -196,7 +198,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 59 literals in all, under Teddy's 64.
+    # the three log shapes (tests/test_prefilter_engine.py); 60 literals in all, under Teddy's 64.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -207,7 +209,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
-    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm',
+    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -392,6 +394,8 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
             nums["requested_bytes"] = int(m.group(1))
     elif kind == "cublas_cudnn":
         m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_([A-Z_]+)", text)
+        if m is None and "cuDNN failed to initialize" in text:
+            det["status"] = "CUDNN_STATUS_NOT_INITIALIZED"
         if m:
             det["status"] = f"{m.group(1)}_STATUS_{m.group(2)}"
             code = re.search(r"_STATUS_SUCCESS \((\d+) vs\. 0\)", text)  # glog CHECK_EQ(err, SUCCESS)

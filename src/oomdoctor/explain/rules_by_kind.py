@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
@@ -114,10 +115,22 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
                   "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
             b.add("other_process", 1.0, "the workspace could not be allocated: the GPU was full")
+            if _HANDLE_AT_START.search(ev.text):
+                b.add("other_process", 1.3, "the handle is created at start-up, before the job's own tensors: what "
+                      "filled the GPU was there already (another process, or TensorFlow/JAX's preallocated pool)",
+                      "check nvidia-smi for other processes; TF_FORCE_GPU_ALLOW_GROWTH=true, "
+                      "XLA_PYTHON_CLIENT_PREALLOCATE=false")
         elif status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")):
             b.add("context_or_driver", 2.0, f"{status}: the library handle could not be created; per the API "
                   "reference this follows a failed CUDA runtime call (often memory) or a setup error",
                   "check that the GPU has free memory when the job starts and that the CUDA/cuDNN build matches the driver")
+            if _HANDLE_AT_START.search(ev.text):
+                # TensorFlow and JAX take most of the GPU for their own pool at start-up, so the handle
+                # that comes later finds no room; so does one next to another such process.
+                b.add("other_process", 1.6, "TensorFlow/JAX preallocate most of the GPU at start-up: a second such "
+                      "process (a notebook, a data-loading TF next to JAX) or the same process's pool leaves the "
+                      "handle no room", "check nvidia-smi for other processes; TF_FORCE_GPU_ALLOW_GROWTH=true, "
+                      "XLA_PYTHON_CLIENT_PREALLOCATE=false")
             b.add("true_capacity", 1.2, "handles are created lazily, when the GPU may already be full",
                   _capacity_fix(None, None, None, None))
             b.add("not_oom", 1.0, "the same status also follows invalid arguments (bad shapes, dtypes)", NOT_OOM_FIX)
@@ -191,6 +204,10 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("unknown", 0.6, "the message does not say which memory ran out")
     if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
+
+
+_HANDLE_AT_START = re.compile(r"Failed to get convolution algorithm|[Cc]ould not create cudnn handle|"
+                              r"failed to create cublas handle|cuDNN failed to initialize")
 
 
 def _tf_reserve_failed(b: Board, alone: bool = False) -> None:
