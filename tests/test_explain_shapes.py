@@ -53,6 +53,11 @@ REAL_SHAPES = [
      "so try looking to see if a warning log message was printed above.", "cublas_cudnn", "context_or_driver"),
     ("d1_pyhdx_95", "2020-08-05 14:50:28.489542: E tensorflow/stream_executor/cuda/cuda_blas.cc:238] failed to create "
      "cublas handle: CUBLAS_STATUS_ALLOC_FAILED", "cublas_cudnn", "other_process"),
+    ("e3_onnxruntime_18743", "Status Message: /workspace/onnxruntime/onnxruntime/core/framework/bfc_arena.cc:376 void* "
+     "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) "
+     "Failed to allocate memory for requested buffer of size 13622061778317179392", "ort_oom", "not_oom"),
+    ("e3_localcolabfold_142", "2023-03-20 17:54:52,116 Could not predict N_Repeat_C. Not Enough GPU memory? RESOURCE_EXHAUSTED: "
+     "Failed to allocate request for 5.66GiB (6075580416B) on device ordinal 0", "jax_oom", "true_capacity"),
     ("d1_pytorch_35710", "RuntimeError: cuda runtime error (802) : system not yet initialized at "
      "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50", "driver_error", "context_or_driver"),
     ("d1_pytorch_88639", "/opt/anaconda3/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: CUDA "
@@ -105,6 +110,24 @@ def test_docs_examples_and_hypotheticals_are_not_failures():
     for line in ("I can load the model, but training fails with CUDA out of memory",
                  "2. Trainer will crash with a CUDA Memory Exception"):
         assert explain_text([line]).explained, line
+
+
+def test_onnxruntime_arena_sizes_decide():
+    """A plausible request is capacity; one no device has (1 PiB and more) is a corrupt size."""
+    ok = "onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 4294967296"
+    ex = explain_text([ok])
+    assert ex.primary.numbers["requested_bytes"] == 4 << 30 and ex.hypotheses[0].category == "true_capacity"
+
+
+def test_oom_inside_torch_load_points_at_gpu_0():
+    """e1_transformerlm_21: every rank's torch.load put the checkpoint on cuda:0 (no map_location)."""
+    text = ['  File "/home/u/lm/main.py", line 136, in load_model',
+            "    optimizer.load_state_dict(torch.load(optimizer_path))",
+            '  File "/opt/conda/lib/python3.6/site-packages/torch/serialization.py", line 387, in load',
+            "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.17 GiB total capacity)"]
+    ex = explain_text(text, prior=None)
+    assert ex.primary.details["call_site"].startswith("loading a checkpoint")
+    assert "other_process" in [h.category for h in ex.hypotheses[:2]]
 
 
 def test_chinese_reports_and_docs():

@@ -405,6 +405,7 @@ _CALL_SITES = (
     ("pinned host memory (pin_memory)", ("pin_memory",)),
     ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
     ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),
+    ("loading a checkpoint (torch.load)", ("torch.load(", "torch/serialization.py", "in _load\n", "in load_state_dict")),
     ("moving the model or a tensor to the GPU (.to() / .cuda())", ("in convert", "in _apply", "in to\n", ".to(", ".cuda(", "in cuda\n")),
 )
 
@@ -418,6 +419,8 @@ def _context(before: str, text: str) -> dict[str, Any]:
     frames = ""
     if "Traceback" in recent:
         frames = recent[recent.rfind("Traceback"):] + "\n"
+    elif '  File "' in recent:  # a traceback pasted without its header line
+        frames = recent[recent.find('  File "'):] + "\n"
     frames += text  # the message itself may name the call (cuDevicePrimaryCtxRetain, cublasCreate)
     for site, needles in _CALL_SITES:
         if any(n in frames for n in needles):

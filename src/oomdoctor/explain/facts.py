@@ -17,7 +17,7 @@ from oomdoctor.explain.kinds import KINDS, MARKERS, category_hint
 
 MAX_TEXT = 2000  # the full message of a 2.x OOM is ~600 characters; a fact is not a log
 _DETAILS = ("gpu", "other_processes", "format", "backend", "status", "xid", "pid", "cgroup", "limit_bytes",
-            "would_use_bytes", "shmem_rss_bytes", "call_site", "in_dataloader_worker")
+            "would_use_bytes", "shmem_rss_bytes", "call_site", "in_dataloader_worker", "absurd_size")
 
 
 def event_record(ev: OomEvent, redact: Callable[[str], str] = str) -> dict[str, Any]:

@@ -39,6 +39,7 @@ KINDS: dict[str, Kind] = {
     "jax_oom": Kind("true_capacity", True, "XLA/JAX's allocator"),
     "cupy_oom": Kind("true_capacity", True, "CuPy's memory pool"),
     "rmm_oom": Kind("true_capacity", True, "RAPIDS RMM's device allocator"),
+    "ort_oom": Kind("true_capacity", True, "ONNX Runtime's BFC arena"),
     "vllm_capacity": Kind("true_capacity", True, "vLLM's KV-cache capacity check"),
     "vllm_free_memory": Kind("other_process", True, "vLLM's start-up free-memory check"),
     "batch_finder": Kind("true_capacity", True, "the batch-size finder (every size ran out)"),
@@ -79,6 +80,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
     if spec is None:
         return None
     d = details or {}
+    if d.get("absurd_size"):
+        return "not_oom"  # a request no device can hold: a corrupt size (patterns.ABSURD_BYTES)
     if kind == "cublas_cudnn":
         status = str(d.get("status", ""))
         if status.endswith("ALLOC_FAILED"):

@@ -58,9 +58,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # ("Received message larger than max") is not memory and is excluded.
     ("jax_oom", r"RESOURCE_EXHAUSTED: Out of memory|Out of memory while trying to allocate|"
                 r"rror: RESOURCE_EXHAUSTED:(?![^\n]{0,120}(?:message larger than max|Received message|quota|[Rr]ate limit))"
-                r"[^\n]{0,120}(?:[Aa]llocat|memory|[Rr]eserve|\d ?[KMGT]i?B)|Resource exhausted: Out of memory"),
+                r"[^\n]{0,120}(?:[Aa]llocat|memory|[Rr]eserve|\d ?[KMGT]i?B)|Resource exhausted: Out of memory|"
+                r"RESOURCE_EXHAUSTED: Failed to allocate request for"),
     # CuPy MemoryPool: "Out of memory allocating N bytes (allocated so far: M bytes)".
     ("cupy_oom", r"cupy\.cuda\.memory\.OutOfMemoryError|Out of memory allocating [0-9,]+ bytes"),
+    # ONNX Runtime's arena (core/framework/bfc_arena.cc AllocateRawInternal).
+    ("ort_oom", r"Failed to allocate memory for requested buffer of size \d+"),
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
@@ -144,6 +147,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "from device: hipError_t(1002)", "ran out of memory trying"),
     "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
+    "ort_oom": ("requested buffer of size",),
     "rmm_oom": ("rmm::", "RMM failure"),
     "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle"),
     "vllm_free_memory": ("Free memory on device",),
@@ -198,7 +202,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 60 literals in all, under Teddy's 64.
+    # the three log shapes (tests/test_prefilter_engine.py); 62 literals in all, under Teddy's 64.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -209,7 +213,8 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
-    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize',
+    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size',
+    b'ESOURCE_EXHAUSTED: Failed to allocate request',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -344,6 +349,11 @@ _TORCH_FIELDS = (
 _PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
 
 
+# A request no device of any era can hold (1 PiB): the size was corrupt (an integer overflow, an
+# uninitialised or negative dimension read as unsigned), not a workload that is too big.
+ABSURD_BYTES = 1 << 50
+
+
 def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
     """Numbers the text gives (never guessed) and other details, for an event of `kind`."""
     nums: dict[str, int] = {}
@@ -379,8 +389,12 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         m = re.search(r"Requested amount of GPU memory \((\d+) bytes\)", text)
         if m:
             nums["requested_bytes"] = int(m.group(1))
+    elif kind == "ort_oom":
+        m = re.search(r"requested buffer of size (\d+)", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1))
     elif kind == "jax_oom":
-        v = _find(r"trying to allocate " + _N + r"\s?" + _U, text)
+        v = _find(r"(?:trying to allocate|allocate request for) " + _N + r"\s?" + _U, text)
         if v is not None:
             nums["requested_bytes"] = v
     elif kind == "cupy_oom":
@@ -416,6 +430,8 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             det["shmem_rss_bytes"] = int(m.group(1)) * 1024
         det["cgroup"] = "Memory cgroup out of memory" in text or "CONSTRAINT_MEMCG" in text
+    if nums.get("requested_bytes", 0) >= ABSURD_BYTES:
+        det["absurd_size"] = True  # no device has that much: the size itself is corrupt
     return nums, det
 
 

@@ -35,7 +35,12 @@ _XID_HEALTH = XID_HEALTH
 
 def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     k, d, n = ev.kind, ev.details, ev.numbers
-    if k in ("torch_oom", "mps_oom"):
+    if d.get("absurd_size"):
+        b.add("not_oom", 3.5, f"a request of {fb(n['requested_bytes'])}: no device has that much, so the size itself is "
+              "corrupt (an integer overflow, an uninitialised or negative dimension read as unsigned, a wrong dtype)",
+              "find the tensor whose shape produced that size (CUDA_LAUNCH_BLOCKING=1, print the shapes before the op); "
+              "a library regression is likely when it began with an upgrade")
+    elif k in ("torch_oom", "mps_oom"):
         torch_oom(ev, b, env)
     elif k == "torch_oom_legacy":
         b.add("true_capacity", 1.6, "PyTorch <= 0.4 reports 'cuda runtime error (2) : out of memory' with no numbers",
@@ -79,7 +84,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               if k == "torch_oom_nvml" else "TensorRT could not allocate GPU memory")
               + (f" ({fb(x)} requested)" if x else ""), _capacity_fix(x, None, None, None))
         _slice_evidence(n.get("total_bytes") or 0, env, b)
-    elif k in ("jax_oom", "tf_oom", "cupy_oom", "rmm_oom"):
+    elif k in ("jax_oom", "tf_oom", "cupy_oom", "rmm_oom", "ort_oom"):
         x = n.get("requested_bytes")
         if x and x >= 4 * 1024 * GIB:
             b.add("true_capacity", 3.5, f"one allocation of {fb(x)} is larger than any GPU",
@@ -202,6 +207,12 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         else:
             b.add("true_capacity", 0.8, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
             b.add("unknown", 0.6, "the message does not say which memory ran out")
+    if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and str(d.get("call_site", "")).startswith("loading a checkpoint"):
+        # torch.load puts each tensor back on the device it was saved from (cuda:0) unless map_location
+        # says otherwise (torch.load docs): every rank of a multi-GPU job loads onto GPU 0.
+        b.add("other_process", 1.5, "the OOM is raised inside torch.load: a checkpoint saved on cuda:0 is loaded back "
+              "onto cuda:0 by every process unless map_location says otherwise, so GPU 0 holds every rank's copy",
+              "torch.load(path, map_location=f'cuda:{local_rank}') or map_location='cpu', then move the model")
     if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
 
