@@ -58,6 +58,13 @@ REAL_SHAPES = [
      "Failed to allocate memory for requested buffer of size 13622061778317179392", "ort_oom", "not_oom"),
     ("e3_localcolabfold_142", "2023-03-20 17:54:52,116 Could not predict N_Repeat_C. Not Enough GPU memory? RESOURCE_EXHAUSTED: "
      "Failed to allocate request for 5.66GiB (6075580416B) on device ordinal 0", "jax_oom", "true_capacity"),
+    ("f3_embodiedscan_52", "[Bug] RuntimeError: CUDA out of memory. Tried to allocate 1048475.67 GiB", "torch_oom", "not_oom"),
+    ("f3_pt_24838", "cublas runtime error : resource allocation failed at /opt/conda/conda-bld/pytorch_1556653099582/work/"
+     "aten/src/THC/THCGeneral.cpp:228", "cublas_cudnn", "true_capacity"),
+    ("f1_paddle_41458", "[Hint: 'CUBLAS_STATUS_NOT_INITIALIZED'.  The cuBLAS library was not initialized. This is usually "
+     "caused by the lack of a prior cublasCreate() call", "cublas_cudnn", "context_or_driver"),
+    ("f1_chatchat_1791", "2023-10-18 10:00:18,088 - kb_api.py[line:34] - ERROR: RuntimeError: CUDA error: "
+     "CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", "cublas_cudnn", "true_capacity"),
     ("d1_pytorch_35710", "RuntimeError: cuda runtime error (802) : system not yet initialized at "
      "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50", "driver_error", "context_or_driver"),
     ("d1_pytorch_88639", "/opt/anaconda3/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: CUDA "
@@ -128,6 +135,22 @@ def test_oom_inside_torch_load_points_at_gpu_0():
     ex = explain_text(text, prior=None)
     assert ex.primary.details["call_site"].startswith("loading a checkpoint")
     assert "other_process" in [h.category for h in ex.hypotheses[:2]]
+
+
+def test_a_device_side_assert_is_the_incident_not_the_cuda_errors_after_it():
+    """f3_swrm_2: the kernel's assert comes first; the failed cublasCreate after it is its consequence."""
+    text = ["/pytorch/aten/src/ATen/native/cuda/Indexing.cu:662: indexSelectLargeIndex: block: [633,0,0], thread: "
+            "[64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"]
+    ex = explain_text(text)
+    assert ex.primary.kind == "cuda_program_error" and ex.hypotheses[0].category == "not_oom"
+
+
+def test_a_frameworks_own_advice_is_not_another_holder():
+    """f1_paddledet_3100: Paddle's message itself says to check for other processes."""
+    text = ["Out of memory error on GPU 0. Cannot allocate 18.062744MB memory on GPU 0, available memory is only 17.537501MB.",
+            "Please check whether there is any other process using GPU 0."]
+    assert not explain_text(text).scan.env.get("other_holder")
 
 
 def test_chinese_reports_and_docs():

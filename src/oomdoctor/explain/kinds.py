@@ -87,6 +87,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         if status.endswith("ALLOC_FAILED"):
             # a handle created at start-up found the GPU full before the job's own tensors
             return "other_process" if "failed to create cublas handle" in text else "true_capacity"
+        if status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in text:
+            return "true_capacity"  # PyTorch's lazy handle, created on a GPU the job may have filled
         return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"
     if kind == "xid":
         x = d.get("xid")

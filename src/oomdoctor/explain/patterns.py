@@ -76,7 +76,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
-    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+"
+    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+|cublas runtime error : resource allocation failed"
                      # TensorFlow's wording of a cuDNN handle that could not be created
                      r"|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
@@ -114,6 +114,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # Program errors that mention memory or devices but are not capacity (CUDA runtime error strings).
     ("cuda_program_error", r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|device-side assert(?!ion)|invalid device ordinal|misaligned address|an illegal instruction|unspecified launch failure|invalid configuration argument|"
                             r"rror: no kernel image is available for execution|Memory access fault by GPU node|"
+                            # a device-side assert as the kernel prints it (Indexing.cu: srcIndex < srcSelectDimSize)
+                            r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\]\W{0,4}Assertion `[^`\n]{1,200}` failed|"
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
@@ -153,7 +155,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
     "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
-    "cublas_cudnn": ("_STATUS_", "cuDNN failed to initialize"),
+    "cublas_cudnn": ("_STATUS_", "cuDNN failed to initialize", "cublas runtime error"),
     "shm_error": ("shared memory", "</torch_", "capacity of /dev/shm", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
     "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
@@ -167,7 +169,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "xid": ("NVRM: Xid",),
     "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",
                            "invalid device ordinal", "misaligned address", "illegal instruction",
-                           "unspecified launch failure", "invalid configuration argument", "no kernel image",
+                           "unspecified launch failure", "invalid configuration argument", "no kernel image", "], thread: [",
                            "Memory access fault", "cudaSuccess ("),
     "driver_error": ("driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
@@ -202,7 +204,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 62 literals in all, under Teddy's 64.
+    # the three log shapes (tests/test_prefilter_engine.py); 63 literals in all, under Teddy's 64.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -213,7 +215,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
-    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size',
+    b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size', b'], thread: [',
     b'ESOURCE_EXHAUSTED: Failed to allocate request',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
@@ -251,7 +253,9 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
                                r"(?:not (?:been )?(?:released|freed))|leftover|zombie|orphan(?:ed)? process|"
-                               r"(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
+                               # (not "any other process": a framework's own advice, Paddle's "check whether there is any
+                               # other process using GPU 0")
+                               r"(?<!any )(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
                                r"previous (?:run|training|session)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
@@ -349,9 +353,9 @@ _TORCH_FIELDS = (
 _PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
 
 
-# A request no device of any era can hold (1 PiB): the size was corrupt (an integer overflow, an
+# A request no machine of any era can hold, GPU or host (64 TiB): the size was corrupt (an integer overflow, an
 # uninitialised or negative dimension read as unsigned), not a workload that is too big.
-ABSURD_BYTES = 1 << 50
+ABSURD_BYTES = 1 << 46  # 64 TiB
 
 
 def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
@@ -410,6 +414,8 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_([A-Z_]+)", text)
         if m is None and "cuDNN failed to initialize" in text:
             det["status"] = "CUDNN_STATUS_NOT_INITIALIZED"
+        if m is None and "cublas runtime error : resource allocation failed" in text:
+            det["status"] = "CUBLAS_STATUS_ALLOC_FAILED"  # THC's wording (PyTorch <= 1.1) of the same status
         if m:
             det["status"] = f"{m.group(1)}_STATUS_{m.group(2)}"
             code = re.search(r"_STATUS_SUCCESS \((\d+) vs\. 0\)", text)  # glog CHECK_EQ(err, SUCCESS)
@@ -474,7 +480,7 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
     # "no late-epoch OOM", "without a single OOM": a negation with one word between
     r"|\b(?:no|without|never)\s+(?:an?\s+|single\s+)?[\w-]+\s+)$")
-_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what)[\"']?\s*[:=(]\s*[\"']$")
+_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what|Hint)[\"']?\s*[:=(]\s*[\"']$")
 _QUOTES = "\"'`\u201c\u2018"
 _CLOSE = {"\u201c": "\u201d", "\u2018": "\u2019"}
 # generic_oom ("out of memory" or "OOM" with no known source) is a failure only in an error's words.

@@ -267,7 +267,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
 
     def rank(i: int) -> tuple[float, int]:
         top = max(boards[i].scores.values(), default=0.0)
-        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0), i)
+        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0) + (1.5 if _sticky(events[i]) else 0.0), i)
 
     p = max(range(len(events)), key=rank)
     final = Board()
@@ -281,6 +281,13 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     hyps = _rank(final)
     return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
                        facts_used=used, scan=scan, recovered=recovered)
+
+
+def _sticky(ev: OomEvent) -> bool:
+    """A device-side assert or an illegal address leaves the CUDA context unusable: every later CUDA call
+    fails too (cuBLAS handle creation, allocations), so the program error is the incident, not those."""
+    return ev.kind == "cuda_program_error" and ("ssert" in ev.text or "llegal" in ev.text.lower()
+                                                  or "ILLEGAL" in ev.text)
 
 
 def _merge(into: Board, b: Board, w: float) -> None:

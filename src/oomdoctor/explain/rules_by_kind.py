@@ -120,11 +120,23 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
                   "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
             b.add("other_process", 1.0, "the workspace could not be allocated: the GPU was full")
+            b.add("not_oom", 0.8, "an index past an embedding table also surfaces as a failed cuBLAS allocation "
+                  "(pytorch#24838); CUDA_LAUNCH_BLOCKING=1 shows the assert", NOT_OOM_FIX)
             if _HANDLE_AT_START.search(ev.text):
                 b.add("other_process", 1.3, "the handle is created at start-up, before the job's own tensors: what "
                       "filled the GPU was there already (another process, or TensorFlow/JAX's preallocated pool)",
                       "check nvidia-smi for other processes; TF_FORCE_GPU_ALLOW_GROWTH=true, "
                       "XLA_PYTHON_CLIENT_PREALLOCATE=false")
+        elif status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in ev.text:
+            # PyTorch creates the handle lazily at the first matmul of a stream, when the GPU may already be
+            # full; a device-side assert earlier in the run (an index past a vocabulary) surfaces here too
+            b.add("true_capacity", 2.0, "cublasCreate failed inside PyTorch: the handle and its workspace are allocated "
+                  "at the first matmul, often on a GPU the job has already filled", _capacity_fix(None, None, None, None))
+            b.add("not_oom", 1.4, "an earlier asynchronous CUDA error (an index past a vocabulary or embedding table) "
+                  "also surfaces as a failed cublasCreate", NOT_OOM_FIX)
+            b.add("context_or_driver", 1.2, f"{status}: per the cuBLAS reference a failed CUDA runtime call or a setup error",
+                  "check that the CUDA build of torch matches the driver")
+            b.add("other_process", 0.8, "or the GPU was full of another process's memory before the first matmul")
         elif status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")):
             b.add("context_or_driver", 2.0, f"{status}: the library handle could not be created; per the API "
                   "reference this follows a failed CUDA runtime call (often memory) or a setup error",
