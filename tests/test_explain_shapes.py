@@ -236,6 +236,15 @@ MENTIONS = [
     "Because of natural variance in batches it's possible for some time to pass before an OOM error.",
     "otherwise you will see a CUDA Out Of Memory (OOM) Error and your training will crash.",
     "so a node makes forward progress instead of OOM-ing or deadlocking under bursty/long-context load.",
+    # round 3's adversarial docs (f2_*): a FAQ question as a section title, change-log and guide verbs,
+    # 'may be running into', 'does not lead to', 'if a ... exception is encountered'
+    "### I am using Nvidia with 4GB VRAM with Float16 support, like RTX 3050, I get CUDA Out Of Memory",
+    "- Add OOM fail reason, attempted allocation size to exception messages (retry) ([#1844](https://github.com/rapidsai/rmm/pull/1844))",
+    "*   Disable reporting OOM errors during tensor allocation in production code.",
+    "If not, you may be running into OOMs because your model is not being FSDP-sharded across N devices.",
+    "Also, ensure via a quick train run that the batch size does not lead to out of memory errors.",
+    "the training process, if a Cuda Out of Memory Exception is encountered, indicating the current batch",
+    "    Set `report_tensor_allocations_upon_oom=False` in `tf.compat.v1.RunOptions`.",
 ]
 
 

@@ -474,6 +474,11 @@ _ADVICE_BEFORE = re.compile(
     r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
     r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*(?:CUDA\s+|GPU\s+)?"
     r"|\b(?:instead of|rather than)\s+"
+    # "you may be running into OOMs", "does not lead to out of memory errors", "if a CUDA OOM exception is raised"
+    r"|\b(?:would|could|might|may|will|can)\s+(?:be\s+|also\s+|still\s+)?(?:running into|run into|getting|get|hitting|hit|"
+    r"seeing|see|causing|cause|lead to|result in)\s+(?:an?\s+|the\s+|more\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\b(?:does|do|did|will|would|should)(?: not|n't) (?:lead to|cause|result in|trigger|produce|give)\s+(?:an?\s+|any\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\bif\s+(?:an?|the|any)\s+(?:[\w-]+\s+){0,2}"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
@@ -511,9 +516,15 @@ _ZERO_COUNT_BEFORE = re.compile(r"(?i)(?:^|[\s(\[|,;])(?:0|zero|no)\s+(?:[\w-]+\
                                 r"(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?$")
 _TEST_VERDICT = re.compile(r"(?:::\S+|\.\.\.)\s+(?:PASSED|SKIPPED|XFAIL|XPASS|ok|skipped|expected failure)(?:\s+\([^)\n]*\)|\s+\'[^\'\n]*\')?\s*(?:\[\s*\d+%\])?\s*$"
                            r"|^\s*(?:PASSED|SKIPPED|XFAIL|XPASS)\s+\S+::|^\s*\[\s+(?:OK|PASSED|SKIPPED)\s+\]\s")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+[^:#\n]{1,60}$")  # a short title, not "# <code comment>: <error>"
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+[^:#\n]{1,60}$"  # a short title, not "# <code comment>: <error>"
+                      # or a FAQ's question as a section title: "### I am using ... 4GB VRAM ..., I get CUDA Out Of Memory"
+                      r"|^\s{0,3}#{2,6}\s+(?=[^\n]*(?:\bI (?:get|got|see)\b|\bwhy\b|\bhow\b|\?))[^\n]{1,300}$")
 _CHANGE_ENTRY = re.compile(r"(?i)^\s*(?:[-*+\u2022]\s+|\d+\.\s+)?(?:\[[\w ]+\]\s*)?"
-                           r"(?:fix(?:e[sd])?|resolv(?:e[sd]?|ing)|prevent(?:s|ed)?|avoid(?:s|ed)?|reduc(?:e[sd]?|ing))\b")
+                           r"(?:fix(?:e[sd])?|resolv(?:e[sd]?|ing)|prevent(?:s|ed)?|avoid(?:s|ed)?|reduc(?:e[sd]?|ing)|"
+                           # a change log's or a guide's other verbs: "- Add OOM fail reason ...", "* Disable reporting OOM ..."
+                           r"add(?:s|ed)?|revert(?:s|ed)?|support(?:s|ed)?|improv(?:e[sd]?|ing)|updat(?:e[sd]?|ing)|handl(?:e[sd]?|ing)|"
+                           r"expos(?:e[sd]?|ing)|document(?:s|ed)?|implement(?:s|ed)?|introduc(?:e[sd]?|ing)|allow(?:s|ed)?|"
+                           r"enabl(?:e[sd]?|ing)|disabl(?:e[sd]?|ing)|catch(?:es)?|raise[sd]?|refactor(?:s|ed)?|remov(?:e[sd]?|ing))\b")
 
 
 def _line_says_no_failure(line: str, start: int, end: int) -> bool:

@@ -21,12 +21,12 @@ _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 MEMORY_WORD = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
                      r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b"
                      # Chinese reports: video memory, memory
-                     r"|显存|内存|(?<![A-Za-z])OOM(?![A-Za-z])")
+                     r"|显存|内存|(?<![A-Za-z0-9_])OOM(?![A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
 _FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
                       r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
-                      r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z])OOM(?![A-Za-z])")
+                      r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_])OOM(?![A-Za-z0-9_])")
 _MAX_LINE = 2000
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
