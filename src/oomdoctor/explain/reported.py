@@ -18,13 +18,14 @@ from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_m
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
-MEMORY_WORD = re.compile(r"(?i)\b(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
-                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions))\b"
+# Word edges are ASCII ones, so that a word next to CJK text counts ("cuda out of memory가 뜨는").
+MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
+                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions)|leak(?:s|ed|ing)?)(?![A-Za-z0-9_])"
                      # Chinese reports: video memory, memory
                      r"|显存|内存|(?<![A-Za-z0-9_])OOM(?![A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
-_FAILURE = re.compile(r"(?i)\b(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
-                      r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)\b"
+_FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
+                      r"exception|error|exhausted|not (?:be )?possible|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_])OOM(?![A-Za-z0-9_])")
 _MAX_LINE = 2000
