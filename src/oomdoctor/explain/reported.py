@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.patterns import _GATED_PATTERNS, _GENERAL_STATEMENT, is_mention
+from oomdoctor.explain.mentions import GENERAL_STATEMENT, is_mention
+from oomdoctor.explain.patterns import _GATED_PATTERNS
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
@@ -73,7 +74,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             lead = prev if line[:1].islower() and prev[-1:].isalpha() else ""
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
-            if (mem is None or _GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
+            if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
                     or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):

@@ -1,0 +1,151 @@
+"""Lines that only mention a failure, not report one: advice, negations, quotations, docs' shapes.
+
+The scanner's patterns (explain/patterns.py) find a failure's words; whether those words report a
+failure that happened or only mention one (docs, FAQs, change logs, grep of source, a feature's
+description) is judged here, on the text around each match. The no-event fallback
+(explain/reported.py) asks the same question. Pure: a line and a span in, a verdict out.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Lines that only mention a failure: advice ("... to avoid out of memory errors", vLLM's 'Avoid "CUDA
+# out of memory" by lowering max_num_seqs'), negation ("no OOM so far"), a quoted phrase (docs, grep of
+# source: `if "out of memory" in str(e)`), TensorFlow's own hint ("If you want to see a list of
+# allocated tensors when OOM happens"). Judged on the text just before each match (and a closing
+# quote just after it): an error message puts "Error: " or a log prefix there, not these words.
+_ADVICE_BEFORE = re.compile(
+    r"(?i)(?:\b(?:avoid\w*|prevent\w*|reduc\w+ the (?:risk|chance)|to reduce|if you\b|in case of|consider\w*|"
+    r"mitigat\w+|workaround|handl(?:e|es|ing)|catch(?:es|ing)?|recover\w* from|protect\w* against|"
+    r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
+    r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
+    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*(?:CUDA\s+|GPU\s+)?"
+    r"|\b(?:instead of|rather than)\s+"
+    # "you may be running into OOMs", "does not lead to out of memory errors", "if a CUDA OOM exception is raised"
+    r"|\b(?:would|could|might|may|will|can)\s+(?:be\s+|also\s+|still\s+)?(?:running into|run into|getting|get|hitting|hit|"
+    r"seeing|see|causing|cause|lead to|result in)\s+(?:an?\s+|the\s+|more\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\b(?:does|do|did|will|would|should)(?: not|n't) (?:lead to|cause|result in|trigger|produce|give)\s+(?:an?\s+|any\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\bif\s+(?:an?|the|any)\s+(?:[\w-]+\s+){0,2}"
+    r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
+    # source code quoted by grep or docs: the message is an argument, not something that happened
+    r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
+    r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
+    # "no late-epoch OOM", "without a single OOM": a negation with one word between
+    r"|\b(?:no|without|never)\s+(?:an?\s+|single\s+)?[\w-]+\s+)$")
+_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what|Hint)[\"']?\s*[:=(]\s*[\"']$")
+_QUOTES = "\"'`\u201c\u2018"
+_CLOSE = {"\u201c": "\u201d", "\u2018": "\u2019"}
+# generic_oom ("out of memory" or "OOM" with no known source) is a failure only in an error's words.
+ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|cannot|can't|could not|unable|panic|"
+                          r"terminat|exceed|exhaust|insufficient|\bran out\b|runs? out\b|went out\b|exit|died|\bdead\b|"
+                          r"until|leads? to|leading to|caus\w+|results? in|resulting in|\bgot\b|\bgets?\b|getting|\bhit|"
+                          r"throw|rais\w+|encounter|occur|happen|trigger|issue|problem|trouble|\bbug\b|leak|"
+                          r"grow|increas|[Mm]emory (?:error|exception)")
+
+
+# Prose about OOMs in general (docs, READMEs), not one that happened.
+GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
+                                r"in general|for example|e\.g\.|essentially|basically|it'?s possible|it is possible)\b"
+                                # the class, in the plural: "CUDA OOMs are Python exceptions", "OOMs can be caught"
+                                r"|\bOOMs (?:are|aren't|can|cannot|can't|will|would|should|need|must|usually|often)\b")
+
+
+# Lines whose shape says that nothing failed, whatever words they quote (issue 17's benign logs):
+# - a counter at zero: "OOM count: 0", "CUDA OOMs: 0", "OOM errors: 0 (0.00%)", "Skipped 0 batches due to OOM";
+# - a test runner's verdict on a test that passed or was skipped: pytest "...::test_x[OOM-1] PASSED",
+#   unittest "test_oom (tests.T) ... ok", GoogleTest "[  PASSED  ] OOMTest.Alloc";
+# - a Markdown heading ("## CUDA out of memory": a section of docs or a FAQ, not a log line; a short
+#   title with no colon, unlike a code comment that quotes an error);
+# - a change-log entry or commit title that fixes or prevents it ("- Fixed CUDA out of memory when ...").
+_ZERO_COUNT_AFTER = re.compile(r"(?i)s?(?:\s+(?:errors?|events?|counts?|kills?|failures?|retries|occurrences|exceptions))?"
+                               r"\s*[:=|]\s*0+(?:\.0+)?(?![\d.]*\s*[%]?\s*[1-9])(?!\.?\d)")
+_ZERO_COUNT_BEFORE = re.compile(r"(?i)(?:^|[\s(\[|,;])(?:0|zero|no)\s+(?:[\w-]+\s+){0,3}(?:due to|from|because of|caused by)\s+"
+                                r"(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?$")
+_TEST_VERDICT = re.compile(r"(?:::\S+|\.\.\.)\s+(?:PASSED|SKIPPED|XFAIL|XPASS|ok|skipped|expected failure)(?:\s+\([^)\n]*\)|\s+\'[^\'\n]*\')?\s*(?:\[\s*\d+%\])?\s*$"
+                           r"|^\s*(?:PASSED|SKIPPED|XFAIL|XPASS)\s+\S+::|^\s*\[\s+(?:OK|PASSED|SKIPPED)\s+\]\s")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+[^:#\n]{1,60}$"  # a short title, not "# <code comment>: <error>"
+                      # or a FAQ's question as a section title: "### I am using ... 4GB VRAM ..., I get CUDA Out Of Memory"
+                      r"|^\s{0,3}#{2,6}\s+(?=[^\n]*(?:\bI (?:get|got|see)\b|\bwhy\b|\bhow\b|\?))[^\n]{1,300}$")
+_CHANGE_ENTRY = re.compile(r"(?i)^\s*(?:[-*+\u2022]\s+|\d+\.\s+)?(?:\[[\w ]+\]\s*)?"
+                           r"(?:fix(?:e[sd])?|resolv(?:e[sd]?|ing)|prevent(?:s|ed)?|avoid(?:s|ed)?|reduc(?:e[sd]?|ing)|"
+                           # a change log's or a guide's other verbs: "- Add OOM fail reason ...", "* Disable reporting OOM ..."
+                           r"add(?:s|ed)?|revert(?:s|ed)?|support(?:s|ed)?|improv(?:e[sd]?|ing)|updat(?:e[sd]?|ing)|handl(?:e[sd]?|ing)|"
+                           r"expos(?:e[sd]?|ing)|document(?:s|ed)?|implement(?:s|ed)?|introduc(?:e[sd]?|ing)|allow(?:s|ed)?|"
+                           r"enabl(?:e[sd]?|ing)|disabl(?:e[sd]?|ing)|catch(?:es)?|raise[sd]?|refactor(?:s|ed)?|remov(?:e[sd]?|ing))\b")
+
+
+def _line_says_no_failure(line: str, start: int, end: int) -> bool:
+    return bool(_ZERO_COUNT_AFTER.match(line, end) or _ZERO_COUNT_BEFORE.search(line[max(0, start - 60):start])
+                or _TEST_VERDICT.search(line) or _HEADING.match(line) or _CHANGE_ENTRY.match(line))
+
+
+def is_mention(line: str, start: int, end: int) -> bool:
+    """True when the match line[start:end] is advice, a negation or a quotation, not a failure."""
+    before = line[max(0, start - 80):start]
+    if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
+        return True
+    if _CONDITIONAL.search(line[max(0, start - 80):end + 30]):
+        return True
+    if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
+        return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
+    label = _BOLD_LABEL.match(line)
+    if _TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line):
+        return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
+    if _MECHANISM_AFTER.match(line, end):
+        return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
+    # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
+    qm = _QUOTE_OPEN.search(before)
+    if qm and qm.group(1) in "\"`" and line.count(qm.group(1), 0, start - len(before) + qm.start()) % 2:
+        qm = None  # that quote closes an earlier one ("`52%` with message killed"): the match is outside
+    if qm and not _ERROR_VALUE.search(before[: qm.start() + 1]):
+        q = qm.group(1)
+        close = _CLOSE.get(q, q)
+        j = line.find(close, end)
+        # reported ("I get `...`") unless it names a kind of error in the plural, as a FAQ does
+        if 0 <= j - end <= 40 and (not _REPORTED_BEFORE.search(before[: qm.start()])
+                                   or _KIND_PLURAL.match(line, j + len(close))):
+            return True
+    return False
+
+
+# "if the GPU runs out of memory", "when CUDA runs out of memory": what a program does in that case
+# (change logs, docs), not a failure that happened
+_CONDITIONAL = re.compile(r"(?i)\b(?:if|when(?:ever)?|in case|unless)\s+(?:the\s+|a\s+|your\s+|it\s+)?"
+                          r"(?:[\w-]+\s+)?(?:runs?|goes|go|gets?)\s+out of (?:GPU |CUDA |device )?memory\b")
+_QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
+# A quotation that a report puts after what happened to the job: "I get `CUDA out of memory`", "it crashes
+# saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of
+# a phrase ("the `out of memory` error means ..."), whose verbs are not the job's.
+# "OOM" as the modifier of a mechanism's name (docs, PRs, changelogs), not a failure that happened.
+# A line that is one quotation in typographic quotes: an article quoting the message (terminals and
+# issue pastes use straight quotes or backticks).
+_TYPESET_QUOTE_LINE = re.compile("^\\s*[\u201c\u2018][^\u201d\u2019\\n]{1,300}[\u201d\u2019][.!]?\\s*$")
+_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
+# a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
+_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s")
+_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
+                              r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
+                              r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
+_IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")
+_KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")
+_REPORTED_BEFORE = re.compile(
+    r"(?i)(?:\b(?:I|we|it|this|that|which|script|job|run|training|code|program|process|model|command)\s+"
+    r"(?:\w+\s+){0,2}(?:get|gets|got|getting|see|saw|am seeing|keep getting|hit|hits|encounter(?:ed)?)"
+    r"|\b(?:say(?:s|ing)?|with (?:the |this |an? )?(?:message|error|exception)|throws?|threw|thrown|raises?|raised|"
+    r"shows?|showed|gives?|gave|returns?|returned|fails? with|failed with|crash(?:es|ed)? with|died with|"
+    r"exit(?:s|ed)? with|printed|prints|reports?|reported|following error|error (?:is|was)|message (?:is|was)))"
+    r"\s*(?:an?\s+|the\s+)?(?:error|exception|message)?\s*[:,-]?\s*$")
+
+
+def docs_clause(line: str, start: int) -> bool:
+    """The match sits in a conditional clause with no first person: "if the process is killed by the
+    OOM killer", "when the batch is too large you get an OOM" (docs), not "when I run it I get OOM"."""
+    c = _IF_CLAUSE.search(line, max(0, start - 200), start)
+    return c is not None and not _FIRST_PERSON.search(line, c.start(), start)
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me|us|it)\b")
+
+
+__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT"]
