@@ -5,7 +5,7 @@ message `killed`") or a traceback cut before its last line. The scanner's patter
 own words, so such a text has no event, and explain used to give no answer. Here a failure is
 recognised by its shape, not by a product's wording: a Python traceback, or one line that puts a
 memory word next to a failure word and is not advice, a negation, a quotation or a general statement
-(patterns.is_mention, the test that already keeps docs and grep output from being failures). The
+(mentions.is_mention, the test that already keeps docs and grep output from being failures). The
 causes are then ranked from the text's evidence (rank.py: prose rules, readings, the text prior).
 Pure: text in, the reporting line out.
 """
