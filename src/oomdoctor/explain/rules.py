@@ -19,6 +19,7 @@ CONTEXT_MAX = int(1.5 * GIB)
 # Above this many times the request, memory cached but unallocated is no longer read as fragmentation
 # first (torch_oom below).
 FRAG_RATIO_MAX = 3.5
+FRAG_SHARE_MIN = 0.2  # ... unless the unallocated cache is at least this share of the GPU
 
 
 @dataclass
@@ -97,11 +98,13 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         return
     own = R if R is not None else P
     own_share = own / T if own is not None and T else None
-    if U is not None and X is not None and U >= X and U >= 128 * 1024**2 and U > FRAG_RATIO_MAX * X:
+    if (U is not None and X is not None and U >= X and U >= 128 * 1024**2 and U > FRAG_RATIO_MAX * X
+            and T and U < FRAG_SHARE_MIN * T):
         # Many times the request cached and still no block for it: the cache is mostly where this
         # request cannot go (the small-block pool, other streams' segments), so the job's own footprint
         # is what filled the GPU. In the corpus's confirmed reports (dev) no fragmentation case had the
-        # cache above 3.1 x the request; leaks and full jobs did (docs/validation/explain.md).
+        # cache above 3.1 x the request while it was under a fifth of the GPU; leaks and full jobs did.
+        # A cache that is a large share of the GPU is fragmentation whatever the ratio.
         b.add("fragmentation", 1.4, f"{fb(U)} is reserved by PyTorch but unallocated, {U / X:.0f} x the {why_x}: "
               "some of PyTorch's cache is split, but that much free cache that cannot hold the request "
               "is mostly in blocks it cannot use", _frag_fix(X, d))
