@@ -153,6 +153,14 @@ def test_a_frameworks_own_advice_is_not_another_holder():
     assert not explain_text(text).scan.env.get("other_holder")
 
 
+def test_growth_as_a_comparative_and_tf1_graph_growth():
+    """g2_tf_simplehumanpose_9: 'the more time ... the larger memory'; the fix was graph.finalize."""
+    env = explain_text(["I encounter an OOM issue while training the model that The more time I utilize to train the "
+                        "model the larger memory is occupied. The way I fixed is to simply add a \"graph.finalize\" "
+                        "before iter."]).scan.env
+    assert env.get("growth") and env.get("leak_words")
+
+
 def test_chinese_reports_and_docs():
     """d1_llamafactory_4756 reports its OOM in Chinese; b5_ewbang_yolov8_gpumem_blog says what may happen."""
     ex = explain_text(["推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"])

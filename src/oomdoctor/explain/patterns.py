@@ -249,7 +249,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          # the verb first, or a growth that has its own word: "increases the memory used
                          # linearly", "memory use balloons", "memory keeps piling up"
                          r"|\b(?:increas\w+|grow\w*)\s+(?:the\s+)?(?:\w+\s+)?memory\b[^.\n]{0,30}\b(?:linearly|steadily|continuously|every (?:step|iteration|epoch|batch))"
-                         r"|memory[^.\n]{0,40}?\b(?:balloon\w*|piles? up|piling up|creeps? up|never goes down|keeps? going up)\b"),
+                         r"|memory[^.\n]{0,40}?\b(?:balloon\w*|piles? up|piling up|creeps? up|never goes down|keeps? going up|"
+                         r"more and more|larger and larger|bigger and bigger|higher and higher)\b"
+                         # the comparative: "the more time I train the model the larger memory is occupied"
+                         r"|\bthe (?:more|longer)\b[^.\n]{0,60}\bthe (?:more|larger|bigger|higher)\b[^.\n]{0,15}\bmemory"),
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
@@ -273,7 +276,9 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "leak_words": re.compile(r"(?i)\b(?:(?:sav|keep|kept|stor|accumulat|retain)\w* (?:\w+ ){0,3}(?:computation(?:al)? )?graph|"
                              r"computation(?:al)? graph (?:\w+ ){0,3}(?:kept|saved|retained|accumulat\w*|grow\w*)|"
                              r"without (?:torch\.)?no_grad|forgot (?:\w+ ){0,2}(?:no_grad|detach)|(?:not|never|didn't|don't) detach\w*|"
-                             r"creeping memory|memory (?:is )?creeping)"),
+                             r"creeping memory|memory (?:is )?creeping|"
+                             # TensorFlow 1.x: ops added to the graph every step (the fix: finalize the graph)
+                             r"graph\.finalize|(?:add\w*|creat\w+) (?:new )?(?:ops|nodes) (?:to the graph )?(?:in|inside|every|each))"),
     # A job that ran for a while before failing: memory that grows (or a rare larger batch).
     "late_failure": re.compile(r"(?i)\bafter (?:a (?:few|couple of)|several|many|so many|some|\d+) (?:\w+ )?"
                                r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"),
@@ -302,7 +307,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "device 0", "same gpu"),
     "fragmentation_words": ("fragment",),
     "late_failure": ("after ",),
-    "leak_words": ("graph", "no_grad", "detach", "creeping"),
+    "leak_words": ("graph", "no_grad", "detach", "creeping", "ops ", "nodes "),
 }
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words"})
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
@@ -315,7 +320,8 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
-    b"etach", b"reeping", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
+    b"etach", b"reeping", b"and more", b"and larger", b"and bigger", b"and higher", b"he more", b"he longer",
+    b" ops ", b" nodes ", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
     b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
     "同一".encode(),
 }))
