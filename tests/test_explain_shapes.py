@@ -161,6 +161,19 @@ def test_growth_as_a_comparative_and_tf1_graph_growth():
     assert env.get("growth") and env.get("leak_words")
 
 
+def test_the_fallback_skips_docstrings_commands_labels_and_advice():
+    """h1_*: no event, and the fallback must not read these as reported failures."""
+    for text in (['    unsloth\'s ``from_pretrained`` defaults to ``device_map="sequential"``, which stacks',
+                  "    the whole model on GPU0 and OOMs multi-GPU hosts whose other GPUs sit empty (#7053)."],
+                 ['    """True for an accelerator OOM, however it is spelled.'],
+                 ["$ cat /sys/fs/cgroup/memory.oom.group"],
+                 ["- name: CUDA OOM"],
+                 ["so if your job gets killed on a cpu OOM the whole process group goes"],
+                 ["The ratio has been adjusted to 0.8 by default. If OOM error happens, please consider reducing it."],
+                 ["若出现 OOM 现象，可尝试使用 zero2 或 zero3。"]):
+        assert not explain_text(text).explained, text
+
+
 def test_chinese_reports_and_docs():
     """d1_llamafactory_4756 reports its OOM in Chinese; b5_ewbang_yolov8_gpumem_blog says what may happen."""
     ex = explain_text(["推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"])
@@ -253,6 +266,14 @@ MENTIONS = [
     "Also, ensure via a quick train run that the batch size does not lead to out of memory errors.",
     "the training process, if a Cuda Out of Memory Exception is encountered, indicating the current batch",
     "    Set `report_tensor_allocations_upon_oom=False` in `tf.compat.v1.RunOptions`.",
+    # round 5's docs and code comments (h1_*): a regex that looks for the message, 'errors may occur', a
+    # config's hedged comment, 'on a CPU OOM event', the OOM killer named, a relative clause
+    '           pattern: ".*CUDA out of memory.*"',
+    "Out Of Memory (OOM) errors may occur if a 7B model is deployed on a GPU with memory less than 40G.",
+    "        jobs_per_gpu: 1  # If each GPU has large memory, you can run multiple jobs on the same GPU (until OOM).",
+    "A value of 0 means only the offending process will be killed on a CPU OOM event",
+    '        # has abruptly died", which is the OOM killer reaping tokenizer workers',
+    "It performs a binary search over batch sizes that succeed or lead to CUDA OOM until convergence.",
 ]
 
 
@@ -300,6 +321,9 @@ STILL_FAILURES = [
     ("When I run it, I get an OOM error", "generic_oom"),
     ("When training with batch 64 it fails with OOM error", "generic_oom"),
     ("**RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB**", "torch_oom"),
+    ("my training was killed by the OOM killer", "exit_137"),
+    ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment",
+     "driver_error"),
 ]
 
 

@@ -28,6 +28,9 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:does|do|did|will|would|should)(?: not|n't) (?:lead to|cause|result in|trigger|produce|give)\s+(?:an?\s+|any\s+)?(?:CUDA\s+|GPU\s+)?"
     r"|\bif\s+(?:an?|the|any)\s+(?:[\w-]+\s+){0,2}"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
+    r"|\bon an?\s+(?:[\w-]+\s+)?"
+    # what a kind of thing does, in a relative clause: "batch sizes that succeed or lead to CUDA OOM"
+    r"|\b(?:that|which)\s+(?:\w+\s+){0,3}?(?:lead|leads|cause|causes|result|results|trigger|triggers)\s+(?:to\s+|in\s+)?(?:an?\s+)?(?:CUDA\s+|GPU\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
@@ -89,6 +92,11 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
+    if _REGEX_AROUND.search(line, max(0, start - 6), start) or _MODAL_AFTER.match(line, end):
+        return True  # a regular expression that looks for the message (".*CUDA out of memory.*"), "OOM errors may occur"
+    comment = _TRAILING_COMMENT.search(line, 0, start)
+    if comment is not None and _HEDGE.search(line, comment.end(), start):
+        return True  # "jobs_per_gpu: 1  # If each GPU has large memory, ... (until OOM)": a config's comment
     label = _BOLD_LABEL.match(line)
     if _TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
@@ -124,9 +132,16 @@ _TYPESET_QUOTE_LINE = re.compile("^\\s*[\u201c\u2018][^\u201d\u2019\\n]{1,300}[\
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
 _BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s")
-_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
+_MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
                               r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
                               r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
+_REGEX_AROUND = re.compile(r"\.[*+]\s*$")
+# right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"
+# (not across " - ", and not "may be due to": error messages explain their own cause that way)
+_MODAL_AFTER = re.compile(r"(?:(?! - | \u2014 )[^.!?;:,\n]){0,30}?\b(?:may|might|can|could|would)\b"
+                          r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
+_TRAILING_COMMENT = re.compile(r"\S\s+#\s")
+_HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")
 _KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")
 _REPORTED_BEFORE = re.compile(

@@ -106,6 +106,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
+                 # "killed by the OOM killer", "the OOM killer killed python"
+                 r"|\bkilled by (?:the )?(?:kernel'?s? |linux )?OOM[- ]killer\b|\bOOM[- ]killer killed\b"
                  r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
     ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory|"
