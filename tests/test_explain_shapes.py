@@ -170,7 +170,9 @@ def test_the_fallback_skips_docstrings_commands_labels_and_advice():
                  ["- name: CUDA OOM"],
                  ["so if your job gets killed on a cpu OOM the whole process group goes"],
                  ["The ratio has been adjusted to 0.8 by default. If OOM error happens, please consider reducing it."],
-                 ["若出现 OOM 现象，可尝试使用 zero2 或 zero3。"]):
+                 ["若出现 OOM 现象，可尝试使用 zero2 或 zero3。"],
+                 ["      total number of calibration samples) to **O(features)**, which prevents",
+                  "      RAM spikes and OOM kills when calibrating on large datasets."]):
         assert not explain_text(text).explained, text
 
 
@@ -274,6 +276,10 @@ MENTIONS = [
     "A value of 0 means only the offending process will be killed on a CPU OOM event",
     '        # has abruptly died", which is the OOM killer reaping tokenizer workers',
     "It performs a binary search over batch sizes that succeed or lead to CUDA OOM until convergence.",
+    # round 6 (i1_*): a bold title in a numbered list, a modal's consequence, a situation a FAQ names
+    "2. **Out of Memory Errors**",
+    "            mixed adapter may be too big and result in OOM errors).",
+    "When using the official Docker image, RayWorkerVllm died due to OOM, causing the model to fail to load",
 ]
 
 

@@ -25,6 +25,7 @@ _ADVICE_BEFORE = re.compile(
     # "you may be running into OOMs", "does not lead to out of memory errors", "if a CUDA OOM exception is raised"
     r"|\b(?:would|could|might|may|will|can)\s+(?:be\s+|also\s+|still\s+)?(?:running into|run into|getting|get|hitting|hit|"
     r"seeing|see|causing|cause|lead to|result in)\s+(?:an?\s+|the\s+|more\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,5}\s+(?:lead to|result in|cause|trigger)\s+(?:an?\s+)?(?:CUDA\s+|GPU\s+)?"
     r"|\b(?:does|do|did|will|would|should)(?: not|n't) (?:lead to|cause|result in|trigger|produce|give)\s+(?:an?\s+|any\s+)?(?:CUDA\s+|GPU\s+)?"
     r"|\bif\s+(?:an?|the|any)\s+(?:[\w-]+\s+){0,2}"
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
@@ -131,7 +132,9 @@ _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 _TYPESET_QUOTE_LINE = re.compile("^\\s*[\u201c\u2018][^\u201d\u2019\\n]{1,300}[\u201d\u2019][.!]?\\s*$")
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
-_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s")
+_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s"
+                         # or a list item that is only a bold title: "2. **Out of Memory Errors**"
+                         r"|^\s*(?:[-*+]\s+|\d+\.\s+)\*\*[^*:\n]{1,60}\*\*:?\s*$")
 _MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
                               r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
                               r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
@@ -142,7 +145,7 @@ _MODAL_AFTER = re.compile(r"(?:(?! - | \u2014 )[^.!?;:,\n]){0,30}?\b(?:may|might
                           r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
 _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")
-_IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;,]*$")
+_IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;]*$")
 _KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")
 _REPORTED_BEFORE = re.compile(
     r"(?i)(?:\b(?:I|we|it|this|that|which|script|job|run|training|code|program|process|model|command)\s+"

@@ -78,7 +78,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             line = line[:_MAX_LINE]
             # prose wrapped mid-sentence is read with the line before it ("such a batch can" + "lock in
             # ... or OOM"): a hypothetical there is one here
-            lead = prev if line.lstrip()[:1].islower() and prev[-1:].isalpha() else ""
+            lead = prev if line.lstrip()[:1].isalnum() and prev[-1:].isalpha() else ""
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
@@ -89,7 +89,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
                         or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or _MODAL_AFTER.match(line, hi)
-                        or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _CONDITIONAL.search(line, max(0, f.start() - 300), f.start()) or _REMEDY_BEFORE.search(line, 0, lo) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
+                        or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _CONDITIONAL.search(line, max(0, f.start() - 300), f.start()) or _REMEDY_BEFORE.search(lead[-200:] + " " + line[:lo]) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
                     continue
                 return source, first + i, line.strip()[:400]
     return None
