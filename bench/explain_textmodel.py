@@ -5,8 +5,13 @@ it is fitted on exactly that text of each dev report. Its vocabulary size is VOC
 prior's weight by cross-validation on dev (bench/explain_cv.py). Deterministic: the same corpus gives
 the same file, byte for byte.
 
+It also fits the documentation model (src/oomdoctor/explain/docsmodel.json): the same naive Bayes with
+two classes, `report` (every dev report) against `docs` (dev benign texts of kind docs_text,
+grep_output and other: documentation, FAQs, change logs, code and comments that quote OOM wording).
+rank.py uses it to tell a vague OOM word in documentation from one in a report (DOCS_MIN).
+
 Usage: PYTHONPATH=src python bench/explain_textmodel.py [--check]
-  --check: exit 1 if the stored file differs from a fresh fit (tests/test_explain_textmodel.py runs it)
+  --check: exit 1 if a stored file differs from a fresh fit (tests/test_explain_textmodel.py runs it)
 """
 
 from __future__ import annotations
@@ -40,6 +45,17 @@ def fit_cases(cases: list[dict], vocab: int = VOCAB) -> dict:
     return fit([(model_text(c["text"]), c["category"]) for c in cases], CATEGORIES, vocab)
 
 
+DOCS_KINDS = ("docs_text", "grep_output", "other")
+
+
+def fit_docs() -> dict:
+    from oomdoctor.explain.textmodel import fit
+
+    docs = [(model_text(c["text"]), "report") for c in C.load_reports("dev")]
+    docs += [(model_text(c["text"]), "docs") for c in C.load_benign("dev") if c["kind"] in DOCS_KINDS]
+    return fit(docs, ["report", "docs"], VOCAB)
+
+
 def dumps(model: dict) -> str:
     return json.dumps(model, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -50,16 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args(argv)
-    text = dumps(fit_cases(C.load_reports("dev")))
+    from oomdoctor.explain.textmodel import DOCS_MODEL_PATH
+
+    outputs = ((MODEL_PATH, dumps(fit_cases(C.load_reports("dev")))), (DOCS_MODEL_PATH, dumps(fit_docs())))
     if a.check:
-        old = MODEL_PATH.read_text(encoding="utf-8") if MODEL_PATH.exists() else ""
-        if old != text:
-            print(f"{MODEL_PATH} is stale: run PYTHONPATH=src python bench/explain_textmodel.py", file=sys.stderr)
-            return 1
-        print(f"{MODEL_PATH} matches a fresh fit on dev")
+        for path, text in outputs:
+            old = path.read_text(encoding="utf-8") if path.exists() else ""
+            if old != text:
+                print(f"{path} is stale: run PYTHONPATH=src python bench/explain_textmodel.py", file=sys.stderr)
+                return 1
+            print(f"{path} matches a fresh fit on dev")
         return 0
-    MODEL_PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {MODEL_PATH} ({len(text)} bytes)")
+    for path, text in outputs:
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(text)} bytes)")
     return 0
 
 

@@ -147,3 +147,23 @@ def test_words_only_leaning_is_shown_but_never_a_failure():
     assert ex.to_json()["words_only"] is True and ex.to_json()["failed"] is False
     assert "lean to" in to_text(ex)
     assert not explain_text(["epoch 1 loss 0.3", "epoch 2 loss 0.2"]).hypotheses
+
+
+def test_documentation_with_only_a_vague_oom_word_is_not_a_failure(monkeypatch):
+    """The documentation model (docsmodel.json) lets a README's vague OOM wording stand as a mention; a
+    user's report with the same wording stays a failure. The README text is dev benign
+    e4_whisperx_readme_vram with one line of a generic OOM added; the report line is dev case lo_cbp_5."""
+    from oomdoctor.explain import rank
+
+    readme = ["For specific details on the batching and alignment, the effect of VAD, as well as the chosen alignment "
+              "model, see the preprint [paper](https://www.robots.ox.ac.uk/~vgg/publications/2023/Bain23/bain23.pdf).", "",
+              "To reduce GPU memory requirements, try any of the following (2. & 3. can affect quality):", "",
+              "1.  reduce batch size, e.g. `--batch_size 4`", "2.  use a smaller ASR model `--model base`",
+              "3.  Use lighter compute type `--compute_type int8`", "OOM error with large-v2 on 8GB cards"]
+    ex = explain_text(readme)
+    assert not ex.explained and ex.to_json()["documentation"] is True
+    monkeypatch.setattr(rank, "DOCS_MIN", 1.0)  # the gate off: the same text is a failure
+    assert explain_text(readme).explained
+    monkeypatch.undo()
+    report = ["I just run the test, and it run out of my cuda memory, which is 20G.  Have I miss something?"]
+    assert explain_text(report).explained

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL_PATH = Path(__file__).with_name("textmodel.json")
+DOCS_MODEL_PATH = Path(__file__).with_name("docsmodel.json")  # report vs documentation (rank.DOCS_MIN)
 MAX_TEXT = 64 * 1024  # characters of text looked at (the scanner hands over a bounded sample)
 ALPHA = 0.5  # additive smoothing of the per-category token counts
 # Divisor of the words' log-likelihood (TextModel.posterior). Chosen out of fold on dev (5 folds, 347
@@ -111,6 +112,15 @@ def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min
     ranked = sorted(kept.items(), key=lambda kv: (-round(mi(kv[1]), 12), kv[0]))[:vocab_size]
     return {"version": 1, "categories": list(categories), "docs": ndocs, "alpha": alpha,
             "counts": dict(sorted(ranked))}
+
+
+@lru_cache(maxsize=1)
+def docs_model() -> TextModel | None:
+    """p(docs | words): documentation, FAQs, change logs and code against users' reports; None if missing."""
+    try:
+        return TextModel(json.loads(DOCS_MODEL_PATH.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @lru_cache(maxsize=1)

@@ -36,7 +36,8 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     con = Console(file=buf, width=width, color_system="standard" if color else None, highlight=False,
                   force_terminal=color, soft_wrap=not color)
     if not ex.events:
-        con.print("No OOM-like event found.")
+        con.print("No OOM-like event found." + (" The text reads as documentation: its OOM wording is not taken as "
+                                                 "a failure." if ex.documentation else ""))
         if ex.hypotheses:  # a leaning from the words alone (explain/rank.py _words_only), never a failure
             con.print("If the job did fail for memory, its words lean to (a word model, no failure line to read):")
             for h in ex.hypotheses[:3]:
