@@ -197,6 +197,19 @@ def test_plural_class_statements_are_not_failures():
     assert not explain_text([line]).explained
 
 
+def test_yolo_autobatch_after_an_oom_is_a_recovery_and_alone_is_nothing():
+    """YOLOv5 utils/autobatch.py and torch_utils.profile (read at the source): a batch size that runs out of
+    memory is logged as a warning, then AutoBatch settles on a smaller one."""
+    log = ["AutoBatch: Computing optimal batch size for --imgsz 640",
+           "WARNING \u26a0\ufe0f CUDA out of memory. Tried to allocate 1.56 GiB (GPU 0; 14.75 GiB total capacity; 12.02 GiB "
+           "already allocated; 1.05 GiB free; 12.44 GiB reserved in total by PyTorch)",
+           "AutoBatch: Using batch-size 8 for CUDA:0 6.32G/14.75G (43%) \u2705"]
+    ex = explain_text(log)
+    assert not ex.explained and [e.kind for e in ex.recovered] == ["torch_oom"]
+    healthy = explain_text([log[0], log[2]])
+    assert not healthy.explained and not healthy.recovered and not healthy.events
+
+
 def test_llamacpp_kv_cache_retry_is_a_recovery():
     """b5_llamacpp_kvretry_medgemma_14938: llama.cpp halves its batch when the KV cache is full."""
     ex = explain_text(["decode: failed to find a memory slot for batch of size 1024",

@@ -22,11 +22,14 @@ class Kind:
     what: str  # who raised it, in a few words
     definite: bool = True  # False: the wording does not say which memory ran out
     recovery: bool = False  # a marker that the job caught an OOM and went on
+    alone: bool = True  # a recovery marker that is itself a recovered OOM when no OOM text precedes it
 
 
 KINDS: dict[str, Kind] = {
     "oom_recovered": Kind(None, False, "a job that caught its OOM and went on (batch-size finder, skipped batch)",
                           recovery=True),
+    "autobatch_settled": Kind(None, False, "YOLO's AutoBatch settling on a batch size (after an OOM: recovered)",
+                              recovery=True, alone=False),
     "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
     "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
     "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),
@@ -67,6 +70,7 @@ KINDS: dict[str, Kind] = {
 GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
 MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
 RECOVERY = frozenset(k for k, v in KINDS.items() if v.recovery)
+RECOVERY_ALONE = frozenset(k for k, v in KINDS.items() if v.recovery and v.alone)
 
 # Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
 # health. Others: the GPU or its firmware stopped responding.

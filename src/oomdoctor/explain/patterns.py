@@ -34,6 +34,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
                       # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
                       r"free space in the KV cache, retrying with smaller batch"),
+    # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
+    # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
+    ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
     ("hami_oom", r"\[HAMI-core ERROR[^\]]*\]:\s*Device \d+ OOM"),
     ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
     # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
@@ -141,6 +144,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 LINE_GATES: dict[str, tuple[str, ...]] = {
     "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
                       "size decreased from", "size reduced from", "size halved from", "size lowered from"),
+    "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("HAMI-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
     "torch_oom_nvml": ("NVML_SUCCESS",),
@@ -207,7 +211,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 63 literals in all, under Teddy's 64.
+    # the three log shapes (tests/test_prefilter_engine.py); 64 literals in all, Teddy's limit.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -218,6 +222,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
+    b'AutoBatch: Using',
     b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size', b'], thread: [',
     b'ESOURCE_EXHAUSTED: Failed to allocate request',
 )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
-from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY
+from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE
 from oomdoctor.explain.reported import MEMORY_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -187,7 +187,7 @@ def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent
     # is itself the recovered event.
     covered = {(m.source, m.line) for m in markers for e in out
                if m.source == e.source and m.line >= e.line - RECOVERY_BEFORE}
-    return out + [m for m in markers if (m.source, m.line) not in covered]
+    return out + [m for m in markers if (m.source, m.line) not in covered and m.kind in RECOVERY_ALONE]
 
 
 def _prior(prior: Any) -> TextModel | None:
