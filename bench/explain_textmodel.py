@@ -32,11 +32,12 @@ CATEGORIES = [c for c in C.CATEGORIES]
 def model_text(text: str) -> str:
     """The text the prior sees at run time for a log: the scanner's samples and the events' text."""
     from oomdoctor.explain.events import LogScanner
+    from oomdoctor.explain.rank import model_text as text_of
 
     scanner = LogScanner()
     scanner.feed_lines(text.splitlines())
     scan = scanner.finish()
-    return "\n".join([t for _, _, t in scan.samples] + [e.text for e in scan.events[:20]])
+    return text_of(scan, scan.events)
 
 
 def fit_cases(cases: list[dict], vocab: int = VOCAB) -> dict:

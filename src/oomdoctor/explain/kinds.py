@@ -11,6 +11,7 @@ Pure data.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,11 @@ KINDS: dict[str, Kind] = {
     "generic_oom": Kind("true_capacity", False, "an 'out of memory' message without a known source", definite=False),
 }
 
+# A cuBLAS/cuDNN handle that failed where it is created at start-up (TensorFlow's and JAX's wording):
+# what filled the GPU was there before the job's own tensors (rules_by_kind.event_rules).
+HANDLE_AT_START = re.compile(r"Failed to get convolution algorithm|[Cc]ould not create cudnn handle|"
+                             r"failed to create cublas handle|cuDNN failed to initialize")
+
 GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
 MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
 RECOVERY = frozenset(k for k, v in KINDS.items() if v.recovery)
@@ -90,7 +96,7 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         status = str(d.get("status", ""))
         if status.endswith("ALLOC_FAILED"):
             # a handle created at start-up found the GPU full before the job's own tensors
-            return "other_process" if "failed to create cublas handle" in text else "true_capacity"
+            return "other_process" if HANDLE_AT_START.search(text) else "true_capacity"
         if status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in text:
             return "true_capacity"  # PyTorch's lazy handle, created on a GPU the job may have filled
         return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"

@@ -93,7 +93,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if line[start - 1:start] == "(" and line[end:end + 1] == ")" and line[start:end].isalpha() and line[start:end].isupper():
         return True  # an abbreviation being defined: "out-of-memory (OOM) errors"
-    if _REGEX_AROUND.search(line, max(0, start - 6), start) or _MODAL_AFTER.match(line, end):
+    if _REGEX_AROUND.search(line, max(0, start - 6), start) or MODAL_AFTER.match(line, end):
         return True  # a regular expression that looks for the message (".*CUDA out of memory.*"), "OOM errors may occur"
     comment = _TRAILING_COMMENT.search(line, 0, start)
     if comment is not None and _HEDGE.search(line, comment.end(), start):
@@ -141,8 +141,10 @@ _MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:i
 _REGEX_AROUND = re.compile(r"\.[*+]\s*$")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"
 # (not across " - ", and not "may be due to": error messages explain their own cause that way)
-_MODAL_AFTER = re.compile(r"(?:(?! - | \u2014 )[^.!?;:,\n]){0,30}?\b(?:may|might|can|could|would)\b"
-                          r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
+# The no-event fallback (explain/reported.py) asks the same of a failure word: "Running out of memory
+# during training can be both frustrating and costly".
+MODAL_AFTER = re.compile(r"(?i)(?:(?! - | \u2014 )[^.!?;:,\n]){0,40}?\b(?:may|might|can|could|would|should)\b"
+                         r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
 _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;]*$")
@@ -166,4 +168,4 @@ def docs_clause(line: str, start: int) -> bool:
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me|us|it)\b")
 
 
-__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT"]
+__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT", "MODAL_AFTER"]

@@ -202,7 +202,7 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
     """The text prior's share of each category's score (module docstring of explain/textmodel.py)."""
     if model is None or PRIOR_WEIGHT <= 0:
         return
-    text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    text = model_text(scan, events)
     # Where the message gives the allocator's full breakdown (the request, the total and PyTorch's
     # cache), the rules have weighed every category those numbers allow: the words then reorder
     # those, and add none that the numbers ruled out. A message cut before the cache's figure rules
@@ -216,6 +216,12 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
                       "fitted on confirmed reports)" if p >= 0.5 else "")
 
 
+def model_text(scan: LogScan, events: list[OomEvent]) -> str:
+    """What the word models read (the prior and the documentation model, and bench/explain_textmodel.py
+    when it fits them): each source's head and tail, and the events' text."""
+    return "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+
+
 def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:
     """Documentation whose only OOM wording is vague (module constants DOCS_MIN, DOCS_WEAK_KINDS)."""
     if model is None or DOCS_MIN >= 1 or any(e.kind not in DOCS_WEAK_KINDS for e in events):
@@ -225,7 +231,7 @@ def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     docs = docs_model()
     if docs is None:
         return False
-    text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    text = model_text(scan, events)
     return docs.posterior(text).get("docs", 0.0) >= DOCS_MIN
 
 

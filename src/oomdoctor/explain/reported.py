@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.mentions import GENERAL_STATEMENT, is_mention
+from oomdoctor.explain.mentions import GENERAL_STATEMENT, MODAL_AFTER, is_mention
 from oomdoctor.explain.patterns import _GATED_PATTERNS
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
@@ -31,24 +31,20 @@ _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|crash(?
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 _MAX_LINE = 2000
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
+# A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
+# what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and
+# not across "but" or a comma ("I can load it, but training fails with OOM" is a report). The same right
+# after the failure words is mentions.MODAL_AFTER.
+_MODAL_BEFORE = re.compile(r"(?i)\b(?:can|could|may|might|would|should)\b(?!['\u2019]t| ?not)(?:(?!\bbut\b)[^.!?;:,])*$")
+# Lines that are not prose reporting a run: a configuration's label ("- name: CUDA OOM", "pattern: ..."),
+# a shell command ("$ cat .../memory.oom.group"), a docstring's first line.
+_NOT_PROSE = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')")
+# Advice to the reader: "so if your job gets killed on a cpu OOM ...".
+_YOUR_CONDITION = re.compile(r"(?i)\b(?:if|when|whenever|unless|once)\s+(?:\w+\s+){0,3}?(?:you|your)\b")
+# Chinese docs: if / may / usually / for example / suggest / avoid / prevent.
+_ZH_NOT_REPORT = re.compile(r"如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止")
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
 # conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
-# The same for Chinese prose: if / may / usually / for example / suggest / avoid / prevent: docs, not a report.
-# A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
-# what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and not
-# across "but" or a comma ("I can load it, but training fails with OOM" is a report).
-_MODAL_BEFORE = re.compile(r"(?i)\b(?:can|could|may|might|would|should)\b(?!['\u2019]t|not)(?:(?!\bbut\b)[^.!?;:,])*$")
-# ... or right after it, as a statement about the failure in general: "Running out of memory during
-# training can be both frustrating and costly", "OOM may happen when ...".
-_MODAL_AFTER = re.compile(r"(?i)[^.!?;:,]{0,40}?\b(?:can|could|may|might|would|should)\b(?!['\u2019]t|not)")
-# A configuration's label ("- name: CUDA OOM", "pattern: ..."), a shell command ("$ cat .../memory.oom.group"),
-# a docstring's first line
-# reStructuredText's ``literals`` (docstrings and Sphinx docs, also on the line a sentence wraps from)
-# and advice to the reader ("so if your job
-# gets killed on a cpu OOM ..."): not a report.
-_LABEL_KEY = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')")
-_YOUR_CONDITION = re.compile(r"(?i)\b(?:if|when|whenever|unless|once)\s+(?:\w+\s+){0,3}?(?:you|your)\b")
-_ZH_NOT_REPORT = re.compile(r"如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止")
 _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
 # A remedy or a kind of failure, not one that happened: "this fixes fragmentation-induced OOM".
 _REMEDY_BEFORE = re.compile(r"(?i)\b(?:fix(?:es|ed|ing)?|solv(?:e|es|ed|ing)|resolv\w+|prevent\w*|avoid\w*|mitigat\w+|"
@@ -82,13 +78,14 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
-                    or _LABEL_KEY.match(line) or _YOUR_CONDITION.search(line) or "``" in lead + line
+                    or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line)
+                    or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
-                        or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or _MODAL_AFTER.match(line, hi)
+                        or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or MODAL_AFTER.match(line, hi)
                         or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _CONDITIONAL.search(line, max(0, f.start() - 300), f.start()) or _REMEDY_BEFORE.search(lead[-200:] + " " + line[:lo]) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
                     continue
                 return source, first + i, line.strip()[:400]

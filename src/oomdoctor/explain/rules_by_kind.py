@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
-from oomdoctor.explain.kinds import XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.kinds import HANDLE_AT_START, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.rules import (
     CONTEXT_MAX,
     Board,
@@ -122,7 +121,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("other_process", 1.0, "the workspace could not be allocated: the GPU was full")
             b.add("not_oom", 0.8, "an index past an embedding table also surfaces as a failed cuBLAS allocation "
                   "(pytorch#24838); CUDA_LAUNCH_BLOCKING=1 shows the assert", NOT_OOM_FIX)
-            if _HANDLE_AT_START.search(ev.text):
+            if HANDLE_AT_START.search(ev.text):
                 b.add("other_process", 1.3, "the handle is created at start-up, before the job's own tensors: what "
                       "filled the GPU was there already (another process, or TensorFlow/JAX's preallocated pool)",
                       "check nvidia-smi for other processes; TF_FORCE_GPU_ALLOW_GROWTH=true, "
@@ -141,7 +140,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("context_or_driver", 2.0, f"{status}: the library handle could not be created; per the API "
                   "reference this follows a failed CUDA runtime call (often memory) or a setup error",
                   "check that the GPU has free memory when the job starts and that the CUDA/cuDNN build matches the driver")
-            if _HANDLE_AT_START.search(ev.text):
+            if HANDLE_AT_START.search(ev.text):
                 # TensorFlow and JAX take most of the GPU for their own pool at start-up, so the handle
                 # that comes later finds no room; so does one next to another such process.
                 b.add("other_process", 1.6, "TensorFlow/JAX preallocate most of the GPU at start-up: a second such "
@@ -227,10 +226,6 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "torch.load(path, map_location=f'cuda:{local_rank}') or map_location='cpu', then move the model")
     if d.get("in_dataloader_worker") and k in ("host_alloc", "cuda_driver_oom"):
         b.add("shm_exhausted", 0.8, "raised inside a DataLoader worker, where batches travel through /dev/shm", SHM_FIX)
-
-
-_HANDLE_AT_START = re.compile(r"Failed to get convolution algorithm|[Cc]ould not create cudnn handle|"
-                              r"failed to create cublas handle|cuDNN failed to initialize")
 
 
 def _tf_reserve_failed(b: Board, alone: bool = False) -> None:
