@@ -263,10 +263,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
-                               r"(?:not (?:been )?(?:released|freed))|leftover|zombie|orphan(?:ed)? process|"
+                               r"(?:not (?:been )?(?:released|freed|cleared))|leftover|zombie|orphan(?:ed)? process|"
                                # (not "any other process": a framework's own advice, Paddle's "check whether there is any
                                # other process using GPU 0")
-                               r"(?<!any )(?:another|other|previous|second|background) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
+                               r"(?<!any )(?:another|other|previous|second|background|extra) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
                                r"previous (?:run|training|session)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
@@ -306,7 +306,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
-    "other_holder": ("released", "freed", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
+    "other_holder": ("released", "freed", "cleared", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs",
                      "占用", "释放", "进程", "程序", "任务", "同一",
@@ -324,7 +324,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
 } | {
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
     b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"ile up", b"reeps", b"reep up", b"goes down",
-    b"released", b"freed", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
+    b"released", b"freed", b"cleared", b"xtra ", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
     b"etach", b"reeping", b"and more", b"and larger", b"and bigger", b"and higher", b"he more", b"he longer",

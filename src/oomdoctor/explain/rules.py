@@ -227,6 +227,13 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "GPU was probably not full because of this job")
     b.add("other_process", 1.8, "a context cannot be created when other processes leave less than a context "
           "(~0.3-1 GiB) free", "look at `nvidia-smi` on the node for processes (or containers) already on this GPU")
+    if site and "context" in site:
+        # Out of memory while the context itself is made: the job holds nothing yet, so the memory is
+        # someone else's. In the corpus's confirmed reports (dev) every such case was another process
+        # (a second TensorFlow preallocating, TensorBoard beside training, a co-tenant); a driver that
+        # does not fit fails context creation with its own codes (driver_error).
+        b.add("other_process", 1.6, "the context itself could not get its few hundred MiB: another process "
+              "(often a TensorFlow one, which takes nearly all GPU memory by default) filled the GPU first")
     procs = [v.split() for v in env.get("smi_process", []) if len(v.split()) == 2]
     held = [(int(pid), int(mib) * 1024**2) for pid, mib in procs if mib.isdigit() and pid.isdigit()]
     big = [(pid, used) for pid, used in held if used >= GIB]
