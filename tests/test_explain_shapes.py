@@ -293,6 +293,20 @@ MENTIONS = [
     "2. **Out of Memory Errors**",
     "            mixed adapter may be too big and result in OOM errors).",
     "When using the official Docker image, RayWorkerVllm died due to OOM, causing the model to fail to load",
+    # session 3 (j3/j5 dev): format strings and grep of source, a PR's own words, a message assigned in
+    # code, a code comment on behaviour, warnings of allocations the library handles itself
+    '     "\\n\\nOut of memory error on GPU %d. "',
+    "torchtitan/models/utils.py:363:        to gather the weight, which causing OOM.",
+    "<tr><td><code>OUT_OF_MEMORY</code></td><td>experienced out of memory error</td></tr>",
+    "This PR aims to fix the graph capturing OOM in model_runner_v2. The reason is that `workspace` is not released.",
+    '        expect="""Error preparing computation: Out of memory allocating 4503599761588224 bytes."""',
+    "      # OOM is raised when we try to bring data from the device.",
+    "WARNING: failed to allocate 1024.00 MB of pinned memory: out of memory",
+    "[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 1 "
+    "while trying to allocate 20971520 bytes (free: 15794176, total: 150111977472).",
+    "[12/09/2022-20:25:24] [TRT] [W] Requested amount of GPU memory (17179869184 bytes) could not be allocated. "
+    "There may not be enough free memory for allocation to succeed.",
+    "## CUDA error: device-side assert triggered",
 ]
 
 
@@ -343,6 +357,11 @@ STILL_FAILURES = [
     ("my training was killed by the OOM killer", "exit_137"),
     ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment",
      "driver_error"),
+    # grep of a log file quotes what happened; a warning printed at run time is not grep
+    ("logs/train.log:812:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "torch_oom"),
+    # TensorRT's error-level line is the failure, its warning-level twin is not
+    ('E0915 15:27:00.910199 134 logging.cc:40] "[defaultAllocator.cpp::allocateAsync::44] Error Code 1: Cuda Runtime '
+     '(out of memory)"', "tensorrt_oom"),
 ]
 
 
@@ -350,6 +369,27 @@ STILL_FAILURES = [
 def test_failures_with_counts_tests_or_comments_stay_failures(line, kind):
     assert classify_line(line) == kind
     assert explain_text([line]).explained
+
+
+def test_an_example_the_docs_introduce_to_the_reader_is_not_an_event():
+    # transformers' troubleshooting page (j5 dev): "you may encounter ... is:", then a fenced block
+    lines = ["A common error you may encounter when the GPU runs out of memory is:", "", "```text",
+             "CUDA out of memory. Tried to allocate 256.00 MiB (GPU 0; 11.17 GiB total capacity; 9.70 GiB already "
+             "allocated; 179.81 MiB free; 9.85 GiB reserved in total by PyTorch)", "```"]
+    assert not explain_text(lines).explained
+    # the same block after the reporter's own words is a report
+    lines[0] = "I get this error when I run the training script:"
+    assert explain_text(lines).explained
+
+
+def test_oom_at_context_creation_points_at_another_process_first():
+    # TensorBoard/a second TF process starting while training holds the GPU (j1 dev)
+    line = ("2018-05-17 19:44:32.427365: E tensorflow/core/common_runtime/direct_session.cc:167] Internal: failed "
+            "initializing StreamExecutor for CUDA device ordinal 0: Internal: failed call to "
+            "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY; total memory reported: 11721506816")
+    ex = explain_text([line])
+    assert ex.explained and ex.hypotheses[0].category == "other_process"
+    assert "context_or_driver" in [h.category for h in ex.hypotheses[:2]]
 
 
 def test_event_text_does_not_swallow_the_next_lines():

@@ -107,7 +107,10 @@ def _wrapped_mention(before: str, text: str) -> bool:
 # "you may see something like:" (then a fenced block or a quote). The error that follows is that example.
 _EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
                             r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
-                            r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?)\s*$")
+                            r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
+                            # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
+                            r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 
 

@@ -107,6 +107,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
     if kind == "cuda_driver_oom" and ("ggml" in text or "llama" in text.lower()):
         return "true_capacity"  # ggml/llama.cpp's ordinary OOM (cudaMalloc directly, no caching allocator)
+    if kind == "cuda_driver_oom" and "context" in str(d.get("call_site") or ""):
+        return "other_process"  # the context itself could not be made: the memory was someone else's (rules.driver_oom)
     if kind == "cuda_driver_oom" and "from device: CUDA_ERROR_OUT_OF_MEMORY" in text:
         return "other_process"  # TensorFlow reserving its pool at start-up: the device was already taken
     if kind == "tf_oom" and "from device" in text and "OOM when allocating" not in text:

@@ -52,7 +52,9 @@ ERROR_WORDS = re.compile(r"(?i)error|fail|exception|fatal|abort|killed|crash|can
 GENERAL_STATEMENT = re.compile(r"(?i)\b(?:often|usually|typically|commonly|generally|frequently|most likely|"
                                 r"in general|for example|e\.g\.|essentially|basically|it'?s possible|it is possible)\b"
                                 # the class, in the plural: "CUDA OOMs are Python exceptions", "OOMs can be caught"
-                                r"|\bOOMs (?:are|aren't|can|cannot|can't|will|would|should|need|must|usually|often)\b")
+                                r"|\bOOMs (?:are|aren't|can|cannot|can't|will|would|should|need|must|usually|often)\b"
+                                # how a program behaves, in the present: "# OOM is raised when we try to bring data ..."
+                                r"|\b(?:is|are|gets?) (?:raised|thrown|triggered) (?:when|if|whenever)\b(?![^.\n]*\b(?:I|my)\b)")
 
 
 # Lines whose shape says that nothing failed, whatever words they quote (issue 17's benign logs):
@@ -69,6 +71,8 @@ _ZERO_COUNT_BEFORE = re.compile(r"(?i)(?:^|[\s(\[|,;])(?:0|zero|no)\s+(?:[\w-]+\
 _TEST_VERDICT = re.compile(r"(?:::\S+|\.\.\.)\s+(?:PASSED|SKIPPED|XFAIL|XPASS|ok|skipped|expected failure)(?:\s+\([^)\n]*\)|\s+\'[^\'\n]*\')?\s*(?:\[\s*\d+%\])?\s*$"
                            r"|^\s*(?:PASSED|SKIPPED|XFAIL|XPASS)\s+\S+::|^\s*\[\s+(?:OK|PASSED|SKIPPED)\s+\]\s")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+[^:#\n]{1,60}$"  # a short title, not "# <code comment>: <error>"
+                      # a section title of two or more #s may quote the error: "## CUDA error: device-side assert triggered"
+                      r"|^\s{0,3}#{2,6}\s+[^#\n]{1,80}$"
                       # or a FAQ's question as a section title: "### I am using ... 4GB VRAM ..., I get CUDA Out Of Memory"
                       r"|^\s{0,3}#{2,6}\s+(?=[^\n]*(?:\bI (?:get|got|see)\b|\bwhy\b|\bhow\b|\?))[^\n]{1,300}$")
 _CHANGE_ENTRY = re.compile(r"(?i)^\s*(?:[-*+\u2022]\s+|\d+\.\s+)?(?:\[[\w ]+\]\s*)?"
@@ -101,6 +105,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
     label = _BOLD_LABEL.match(line)
     if _TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
+    if _CODE_SHAPE.search(line) or _THIS_CHANGE.search(line, max(0, start - 200), start) or _STRING_ASSIGNED.search(before):
+        return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
@@ -139,6 +145,17 @@ _MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:i
                               r"guard|safety|logic|tests?|testing|checks?|fallback|avoidance|prevention|mitigation|"
                               r"policy|memory summary|summary|reporting|monitor(?:ing)?|counter|score_adj|priority|behaviou?rs?|cases|scenarios?)\b")
 _REGEX_AROUND = re.compile(r"\.[*+]\s*$")
+# Source code, not a log: a printf/format placeholder no program leaves unfilled in what it prints
+# ("Out of memory error on GPU %d. "), an HTML table cell (a docs page), or grep's "path.py:123:" before
+# a line of a source or docs file (a warning printed at run time says ": UserWarning:" there; grep of a
+# log file quotes what happened and is left alone).
+_CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za-z])|\{\}|<t[dh]\b"
+                         r"|^\s*(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
+                         r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*\w*Warning:)")
+# The message as a string value in code: 'expect="""Error preparing computation: Out of memory allocating'
+_STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\'\'|\"|\')[^\"\'\n]*$")
+# A change described by its author: "This PR aims to fix the graph capturing OOM"
+_THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\b")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"
 # (not across " - ", and not "may be due to": error messages explain their own cause that way)
 # The no-event fallback (explain/reported.py) asks the same of a failure word: "Running out of memory
@@ -168,4 +185,12 @@ def docs_clause(line: str, start: int) -> bool:
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me|us|it)\b")
 
 
-__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT", "MODAL_AFTER"]
+# A line logged at warning level: glog "W0812 ...", PyTorch's "[W812 16:00:28 ...]", TensorRT's "[TRT] [W]",
+# "WARNING: ...". Vague OOM words and TensorRT's "Requested amount of GPU memory ... could not be
+# allocated" are warnings of allocations that the library handles itself (a pinned-memory fallback,
+# the caching allocator's retry, a tactic skipped while building an engine); the failure that stops a
+# job is logged as an error.
+WARN_LEVEL = re.compile(r"^\s*(?:\[rank\d+\]:?\s*)?(?:\[[^\]\n]{0,40}\]\s*){0,3}?"
+                         r"(?:WARNING\b|WARN\b|\[W(?:ARN(?:ING)?)?\]|\[W\d{3,4}\s|W\d{4}\s)")
+
+__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from oomdoctor.explain.mentions import ERROR_WORDS, GENERAL_STATEMENT, docs_clause, is_mention
+from oomdoctor.explain.mentions import ERROR_WORDS, GENERAL_STATEMENT, WARN_LEVEL, docs_clause, is_mention
 from oomdoctor.units import torch_size_to_bytes
 
 _U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
@@ -489,7 +489,12 @@ def classify_line(line: str) -> str | None:
     return None
 
 
+_WARN_NOT_FAILURE = frozenset({"generic_oom", "tensorrt_oom"})
+
+
 def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
+    if kind in _WARN_NOT_FAILURE and WARN_LEVEL.match(line):
+        return False
     for n, m in enumerate(pat.finditer(line)):
         if n >= 4:
             return False

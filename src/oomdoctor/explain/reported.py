@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.mentions import GENERAL_STATEMENT, MODAL_AFTER, is_mention
+from oomdoctor.explain.mentions import GENERAL_STATEMENT, MODAL_AFTER, WARN_LEVEL, is_mention
 from oomdoctor.explain.patterns import _GATED_PATTERNS
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
@@ -78,7 +78,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
-                    or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line)
+                    or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or _judged(line)):
                 continue
