@@ -46,7 +46,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "CPU allocator": b"DefaultCPUAllocator: not enough memory", "HAMi device full": b"cuMemoryAllocate failed res=2",
     "vLLM cache blocks": b"No available memory for the cache blocks", "vLLM free memory": b"Free memory on device ",
     "TensorRT": b"Requested amount of GPU memory (", "error": b"rror", "ERROR": b"RROR", "oom-kill": b"oom-kill",
-    "killed": b"illed", "SIGKILL": b"died with <Signals.SIGKILL", "driver": b"river", "Xid": b"NVRM: Xid (",
+    "killed": b"illed", "SIGKILL": b"died with <Signals.SIGKILL", "driver": b"river", "NVRM": b"NVRM: ",
     "cuBLAS/cuDNN status": b"_STATUS_", "NVML assert": b"NVML_SUCCESS == ",
     "Tried to allocate": b"Tried to allocate ", "KV cache": b"KV cache",
     "batch finder": b"No executable batch size found, reached zero", "shm file": b"</torch_",
@@ -54,7 +54,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "device-side assert": b"device-side assert", "misaligned": b"misaligned address",
     "launch failure": b"unspecified launch failure", "illegal": b"illegal", "invalid": b"invalid ",
     "forward compatibility": b"forward compatibility was attempted",
-    "unsatisfied condition": b"unsatisfied condition: cuda>=", "no CUDA device": b"no CUDA-capable device is detected",
+    "unsatisfied condition": b"unsatisfied condition: cuda>=", "CUDA device": b"CUDA-capable device",
     "vcuda": b"vcuda", "hijack": b"hijack_call.c", "cuda-control": b"cuda-control",
     "exit": b"exit", "Exit": b"Exit", "EXIT": b"EXIT", "return": b"eturn", "RETURN": b"ETURN",
     # issue 17's shapes

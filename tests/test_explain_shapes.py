@@ -359,6 +359,14 @@ STILL_FAILURES = [
      "driver_error"),
     # grep of a log file quotes what happened; a warning printed at run time is not grep
     ("logs/train.log:812:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "torch_oom"),
+    # session 3 (k2/k3 dev): the device, not its memory; the shell's word in prose
+    ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "driver_error"),
+    ("NVRM: API mismatch: the client has the version 535.54.03, but this kernel module has the version 530.30.02.",
+     "driver_error"),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "driver_error"),
+    ("I try to run the train command, but it ends with Killed error again..", "exit_137"),
+    ("When I run with -ngl 10 then I get ` CUDA error 2 at ggml-cuda.cu:1241: out of memory` even thought I should "
+     "have plenty free (10GB)", "cuda_driver_oom"),
     # TensorRT's error-level line is the failure, its warning-level twin is not
     ('E0915 15:27:00.910199 134 logging.cc:40] "[defaultAllocator.cpp::allocateAsync::44] Error Code 1: Cuda Runtime '
      '(out of memory)"', "tensorrt_oom"),
@@ -380,6 +388,19 @@ def test_an_example_the_docs_introduce_to_the_reader_is_not_an_event():
     # the same block after the reporter's own words is a report
     lines[0] = "I get this error when I run the training script:"
     assert explain_text(lines).explained
+
+
+def test_memory_outside_the_reserve_is_another_holder_only_when_it_is_most_of_the_gpu():
+    # k2 dev (kaixhin/FCN): 2.6 of a 4 GiB card outside PyTorch's reserve, the job too big for the card
+    mid = ("RuntimeError: CUDA out of memory. Tried to allocate 16.00 MiB (GPU 0; 4.00 GiB total capacity; "
+           "1.40 GiB already allocated; 0 bytes free; 16.43 MiB cached)")
+    assert explain_text([mid]).hypotheses[0].category == "true_capacity"
+    most = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; "
+            "1.00 GiB already allocated; 20.00 MiB free; 1.10 GiB reserved in total by PyTorch)")
+    assert explain_text([most]).hypotheses[0].category == "other_process"
+    # "no other programs running" is not another holder
+    assert explain_text(["RuntimeError: CUDA error: out of memory", "there were no other programs running"]) \
+        .hypotheses[0].category == "context_or_driver"
 
 
 def test_oom_at_context_creation_points_at_another_process_first():

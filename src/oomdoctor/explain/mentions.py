@@ -157,10 +157,10 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\'\'
 # A change described by its author: "This PR aims to fix the graph capturing OOM"
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\b")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"
-# (not across " - ", and not "may be due to": error messages explain their own cause that way)
+# (not across " - " or a closing quote, and not "may be due to": error messages explain their own cause that way)
 # The no-event fallback (explain/reported.py) asks the same of a failure word: "Running out of memory
 # during training can be both frustrating and costly".
-MODAL_AFTER = re.compile(r"(?i)(?:(?! - | \u2014 )[^.!?;:,\n]){0,40}?\b(?:may|might|can|could|would|should)\b"
+MODAL_AFTER = re.compile(r"(?i)(?:(?! - | \u2014 )[^.!?;:,\n`\"]){0,40}?\b(?:may|might|can|could|would|should)\b"
                          r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
 _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")

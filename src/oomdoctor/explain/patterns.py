@@ -109,6 +109,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
+                 # "it ends with Killed error again", "still get killed"
+                 r"|\b(?:ends?|ended|exits?|exited|dies|died|stops?|stopped|terminat(?:es|ed)|fails?|failed|crash(?:es|ed)?) with\s+"
+                 r"(?:an?\s+|the\s+)?[`'\"]?Killed\b|\b(?:I|we|it) (?:still |always )?get(?:s)? killed\b"
                  # "killed by the OOM killer", "the OOM killer killed python"
                  r"|\bkilled by (?:the )?(?:kernel'?s? |linux )?OOM[- ]killer\b|\bOOM[- ]killer killed\b"
                  r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
@@ -126,7 +129,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
                      r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: (?:CUDA unknown error|Unexpected error from cudaGetDeviceCount)|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
-                     r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)"),
+                     r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)|"
+                     # exclusive compute mode, the kernel module and the user-space driver apart, a container
+                     # started without the NVIDIA runtime: the device, not its memory
+                     r"CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
+                     r"cudaErrorDevicesUnavailable|CUDA_ERROR_CONTEXT_ALREADY_IN_USE|NVRM: API mismatch|"
+                     r"could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
     # A bare ENOSPC: in a GPU job's report most often /dev/shm (the DataLoader's or NCCL's), else a disk.
@@ -183,7 +191,8 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
                      "cuInit", "cudaSuccess (", "initialize NVML: Unknown", "but source was compiled", "NO_DEVICE", "NoDevice",
-                     "not yet initialized", "SystemNotReady", "CUDA initialization: "),
+                     "not yet initialized", "SystemNotReady", "CUDA initialization: ", "DevicesUnavailable",
+                     "CONTEXT_ALREADY_IN_USE", "NVRM: API mismatch", "could not select device driver"),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
     "no_space": ("No space left on device",),
     "leak_report": ("emory leak",),
@@ -215,11 +224,11 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
-    b'uMemoryAllocate failed r', b'rror', b'_STATUS_', b'exit status -9', b'ijack_call.c', b'VRM: Xid (', b'river',
+    b'uMemoryAllocate failed r', b'rror', b'_STATUS_', b'exit status -9', b'ijack_call.c', b'VRM: ', b'river',
     b'EXIT', b'ecified launch failure', b'NVML_SUCCESS == ', b'ried to allocate ', b'KV cache',
     b'No executable batch size', b'aligned address', b'ft on device', b'td::bad_alloc', b'Exit', b'exit',
     b'sfied condition: cuda>=', b'nals.SIGKILL', b'illegal', b'invalid ', b'RROR', b'ibility was attempted',
-    b'no CUDA-capable device i', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
+    b'-capable device', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from', b'size reduced from', b'size halved from', b'size lowered from',
     b'source was compiled', b'IGBUS', b'nough memory to handle',
     b'AutoBatch: Using',
@@ -265,8 +274,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
                                r"(?:not (?:been )?(?:released|freed|cleared))|leftover|zombie|orphan(?:ed)? process|"
                                # (not "any other process": a framework's own advice, Paddle's "check whether there is any
-                               # other process using GPU 0")
-                               r"(?<!any )(?:another|other|previous|second|background|extra) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
+                               # other process using GPU 0"; nor "no other programs running")
+                               r"(?<!any )(?<!\bno )(?<!without )(?:another|other|previous|second|background|extra) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
                                r"previous (?:run|training|session)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
