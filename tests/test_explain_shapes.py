@@ -300,6 +300,7 @@ MENTIONS = [
     "<tr><td><code>OUT_OF_MEMORY</code></td><td>experienced out of memory error</td></tr>",
     "This PR aims to fix the graph capturing OOM in model_runner_v2. The reason is that `workspace` is not released.",
     '        expect="""Error preparing computation: Out of memory allocating 4503599761588224 bytes."""',
+    '    msg = "CUDA out of memory"',
     "      # OOM is raised when we try to bring data from the device.",
     "WARNING: failed to allocate 1024.00 MB of pinned memory: out of memory",
     "[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 1 "
@@ -359,6 +360,12 @@ STILL_FAILURES = [
      "driver_error"),
     # grep of a log file quotes what happened; a warning printed at run time is not grep
     ("logs/train.log:812:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "torch_oom"),
+    # a log format that prints file:line before the error, logfmt and JSON loggers, a regression report
+    ("train.py:120: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "torch_oom"),
+    ('time=2024-05-01T10:00:00 level=ERROR source=server.go:1 msg="llama runner terminated" '
+     'error="CUDA error: out of memory"', "cuda_driver_oom"),
+    ('{"level":"error","msg":"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB","extra":{}}', "torch_oom"),
+    ("Since this commit training fails with RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "torch_oom"),
     # session 3 (k2/k3 dev): the device, not its memory; the shell's word in prose
     ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "driver_error"),
     ("NVRM: API mismatch: the client has the version 535.54.03, but this kernel module has the version 530.30.02.",

@@ -147,15 +147,19 @@ _MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:i
 _REGEX_AROUND = re.compile(r"\.[*+]\s*$")
 # Source code, not a log: a printf/format placeholder no program leaves unfilled in what it prints
 # ("Out of memory error on GPU %d. "), an HTML table cell (a docs page), or grep's "path.py:123:" before
-# a line of a source or docs file (a warning printed at run time says ": UserWarning:" there; grep of a
-# log file quotes what happened and is left alone).
-_CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za-z])|\{\}|<t[dh]\b"
+# a line of a source or docs file (a warning or error printed at run time names its class there,
+# ": UserWarning:", ": RuntimeError:"; grep of a log file quotes what happened and is left alone).
+_CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za-z])|<t[dh]\b"
                          r"|^\s*(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
-                         r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*\w*Warning:)")
-# The message as a string value in code: 'expect="""Error preparing computation: Out of memory allocating'
-_STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\'\'|\"|\')[^\"\'\n]*$")
-# A change described by its author: "This PR aims to fix the graph capturing OOM"
-_THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\b")
+                         r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*[\w.]*(?:Warning|Error|Exception)\b)")
+# The message as a string value in code: 'expect="""Error preparing computation: Out of memory allocating',
+# 'msg = "CUDA out of memory"'. Only a triple-quoted value or an assignment spaced as code is: logfmt
+# logs write 'error="CUDA error: out of memory"' (ollama, Go services), which is the failure itself.
+_STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\'\')| = [rbfuRBFU]?[\"\'])[^\"\'\n]*$")
+# A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
+# regression: "since this commit training fails with CUDA out of memory")
+_THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
+                          r"(?:fix|fixes|prevents?|avoids?|resolves?|address(?:es)?|reduces?|adds?|handles?|removes?)\b")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"
 # (not across " - " or a closing quote, and not "may be due to": error messages explain their own cause that way)
 # The no-event fallback (explain/reported.py) asks the same of a failure word: "Running out of memory
