@@ -34,6 +34,8 @@ REAL_SHAPES = [
     ("cn_jetsoninference_812", "RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda_program_error", "not_oom"),
     ("cn_rocm_5238", "[Issue]: Memory access fault by GPU node-2 on address (nil). Reason: unknown", "cuda_program_error", "not_oom"),
     ("ca_ollama_1236", "CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:7358: out of memory", "cuda_driver_oom", "true_capacity"),
+    # HAMi-core's own prefix is "HAMI-core"; blogs retype it "HAMi-core" (session 4: the dev case was missed)
+    ("c4_kubesimplify_hami", "[HAMi-core ERROR (pid:4309 ... allocator.c:52)]: Device 0 OOM 9185657856 / 8388608000", "hami_oom", "gpu_sharing_limit"),
     ("hs_vllm_1160", "(raylet) node_manager.cc:3007: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons", "ray_oom", "host_oom"),
     ("lo_overcomplete_5", "In `log_metrics.py`, there is a GPU memory leak when we use `monitoring=2`:", "leak_report", "leak_in_code"),
     # a quotation after what happened to the job is the job's error, not docs quoting a phrase
