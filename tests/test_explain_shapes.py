@@ -511,3 +511,15 @@ def test_tensorflow_startup_free_memory_in_its_camel_case_form_points_at_another
     assert explain_text(lines).hypotheses[0].category == "other_process"
     roomy = [ln.replace("freeMemory: 7.94MiB", "freeMemory: 5.80GiB") for ln in lines]
     assert explain_text(roomy, prior=None).hypotheses[0].category != "other_process"  # the rule, not the words
+
+
+def test_little_split_slack_on_a_full_gpu_is_capacity_not_fragmentation() -> None:
+    # dev f1_medchatglm_11: 338 MiB cached unallocated (0.8% of the GPU) with 37.88 of 39.56 GiB allocated
+    full = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 39.56 GiB total capacity; "
+            "37.88 GiB already allocated; 32.56 MiB free; 38.21 GiB reserved in total by PyTorch)")
+    ranked = [h.category for h in explain_text([full]).hypotheses]
+    assert ranked[:2] == ["true_capacity", "fragmentation"]
+    # the same slack on a GPU the job fills only to 60% stays fragmentation (the request finds no block)
+    part = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 39.56 GiB total capacity; "
+            "23.88 GiB already allocated; 32.56 MiB free; 24.21 GiB reserved in total by PyTorch)")
+    assert explain_text([part]).hypotheses[0].category == "fragmentation"

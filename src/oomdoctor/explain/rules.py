@@ -25,6 +25,12 @@ FRAG_RATIO_MAX = 3.5
 # in the same process, workspaces, a desktop on a 4-8 GB card. The cut lies in that gap; few cases.
 HIDDEN_MOST = 0.67
 FRAG_SHARE_MIN = 0.2  # ... unless the unallocated cache is at least this share of the GPU
+# Split-block slack under SLACK_SHARE of the GPU while the job's tensors fill FULL_SHARE of it: even a
+# perfect cache would hand back too little for the step to go on, so the job is at capacity (PyTorch's
+# own hint asks about fragmentation only when the unallocated cache is "large"). Dev: 2 confirmed full
+# jobs and 1 leak at 0.2-0.8% / 87-99%; the nearest fragmentation case held 1.0% / 75%.
+SLACK_SHARE = 0.01
+FULL_SHARE = 0.85
 
 
 @dataclass
@@ -115,6 +121,13 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "is mostly in blocks it cannot use", _frag_fix(X, d))
         b.add("true_capacity", 1.6, f"the {why_x} is small next to what is cached: the GPU is full of this job's "
               "own memory", _capacity_fix(X, F, U, T))
+    elif (U is not None and X is not None and U >= X and T and A is not None and U < SLACK_SHARE * T
+          and A >= FULL_SHARE * T):
+        b.add("true_capacity", 2.4, f"this job's tensors hold {fb(A)} of {fb(T)}; the {fb(U)} cached but "
+              f"unallocated is under {SLACK_SHARE:.0%} of the GPU: even unsplit it would not let the step go on",
+              _capacity_fix(X, F, U, T))
+        b.add("fragmentation", 1.2, f"{fb(U)} is reserved by PyTorch but unallocated, more than the {why_x}: "
+              "a little free memory is split inside PyTorch's cache", _frag_fix(X, d))
     elif U is not None and X is not None and U >= X and U >= 128 * 1024**2:
         # On OOM the allocator frees every unsplit cached block and retries before raising
         # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
