@@ -523,3 +523,18 @@ def test_little_split_slack_on_a_full_gpu_is_capacity_not_fragmentation() -> Non
     part = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 39.56 GiB total capacity; "
             "23.88 GiB already allocated; 32.56 MiB free; 24.21 GiB reserved in total by PyTorch)")
     assert explain_text([part]).hypotheses[0].category == "fragmentation"
+
+
+def test_a_reported_failure_of_host_ram_leans_to_host_oom() -> None:
+    # dev d3_bitnet_120: no error message, the host's RAM named in the reporter's words
+    line = "This was for the 8B param model in the instructions - quickly ran through the 32GB RAM on my Linux PC."
+    assert explain_text([line]).hypotheses[0].category == "host_oom"
+    # the GPU's memory named: not the host
+    assert explain_text(["quickly ran through the 24GB of VRAM on my GPU"]).hypotheses[0].category != "host_oom"
+
+
+def test_a_graph_that_gets_bigger_is_a_leak_even_in_host_ram() -> None:
+    # dev g2_nakedattention_1: host RAM ran out, because the code keeps the autograd graph
+    text = ("I tried running your code in a Kaggle notebook, but quickly ran out of RAM. I think the problem is that "
+            "you are effectively building a computational graph that gets bigger every time you run `e_train += e_batch`")
+    assert explain_text([text]).hypotheses[0].category == "leak_in_code"

@@ -290,7 +290,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # fragmentation", TensorFlow's "If the cause is memory fragmentation").
     # How people describe (and fix) history kept across iterations, in prose: not code lines of a traceback.
     "leak_words": re.compile(r"(?i)\b(?:(?:sav|keep|kept|stor|accumulat|retain)\w* (?:\w+ ){0,3}(?:computation(?:al)? )?graph|"
-                             r"computation(?:al)? graph (?:\w+ ){0,3}(?:kept|saved|retained|accumulat\w*|grow\w*)|"
+                             r"computation(?:al)? graph (?:\w+ ){0,3}(?:kept|saved|retained|accumulat\w*|grow\w*|gets? (?:bigger|larger))|"
                              r"without (?:torch\.)?no_grad|forgot (?:\w+ ){0,2}(?:no_grad|detach)|(?:not|never|didn't|don't) detach\w*|"
                              r"creeping memory|memory (?:is )?creeping|"
                              # TensorFlow 1.x: ops added to the graph every step (the fix: finalize the graph)

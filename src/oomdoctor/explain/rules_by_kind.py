@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
@@ -16,6 +17,11 @@ from oomdoctor.explain.rules import (
 )
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.units import format_bytes as fb
+
+# A failure told in the reporter's own words (rank.REPORTED_KIND) that names the host's memory and not
+# the GPU's: "quickly ran through the 32GB RAM on my Linux PC", "ran out of system memory".
+_HOST_MEMORY = re.compile(r"(?i)\b(?:(?:system|host|cpu|physical) (?:memory|ram)|ram|swap)\b|内存")
+_GPU_MEMORY = re.compile(r"(?i)\b(?:v?ram of the gpu|vram|gpu|cuda|device memory|graphics)\b|显存")
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
@@ -280,6 +286,10 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     # TensorFlow's start-up line says how much was free before this process took any, whatever the
     # failure line that follows looks like (a TF OOM, CUDA's own 'out of memory', a bare 'OOM')
     _tf_startup_free(env, b)
+    if ev.kind == "reported_failure" and _HOST_MEMORY.search(ev.text) and not _GPU_MEMORY.search(ev.text):
+        b.add("host_oom", 1.6, f"the text reports the host's memory running out ('{ev.text[:80]}'), not the GPU's",
+              "give the job more host RAM (container/cgroup limit, node size) or load weights lazily "
+              "(low_cpu_mem_usage=True, mmap, smaller shards)")
     if env.get("other_holder"):
         b.add("other_process", 1.4 if numeric else 2.4, f"the text says the memory is held elsewhere "
               f"('{env['other_holder'][0]}'): an earlier run, a leftover process or every rank on one GPU",
