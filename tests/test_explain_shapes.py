@@ -538,3 +538,13 @@ def test_a_graph_that_gets_bigger_is_a_leak_even_in_host_ram() -> None:
     text = ("I tried running your code in a Kaggle notebook, but quickly ran out of RAM. I think the problem is that "
             "you are effectively building a computational graph that gets bigger every time you run `e_train += e_batch`")
     assert explain_text([text]).hypotheses[0].category == "leak_in_code"
+
+
+@pytest.mark.parametrize("text", [
+    # dev j1_pai_2910
+    "Two jobs might have an overlap in using GPUs.\nThen it will report `CUDA error: out of memory`",
+    "RuntimeError: CUDA error: out of memory\nthe GPU memory is occupied by another user's notebook",
+    "nothing is on GPU=1, only GPU=0 is filled.\ntorch.OutOfMemoryError: CUDA out of memory.",
+])
+def test_words_of_another_holder(text: str) -> None:
+    assert "other_process" in [h.category for h in explain_text(text.splitlines()).hypotheses][:2]

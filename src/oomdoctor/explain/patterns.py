@@ -277,6 +277,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                # other process using GPU 0"; nor "no other programs running")
                                r"(?<!any )(?<!\bno )(?<!without )(?:another|other|previous|second|background|extra) (?:\w+ )?(?:process(?:es)?|jobs?|programs?|workers?|ranks?)\b|"
                                r"previous (?:run|training|session)\b|"
+                               # "occupied by ...", "on a busy gpu", "two jobs might overlap in using GPUs",
+                               # "nothing is on GPU=1, only GPU=0 is filled"
+                               r"\boccupied by\b|\bbusy gpu\b|\boverlap\w*\b[^.\n]{0,40}\bgpus?\b|"
+                               r"(?:gpu ?=? ?0|cuda:0|device 0|first gpu)[^.\n]{0,20}\b(?:is|was|gets?|got) (?:filled|full|occupied)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
                                r"(?:all|every|each) (?:\w+ ){0,3}(?:on|onto|to|in|use|uses|using) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0|same gpu)|"
@@ -315,7 +319,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
-    "other_holder": ("released", "freed", "cleared", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
+    "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "filled", "full", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs",
                      "占用", "释放", "进程", "程序", "任务", "同一",
@@ -339,7 +343,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"etach", b"reeping", b"and more", b"and larger", b"and bigger", b"and higher", b"he more", b"he longer",
     b" ops ", b" nodes ", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
     b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
-    "同一".encode(),
+    "同一".encode(), b"ccupied", b"usy GPU", b"usy gpu", b"verlap", b"GPU=", b"gpu=",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
