@@ -128,7 +128,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
-                     r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: (?:CUDA unknown error|Unexpected error from cudaGetDeviceCount)|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
+                     r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: CUDA unknown error|Unexpected error from cudaGetDeviceCount|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
                      r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)|"
                      # exclusive compute mode, the kernel module and the user-space driver apart, a container
                      # started without the NVIDIA runtime: the device, not its memory
@@ -186,7 +186,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                            "invalid device ordinal", "misaligned address", "illegal instruction",
                            "unspecified launch failure", "invalid configuration argument", "no kernel image", "], thread: [",
                            "Memory access fault", "cudaSuccess ("),
-    "driver_error": ("driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
+    "driver_error": ("Unexpected error from cudaGetDeviceCount", "driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
