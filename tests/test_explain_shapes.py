@@ -548,3 +548,11 @@ def test_a_graph_that_gets_bigger_is_a_leak_even_in_host_ram() -> None:
 ])
 def test_words_of_another_holder(text: str) -> None:
     assert "other_process" in [h.category for h in explain_text(text.splitlines()).hypotheses][:2]
+
+
+def test_half_the_gpu_free_and_an_oom_is_a_cap() -> None:
+    # dev m2_pytorch_111363: set_per_process_memory_fraction(0.5) on an 80 GB A100; 2.1+ prints no "allowed"
+    line = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacty of "
+            "79.15 GiB of which 38.09 GiB is free. Including non-PyTorch memory, this process has 41.06 GiB memory in use. "
+            "Of the allocated memory 39.10 GiB is allocated by PyTorch, and 427.46 MiB is reserved by PyTorch but unallocated.")
+    assert explain_text([line]).hypotheses[0].category == "gpu_sharing_limit"

@@ -185,8 +185,11 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     if X is not None and F is not None and F >= X + 64 * 1024**2 and C is None:
         # cudaMalloc failed although cudaMemGetInfo reported room: a limit below the device's
         # (MPS pinned memory limit, a hooked sharing layer) or a driver-side failure (env-facts §4).
-        b.add("gpu_sharing_limit", 1.4, f"{fb(F)} was reported free yet {fb(X)} could not be allocated: "
-              "a limit below the device's free memory (MPS/HAMi/vGPU) refuses it",
+        # A tenth of the GPU free and ten times the request: the device has plenty of room, so a cap
+        # refused (set_per_process_memory_fraction printed without its "allowed" figure, a sharing layer).
+        roomy = T is not None and F >= 0.1 * T and F >= 10 * X
+        b.add("gpu_sharing_limit", 2.4 if roomy else 1.4, f"{fb(F)} was reported free yet {fb(X)} could not be allocated: "
+              "a limit below the device's free memory (a per-process fraction, MPS, HAMi/vGPU) refuses it",
               "compare the limit of the sharing layer with the job's need (oomdoctor doctor shows it)")
         b.add("context_or_driver", 0.8, "the driver refused an allocation that the free figure says fits")
     _slice_evidence(T, env, b)
