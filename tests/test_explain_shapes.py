@@ -556,3 +556,30 @@ def test_half_the_gpu_free_and_an_oom_is_a_cap() -> None:
             "79.15 GiB of which 38.09 GiB is free. Including non-PyTorch memory, this process has 41.06 GiB memory in use. "
             "Of the allocated memory 39.10 GiB is allocated by PyTorch, and 427.46 MiB is reserved by PyTorch but unallocated.")
     assert explain_text([line]).hypotheses[0].category == "gpu_sharing_limit"
+
+
+_TF_INFO = ("2021-04-23 22:03:46.322761: I tensorflow/stream_executor/cuda/cuda_driver.cc:763] failed to allocate "
+            "2.08G (2234974208 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+
+
+def test_tensorflow_info_level_allocation_failures_then_output_is_a_job_that_went_on() -> None:
+    # dev benign m5_adaptivel2reg_tfpredict_failalloc_14: the script printed its timing after the lines
+    ex = explain_text([_TF_INFO, _TF_INFO, "TIME : 2.737222671508789 batch :  64"])
+    assert ex.recovered and not ex.failures
+    # the lines alone (dev d1_cortex_853), or an error after them, are still the failure
+    assert explain_text([_TF_INFO, _TF_INFO]).failures
+    assert explain_text([_TF_INFO, "Traceback (most recent call last):", "tensorflow.python.framework.errors_impl."
+                         "ResourceExhaustedError: OOM when allocating tensor"]).failures
+    assert explain_text([_TF_INFO, "Segmentation fault (core dumped)"]).failures
+
+
+def test_docs_introducing_an_example_error_like() -> None:
+    # dev benign m5_mlengineering_faulttol_slowleaks: the book quotes a PyTorch OOM as an example
+    text = ["When it comes to GPU memory, there is the possible issue of memory fragmentation, ... when the program "
+            "tries to allocate a large tensor from this memory it fails with the OOM error like:", "", "```",
+            "RuntimeError: CUDA out of memory. Tried to allocate 304.00 MiB (GPU 0; 8.00 GiB total capacity;",
+            "142.76 MiB already allocated; 6.32 GiB free; 158.00 MiB reserved in total by PyTorch)", "```"]
+    assert not explain_text(text).failures
+    # a user's "I get an error like:" is a report
+    report = ["When training I get an error like:", "```", text[3], text[4], "```"]
+    assert explain_text(report).failures

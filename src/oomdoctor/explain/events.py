@@ -108,6 +108,8 @@ def _wrapped_mention(before: str, text: str) -> bool:
 _EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
                             r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
                             r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
+                            # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+like(?:\s+this)?\s*:"
                             # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
                             r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
@@ -220,6 +222,9 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before):
             return
+        if kind == "generic_oom" and _EXAMPLE_INTRO.match(text):
+            return  # the introduction itself ("it fails with the OOM error like:") names the example's kind
+
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error

@@ -9,6 +9,7 @@ plausible cause still shows up second. Pure: no I/O.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -178,6 +179,30 @@ def _board_for(ev: OomEvent, scan: LogScan) -> Board:
     return b
 
 
+# TensorFlow's stream executor logs a device allocation it could not make at INFO level ("I
+# tensorflow/stream_executor/cuda/cuda_driver.cc:763] failed to allocate 2.08G ... CUDA_ERROR_OUT_OF_MEMORY")
+# and its allocator then retries smaller; the job failed only if something else says so. Such lines
+# followed by the program's own output (not a log line, not an error) are a job that went on.
+_TF_INFO_ALLOC = re.compile(r"^\s*(?:\S+ \S+: )?I(?:\d{4} )?\S* .*\bfailed to allocate\b.*CUDA_ERROR_OUT_OF_MEMORY")
+_LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]*\S*\.(?:cc|h|py):\d+\]|(?i:error|exception|traceback|"
+                              r"abort|fault|killed|fatal|core dumped|terminate)")
+
+
+def _went_on(e: OomEvent, scan: LogScan) -> bool:
+    """An INFO-level TensorFlow allocation failure (_TF_INFO_ALLOC) after which the program printed
+    its own output and no error."""
+    if e.kind != "tf_oom" or not _TF_INFO_ALLOC.match(e.text):
+        return False
+    end = e.last_line or e.line
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        if source != e.source or not first <= end < first + len(lines):
+            continue
+        after = [ln for ln in lines[end - first + 1:] if ln.strip()]
+        return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
+    return False
+
+
 def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
     out = []
     for e in events:
@@ -279,6 +304,7 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     recovered = _recovered(logged, [e for e in scan.events if e.kind in RECOVERY])
+    recovered += [e for e in logged if all(e is not r for r in recovered) and _went_on(e, scan)]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     model = _prior(prior)
