@@ -1,12 +1,14 @@
 """A careful reader's answers on the same texts: how much do the texts themselves tell?
 
 bench/explain_blind_reading.jsonl holds, for 220 dev reports drawn at random (seed 17) from the 445 dev
-reports of 2026-11-26, the top two causes an expert reader gave from the text alone (a language-model
+reports of 2026-11-26 (batch "random-dev") and for the 60 dev reports of the fourth session's fresh
+batches (m1-m6, batch "fresh-m", read before any rule was written from them), the top two causes an expert reader gave from the text alone (a language-model
 helper told to read each text as an experienced ML/GPU engineer, with no search, no link, no label, no
 file name that hints at the case, and nothing else from the repository). Dev only: no test text was
 shown to anyone. The reader may have met some of these public threads before (training data), so this
 is an upper reference for what the text says, not a peer tool. This script compares it with explain
-on the same reports (explain's dev figure is in-sample: its rules were written from dev).
+on the same reports (explain's dev figure is in-sample: its rules were written from dev; on the fresh
+batch, explain's on-arrival figure is in docs/benchmarks.md).
 
 Usage: PYTHONPATH=src python bench/explain_blind.py [--markdown]
 """
@@ -35,6 +37,12 @@ def main() -> None:
     labels = {c["id"]: c for c in C.load_reports("dev")}
     rows = [json.loads(x) for x in READING.read_text().splitlines() if x.strip()]
     rows = [r for r in rows if r["id"] in labels]  # a case moved out of dev drops out
+    for batch in sorted({r["batch"] for r in rows}):
+        print(f"\n{batch}:")
+        _table([r for r in rows if r["batch"] == batch], labels, a.markdown)
+
+
+def _table(rows: list[dict], labels: dict, markdown: bool) -> None:
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for r in rows:
         cat = labels[r["id"]]["category"]
@@ -47,7 +55,7 @@ def main() -> None:
         p[4] += cat in ranked[:2]
     tot = [sum(v[i] for v in per.values()) for i in range(5)]
     n = tot[0]
-    if a.markdown:
+    if markdown:
         print("| category | reports | reader top-1 | reader top-2 | explain top-1 | explain top-2 |")
         print("|---|---:|---:|---:|---:|---:|")
         for cat, v in sorted(per.items()):
