@@ -583,3 +583,12 @@ def test_docs_introducing_an_example_error_like() -> None:
     # a user's "I get an error like:" is a report
     report = ["When training I get an error like:", "```", text[3], text[4], "```"]
     assert explain_text(report).failures
+
+
+@pytest.mark.parametrize("line", [
+    # dev n3_caffe_3744 and n2_dsod_11: Caffe's SyncedMemory calls cudaMalloc itself
+    "F0228 17:38:20.483613  4104 syncedmem.cpp:64] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+    "Check failed: error == cudaSuccess (2 vs. 0) out of memory.How to deal with it?",
+])
+def test_frameworks_that_call_cudamalloc_themselves_run_out_like_ggml(line: str) -> None:
+    assert explain_text([line]).hypotheses[0].category == "true_capacity"

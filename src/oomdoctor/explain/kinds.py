@@ -84,6 +84,11 @@ XID_PROGRAM = frozenset({13, 31, 43})
 XID_HEALTH = frozenset({48, 63, 64, 92, 94, 95})
 
 
+# Where the failing line names a framework that calls cudaMalloc for each buffer itself (Caffe's
+# SyncedMemory, tiny-cuda-nn's GPUMemory): its out-of-memory is the net not fitting (rules.driver_oom).
+DIRECT_MALLOC = ("syncedmem", "cudaSuccess (2 vs. 0)", "tiny-cuda-nn", "gpu_memory.h")
+
+
 def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = "") -> str | None:
     """The category an event's wording points to on its own (the status or Xid code refine two kinds)."""
     spec = KINDS.get(kind)
@@ -107,6 +112,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "host_oom"  # TensorFlow names the failed tensor's device: CPU means host RAM
     if kind == "cuda_driver_oom" and ("ggml" in text or "llama" in text.lower()):
         return "true_capacity"  # ggml/llama.cpp's ordinary OOM (cudaMalloc directly, no caching allocator)
+    if kind == "cuda_driver_oom" and any(m in text for m in DIRECT_MALLOC):
+        return "true_capacity"  # Caffe, tiny-cuda-nn: the same (rules.driver_oom)
     if kind == "cuda_driver_oom" and "context" in str(d.get("call_site") or ""):
         return "other_process"  # the context itself could not be made: the memory was someone else's (rules.driver_oom)
     if kind == "cuda_driver_oom" and "from device: CUDA_ERROR_OUT_OF_MEMORY" in text:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oomdoctor.explain.events import OomEvent
+from oomdoctor.explain.kinds import DIRECT_MALLOC
 from oomdoctor.knowledge.gpus import GIB, is_slice
 from oomdoctor.units import format_bytes as fb
 
@@ -286,6 +287,13 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 2.2, "ggml (llama.cpp/ollama) allocates with cudaMalloc directly: this is its "
                   "ordinary out-of-memory, the weights plus the context's KV cache do not fit",
                   "offload fewer layers (-ngl / num_gpu), a smaller context (-c / num_ctx) or a smaller quantisation")
+    elif any(m in ev.text for m in DIRECT_MALLOC):
+        # Caffe's SyncedMemory and tiny-cuda-nn's GPUMemory call cudaMalloc themselves, for every blob:
+        # their "out of memory" is the net not fitting, as for ggml (dev: n3_caffe_3744, n2_dsod_11,
+        # m4_instantngpbatch_3, all fixed by a smaller batch, net or resolution).
+        b.add("true_capacity", 2.2, "this framework allocates with cudaMalloc directly (no caching allocator): "
+              "its out-of-memory is the model, batch and activations not fitting",
+              _capacity_fix(None, None, None, None))
     elif env.get("wsl"):
         b.add("context_or_driver", 0.8, "the log is from WSL2, whose driver limits pinned and total memory",
               "raise memory in .wslconfig; try pin_memory=False")
