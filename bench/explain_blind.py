@@ -38,7 +38,7 @@ def main() -> None:
     rows = [json.loads(x) for x in READING.read_text().splitlines() if x.strip()]
     rows = [r for r in rows if r["id"] in labels]  # a case moved out of dev drops out
     for batch in sorted({r["batch"] for r in rows}):
-        print(f"\n{batch}:")
+        print(f"\n{batch}:" + ("\n" if a.markdown else ""))
         _table([r for r in rows if r["batch"] == batch], labels, a.markdown)
 
 
