@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.explain import patterns as P
+from oomdoctor.explain.mentions import EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
     BlockIndex,
@@ -103,16 +104,6 @@ def _wrapped_mention(before: str, text: str) -> bool:
     return P.classify_line(prev + " " + body.rstrip("\n")) is None
 
 
-# Docs introduce an example of an error: "If you got this error while running a script", "For example:",
-# "you may see something like:" (then a fenced block or a quote). The error that follows is that example.
-_EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
-                            r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
-                            r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
-                            # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
-                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+like(?:\s+this)?\s*:"
-                            # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
-                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
-                            r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 
 
@@ -126,7 +117,7 @@ def _introduced_example(before: str) -> bool:
         if _FENCE.match(line) and fences == 0:
             fences += 1
             continue
-        return bool(_EXAMPLE_INTRO.match(line))
+        return bool(EXAMPLE_INTRO.match(line))
     return False
 
 
@@ -222,9 +213,6 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before):
             return
-        if kind == "generic_oom" and _EXAMPLE_INTRO.match(text):
-            return  # the introduction itself ("it fails with the OOM error like:") names the example's kind
-
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error

@@ -197,4 +197,17 @@ _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me|us|it)\b")
 WARN_LEVEL = re.compile(r"^\s*(?:\[rank\d+\]:?\s*)?(?:\[[^\]\n]{0,40}\]\s*){0,3}?"
                          r"(?:WARNING\b|WARN\b|\[W(?:ARN(?:ING)?)?\]|\[W\d{3,4}\s|W\d{4}\s)")
 
-__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]
+# Docs introduce an example of an error: "If you got this error while running a script", "For example:",
+# "you may see something like:" (then a fenced block or a quote). The error that follows is that example
+# (events._introduced_example), and the introduction's own OOM word is no failure (patterns._failure_match).
+EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
+                            r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
+                            r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
+                            # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+like(?:\s+this)?\s*:"
+                            # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
+                            r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
+
+
+__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]

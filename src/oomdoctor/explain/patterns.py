@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from oomdoctor.explain.mentions import ERROR_WORDS, GENERAL_STATEMENT, WARN_LEVEL, docs_clause, is_mention
+from oomdoctor.explain.mentions import EXAMPLE_INTRO, ERROR_WORDS, GENERAL_STATEMENT, WARN_LEVEL, docs_clause, is_mention
 from oomdoctor.units import torch_size_to_bytes
 
 _U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
@@ -319,7 +319,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
-    "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "filled", "full", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
+    "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs",
                      "占用", "释放", "进程", "程序", "任务", "同一",
@@ -515,6 +515,8 @@ def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
             continue
         if (kind == "generic_oom" or (kind == "exit_137" and m.group(0)[:1].islower())) and docs_clause(line, m.start()):
             continue  # "if the process is killed by the OOM killer": what docs say may happen
+        if kind == "generic_oom" and EXAMPLE_INTRO.match(line):
+            continue  # the introduction of an example ("it fails with the OOM error like:") names its kind
         if kind == "generic_oom" and (not (ERROR_WORDS.search(line) or not line[:m.start()].strip(" \t[(*>-!:|"))
                                       or GENERAL_STATEMENT.search(line)):
             continue

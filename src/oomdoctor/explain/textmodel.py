@@ -114,19 +114,20 @@ def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min
             "counts": dict(sorted(ranked))}
 
 
+def _load(path: Path) -> TextModel | None:
+    try:
+        return TextModel(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @lru_cache(maxsize=1)
 def docs_model() -> TextModel | None:
     """p(docs | words): documentation, FAQs, change logs and code against users' reports; None if missing."""
-    try:
-        return TextModel(json.loads(DOCS_MODEL_PATH.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return _load(DOCS_MODEL_PATH)
 
 
 @lru_cache(maxsize=1)
 def default_model() -> TextModel | None:
     """The stored model, or None if its file is missing or unreadable (explain then uses its rules only)."""
-    try:
-        return TextModel(json.loads(MODEL_PATH.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return _load(MODEL_PATH)
