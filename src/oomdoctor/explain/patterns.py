@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from oomdoctor.explain.mentions import EXAMPLE_INTRO, ERROR_WORDS, GENERAL_STATEMENT, WARN_LEVEL, docs_clause, is_mention
+from oomdoctor.explain.mentions import (
+    ERROR_WORDS,
+    EXAMPLE_INTRO,
+    GENERAL_STATEMENT,
+    WARN_LEVEL,
+    docs_clause,
+    is_mention,
+)
 from oomdoctor.units import torch_size_to_bytes
 
 _U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
