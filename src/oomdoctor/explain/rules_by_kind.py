@@ -223,7 +223,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("host_oom", 1.2, "DataLoader workers use host RAM", HOST_FIX)
         else:
             b.add("true_capacity", 0.8, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
-            b.add("unknown", 0.6, "the message does not say which memory ran out")
+            b.add("unknown", 0.2, "the message does not say which memory ran out")
     if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and str(d.get("call_site", "")).startswith("loading a checkpoint"):
         # torch.load puts each tensor back on the device it was saved from (cuda:0) unless map_location
         # says otherwise (torch.load docs): every rank of a multi-GPU job loads onto GPU 0.
