@@ -31,7 +31,7 @@ def test_stored_model_matches_a_fresh_fit_on_dev():
 def test_stored_model_loads_and_is_small():
     m = default_model()
     assert m is not None and set(m.categories) >= {"true_capacity", "fragmentation", "other_process"}
-    assert MODEL_PATH.stat().st_size < 64 * 1024
+    assert MODEL_PATH.stat().st_size < 160 * 1024  # 3000 words x 9 counts (bench/explain_textmodel.VOCAB)
     data = json.loads(MODEL_PATH.read_text())
     assert all(len(v) == len(data["categories"]) for v in data["counts"].values())
 
