@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from oomdoctor.explain.kinds import category_hint
 from oomdoctor.explain.patterns import classify_line
 from oomdoctor.explain.rank import explain_text
 
@@ -599,3 +600,12 @@ def test_unknown_follows_the_concrete_causes_of_a_bare_out_of_memory() -> None:
     # second place from the cause the words point to next (fresh m/n reports: 59 -> 61 in the top two)
     hyps = [h.category for h in explain_text(["RuntimeError: out of memory"]).hypotheses]
     assert "unknown" in hyps and hyps.index("unknown") >= 2
+
+
+def test_theano_cnmem_pool_share_that_cannot_be_reserved() -> None:
+    # dev p1_dldocker_8, p1_neuralenhance_19: lib.cnmem=0.95 / 1; lowering the share fixed both
+    line = "initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_OUT_OF_MEMORY. numdev=1"
+    assert classify_line(line) == "cublas_cudnn"
+    ex = explain_text(["ERROR (theano.sandbox.cuda): ERROR: Not using GPU. Initialisation of device gpu failed:", line])
+    assert ex.hypotheses[0].category == "gpu_sharing_limit"
+    assert category_hint("cublas_cudnn", {"status": "CNMEM_STATUS_OUT_OF_MEMORY"}) == "gpu_sharing_limit"

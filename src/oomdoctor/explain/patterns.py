@@ -87,7 +87,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
-    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_[A-Z_]+|cublas runtime error : resource allocation failed"
+    # Theano's CNMeM pool (lib.cnmem) reports its start-up reservation the same way (CNMEM_STATUS_*).
+    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_[A-Z_]+|cublas runtime error : resource allocation failed"
                      # TensorFlow's wording of a cuDNN handle that could not be created
                      r"|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].
@@ -445,7 +446,7 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             nums["requested_bytes"] = int(m.group(1))
     elif kind == "cublas_cudnn":
-        m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT)_STATUS_([A-Z_]+)", text)
+        m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_([A-Z_]+)", text)
         if m is None and "cuDNN failed to initialize" in text:
             det["status"] = "CUDNN_STATUS_NOT_INITIALIZED"
         if m is None and "cublas runtime error : resource allocation failed" in text:

@@ -132,6 +132,13 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                       "filled the GPU was there already (another process, or TensorFlow/JAX's preallocated pool)",
                       "check nvidia-smi for other processes; TF_FORCE_GPU_ALLOW_GROWTH=true, "
                       "XLA_PYTHON_CLIENT_PREALLOCATE=false")
+        elif status == "CNMEM_STATUS_OUT_OF_MEMORY":
+            # Theano's CNMeM pool reserves the share lib.cnmem of the whole card at start-up (1 = all of it):
+            # the share, not the job, does not fit once the display or a CUDA context holds part of the card
+            b.add("gpu_sharing_limit", 2.2, "Theano's CNMeM pool could not reserve its configured share of the GPU "
+                  "(lib.cnmem) at start-up", "lower lib.cnmem (THEANO_FLAGS=lib.cnmem=0.8), or 0 to turn the pool off")
+            b.add("other_process", 1.2, "the share is of the whole card: memory another process holds is not free "
+                  "for it", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv")
         elif status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in ev.text:
             # PyTorch creates the handle lazily at the first matmul of a stream, when the GPU may already be
             # full; a device-side assert earlier in the run (an index past a vocabulary) surfaces here too
