@@ -609,3 +609,12 @@ def test_theano_cnmem_pool_share_that_cannot_be_reserved() -> None:
     ex = explain_text(["ERROR (theano.sandbox.cuda): ERROR: Not using GPU. Initialisation of device gpu failed:", line])
     assert ex.hypotheses[0].category == "gpu_sharing_limit"
     assert category_hint("cublas_cudnn", {"status": "CNMEM_STATUS_OUT_OF_MEMORY"}) == "gpu_sharing_limit"
+
+
+def test_a_change_description_introducing_the_new_message() -> None:
+    # dev benign p3_pytorch_oommsgdesign_13751: the pull request that introduced the message quotes it
+    msg = ("  RuntimeError: CUDA out of memory. Tried to allocate 16.00 GiB (GPU 0; 11.93 GiB total capacity; "
+           "4.00 GiB already allocated; 7.33 GiB free; 179.00 KiB cached)")
+    assert not explain_text(["The new error message now looks like (from Python):", "", msg]).failures
+    # a reporter's own "my error message looks like:" stays a report
+    assert explain_text(["My error message looks like (from Python):", "", msg]).failures

@@ -204,7 +204,9 @@ EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?
                             r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
                             r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
                             # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
-                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+like(?:\s+this)?\s*:"
+                            # "The new error message now looks like (from Python):" (a change's description)
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+"
+                            r"(?:(?:now\s+)?looks?\s+)?like(?:\s+this)?(?:\s*\([^)\n]{0,40}\))?\s*:"
                             # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
                             r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
