@@ -11,12 +11,20 @@ exception goes one way: a case whose text was read while writing rules is `dev` 
 `split_note` saying why (the first 68 reports, from which the rules were first written; any `test` case
 that ever drives a change). Rules may be written and debugged on `dev` only; `test` is scored by
 bench/explain_accuracy.py, which never lists `test` cases one by one.
+
+tests/corpus/silver.jsonl: more real texts, labelled from what a search excerpt shows (the thread's
+title, the resolution when it is visible) rather than from the whole thread: cheaper, noisier. They train
+the word prior only (bench/explain_textmodel.py) and are never scored. load_silver() keeps out any item
+whose link is a gold case's thread (normalised: scheme, query, anchor, forum slugs dropped) or whose
+text is mostly a gold case's text (SHINGLE words in a row), so that no test case reaches the prior.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +35,9 @@ from ruamel.yaml import YAML
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "tests" / "corpus" / "reports"
 BENIGN = ROOT / "tests" / "corpus" / "benign"
+SILVER = ROOT / "tests" / "corpus" / "silver.jsonl"
+SILVER_KEYS = ("url", "category", "confidence", "basis", "text")
+SHINGLE = 8  # words in a row: a silver text sharing half its 8-word runs with a gold text is that text
 CATEGORIES = ("true_capacity", "fragmentation", "other_process", "leak_in_code", "context_or_driver",
               "shm_exhausted", "host_oom", "gpu_sharing_limit", "not_oom")
 REPORT_KEYS = ("id", "url", "date", "ecosystem", "category", "why", "split", "text")
@@ -50,6 +61,44 @@ def load_reports(split: str | None = None) -> list[dict[str, Any]]:
 
 def load_benign(split: str | None = None) -> list[dict[str, Any]]:
     return [c for c in load(BENIGN) if split is None or c["split"] == split]
+
+
+def thread_key(url: str) -> str:
+    """One key per thread: GitHub issue and pull numbers, Discourse and Stack Exchange ids, no slugs."""
+    u = re.sub(r"^https?://(?:www\.)?", "", url.strip().lower()).split("#")[0].split("?")[0].rstrip("/")
+    u = re.sub(r"^(github\.com/[^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+).*", r"\1/\2", u)
+    u = re.sub(r"^([^/]+)/t/(?:[^/]+/)?(\d+)(?:/\d+)?$", r"\1/t/\2", u)  # Discourse: /t/slug/id/post
+    return re.sub(r"^([^/]+)/(questions|q)/(\d+).*", r"\1/q/\3", u)  # Stack Exchange
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    w = re.findall(r"[a-z0-9_]+", text.lower())
+    return {tuple(w[i:i + SHINGLE]) for i in range(len(w) - SHINGLE + 1)}
+
+
+def load_silver(path: Path = SILVER) -> list[dict[str, Any]]:
+    """Silver items that may train the prior: not a gold case's thread, not a copy of a gold case's text."""
+    if not path.exists():
+        return []
+    gold = load_reports() + load_benign()
+    keys = {thread_key(c["url"]) for c in gold}
+    gold_sh: set[tuple[str, ...]] = set()
+    for c in gold:
+        gold_sh |= _shingles(str(c["text"]))
+    out, seen = [], set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        k = thread_key(item["url"])
+        if k in keys or k in seen or item["category"] not in CATEGORIES:
+            continue
+        sh = _shingles(item["text"])
+        if sh and len(sh & gold_sh) >= len(sh) / 2:
+            continue
+        seen.add(k)
+        out.append(item)
+    return out
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

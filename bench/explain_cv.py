@@ -11,7 +11,9 @@ is scored out of sample:
 Printed per fold and overall: top-1, top-2, no answer; per category; and the dev benign logs: false
 alarms (must be 0) and recovered OOMs reported as recovered, with the stored prior.
 
-Usage: PYTHONPATH=src python bench/explain_cv.py [--rules-only] [--quick]
+The silver items (tests/corpus/silver.jsonl) join every fold's training set: they are never scored.
+
+Usage: PYTHONPATH=src python bench/explain_cv.py [--rules-only] [--quick] [--no-silver]
   --rules-only: no prior (the figure of the rules and the no-event fallback alone)
 """
 
@@ -89,10 +91,15 @@ def fmt(t: tuple[int, int, int, int]) -> str:
     return f"n={n:>3}  top-1 {a:>3} ({a / n:6.1%})  top-2 {b:>3} ({b / n:6.1%})  no answer {z:>3}" if n else "n=0"
 
 
+SILVER = [True]  # --no-silver: the prior from the gold folds alone
+
+
 def model_for(cases: list[dict], idx: list[int], vocab: int):
+    """The prior fitted on the gold cases `idx` and the silver items (never scored: all folds may use them)."""
     from oomdoctor.explain.textmodel import TextModel, fit
 
-    return TextModel(fit([(texts[i], cases[i]["category"]) for i in idx], TM.CATEGORIES, vocab))
+    extra = TM.silver_docs() if SILVER[0] else []
+    return TextModel(fit([(texts[i], cases[i]["category"]) for i in idx] + extra, TM.CATEGORIES, vocab))
 
 
 texts: list[str] = []
@@ -150,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one vocabulary size in the inner search")
     ap.add_argument("--misses", action="store_true", help="list the dev cases missed out of sample (dev only)")
+    ap.add_argument("--no-silver", action="store_true", help="fit the prior on the gold folds only")
     a = ap.parse_args(argv)
+    SILVER[0] = not a.no_silver
     cases = C.load_reports("dev")
     texts[:] = [TM.model_text(c["text"]) for c in cases]
     sc = Scorer(cases)

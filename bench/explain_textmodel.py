@@ -10,6 +10,10 @@ two classes, `report` (every dev report) against `docs` (dev benign texts of kin
 grep_output and other: documentation, FAQs, change logs, code and comments that quote OOM wording).
 rank.py uses it to tell a vague OOM word in documentation from one in a report (DOCS_MIN).
 
+The category prior also reads the silver items (tests/corpus/silver.jsonl through
+explain_corpus.load_silver: labelled from search excerpts, kept away from every gold case's thread and
+text); out of fold on dev they add what bench/explain_cv.py --no-silver shows against the default.
+
 Usage: PYTHONPATH=src python bench/explain_textmodel.py [--check]
   --check: exit 1 if a stored file differs from a fresh fit (tests/test_explain_textmodel.py runs it)
 """
@@ -44,10 +48,22 @@ def model_text(text: str) -> str:
     return text_of(scan, scan.events)
 
 
-def fit_cases(cases: list[dict], vocab: int = VOCAB) -> dict:
+_SILVER: list[tuple[str, str]] = []
+
+
+def silver_docs() -> list[tuple[str, str]]:
+    """The silver items (explain_corpus.load_silver) as the prior reads them; computed once."""
+    if not _SILVER:
+        _SILVER.extend((model_text(s["text"]), s["category"]) for s in C.load_silver())
+    return list(_SILVER)
+
+
+def fit_cases(cases: list[dict], vocab: int = VOCAB, silver: bool = True) -> dict:
+    """The prior's counts from the dev reports given and, unless told otherwise, every silver item."""
     from oomdoctor.explain.textmodel import fit
 
-    return fit([(model_text(c["text"]), c["category"]) for c in cases], CATEGORIES, vocab)
+    docs = [(model_text(c["text"]), c["category"]) for c in cases]
+    return fit(docs + (silver_docs() if silver else []), CATEGORIES, vocab)
 
 
 DOCS_KINDS = ("docs_text", "grep_output", "other")

@@ -339,3 +339,25 @@ def test_hog_with_nvidia_smi_in_the_log_is_other_process():
     ex = _explain(_fixture(case["file"]) + "\n" + case["nvidia_smi_during"])
     assert ex.hypotheses[0].category == "other_process"
     assert "pid 817" in ex.hypotheses[0].evidence[-1] or any("pid 817" in e for e in ex.hypotheses[0].evidence)
+
+
+def test_silver_items_are_well_formed_and_apart_from_the_gold_corpus():
+    """Silver items train the prior only: each is labelled, linked, one per thread, and none is a gold
+    case's thread or text (load_silver would drop it; the file holds only what it keeps)."""
+    import json
+
+    C = _corpus()
+    lines = [json.loads(ln) for ln in C.SILVER.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    for item in lines:
+        assert set(C.SILVER_KEYS) <= set(item), item.get("url")
+        assert item["url"].startswith("https://") and item["category"] in CATEGORIES, item["url"]
+        assert item["confidence"] in ("high", "medium") and item["text"].strip(), item["url"]
+    assert len(C.load_silver()) == len(lines)
+
+
+def test_thread_key_joins_forms_of_one_thread():
+    C = _corpus()
+    assert C.thread_key("https://github.com/a/b/issues/12#issuecomment-9") == C.thread_key("http://www.github.com/A/B/pull/12/")
+    assert C.thread_key("https://discuss.pytorch.org/t/slug/1234/5") == C.thread_key("https://discuss.pytorch.org/t/1234")
+    assert C.thread_key("https://stackoverflow.com/questions/5963/a-title") == C.thread_key("https://stackoverflow.com/q/5963")
+    assert C.thread_key("https://github.com/a/b/issues/12") != C.thread_key("https://github.com/a/b/issues/13")
