@@ -288,7 +288,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                # "occupied by ...", "on a busy gpu", "two jobs might overlap in using GPUs",
                                # "nothing is on GPU=1, only GPU=0 is filled"
                                r"\boccupied by\b|\bbusy gpu\b|\boverlap\w*\b[^.\n]{0,40}\bgpus?\b|"
-                               r"(?:gpu ?=? ?0|cuda:0|device 0|first gpu)[^.\n]{0,20}\b(?:is|was|gets?|got) (?:filled|full|occupied)\b|"
+                               r"(?:gpu(?: ?= ?| )?0|cuda:0|device 0|first gpu)[^.\n]{0,20}\b(?:is|was|gets?|got) (?:filled|full|occupied)\b|"
                                r"someone else|by someone|additional process(?:es)? on (?:gpu ?0|the first gpu)|no process(?:es)? (?:seems? to be |are |is )?(?:using|listed|running|shown)|"
                                r"more memory (?:on|in) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0)|"
                                r"(?:all|every|each) (?:\w+ ){0,3}(?:on|onto|to|in|use|uses|using) (?:the )?(?:first gpu|gpu ?0|cuda:0|device 0|same gpu)|"
