@@ -37,15 +37,16 @@ DOCS_VOCAB = 300  # the documentation model: DOCS_MIN (rank.py) was chosen out o
 CATEGORIES = [c for c in C.CATEGORIES]
 
 
-def model_text(text: str) -> str:
-    """The text the prior sees at run time for a log: the scanner's samples and the events' text."""
+def model_text(text: str, tags: bool = True) -> str:
+    """The text the prior sees at run time for a log: the scanner's samples and the events' text, and
+    with `tags` the events' kind and hint words (rank.event_tags; the documentation model reads none)."""
     from oomdoctor.explain.events import LogScanner
     from oomdoctor.explain.rank import model_text as text_of
 
     scanner = LogScanner()
     scanner.feed_lines(text.splitlines())
     scan = scanner.finish()
-    return text_of(scan, scan.events)
+    return text_of(scan, scan.events, tags)
 
 
 _SILVER: list[tuple[str, str]] = []
@@ -72,8 +73,8 @@ DOCS_KINDS = ("docs_text", "grep_output", "other")
 def fit_docs() -> dict:
     from oomdoctor.explain.textmodel import DOCS_TEMPER, fit
 
-    docs = [(model_text(c["text"]), "report") for c in C.load_reports("dev")]
-    docs += [(model_text(c["text"]), "docs") for c in C.load_benign("dev") if c["kind"] in DOCS_KINDS]
+    docs = [(model_text(c["text"], tags=False), "report") for c in C.load_reports("dev")]
+    docs += [(model_text(c["text"], tags=False), "docs") for c in C.load_benign("dev") if c["kind"] in DOCS_KINDS]
     return fit(docs, ["report", "docs"], DOCS_VOCAB, temper=DOCS_TEMPER)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
-from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE
+from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE, category_hint
 from oomdoctor.explain.reported import MEMORY_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -255,10 +255,32 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
                       "fitted on confirmed reports)" if p >= 0.5 else "")
 
 
-def model_text(scan: LogScan, events: list[OomEvent]) -> str:
+def model_text(scan: LogScan, events: list[OomEvent], tags: bool = True) -> str:
     """What the word models read (the prior and the documentation model, and bench/explain_textmodel.py
-    when it fits them): each source's head and tail, and the events' text."""
-    return "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    when it fits them): each source's head and tail, and the events' text. With `tags` (the prior), one
+    word per event for its kind and one for the category its wording points to (event_tags)."""
+    text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
+    return text + "\n" + event_tags(events) if tags and events else text
+
+
+def event_tags(events: list[OomEvent]) -> str:
+    """Words the prior learns like any other: `oomdoctor_kind_<kind>` and `oomdoctor_hint_<category>`
+    for the first TAGGED events. The data then says how far each kind and each hint is to be trusted
+    beside the words. Chosen in session 5 (2026-11-26): out of fold on dev the prior alone 373 -> 388
+    of 577 right first; explain at the stored weights 434 -> 435, with the weights chosen per fold
+    (bench/explain_cv.py) 435 -> 432, leave-ecosystem-out 428 -> 424 (the rules are in sample there);
+    on the 103 m/n reports scored with the code they arrived to, explain 50 -> 53 right first, 65 -> 67
+    in the top two."""
+    out = []
+    for e in events[:TAGGED]:
+        out.append(f"oomdoctor_kind_{e.kind}")
+        hint = category_hint(e.kind, e.details, e.text)
+        if hint:
+            out.append(f"oomdoctor_hint_{hint}")
+    return " ".join(out)
+
+
+TAGGED = 5
 
 
 def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:
@@ -270,7 +292,7 @@ def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     docs = docs_model()
     if docs is None:
         return False
-    text = model_text(scan, events)
+    text = model_text(scan, events, tags=False)  # the documentation model reads the words alone
     return docs.posterior(text).get("docs", 0.0) >= DOCS_MIN
 
 
