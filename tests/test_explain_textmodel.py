@@ -167,3 +167,11 @@ def test_documentation_with_only_a_vague_oom_word_is_not_a_failure(monkeypatch):
     monkeypatch.undo()
     report = ["I just run the test, and it run out of my cuda memory, which is 20G.  Have I miss something?"]
     assert explain_text(report).explained
+
+
+def test_a_candidate_the_words_alone_bring_in_says_so():
+    """A hypothesis with no rule behind it states its only reason (the words' leaning), never stands bare."""
+    from oomdoctor.explain.rank import explain_text
+
+    hyps = explain_text(["RuntimeError: out of memory"]).hypotheses
+    assert len(hyps) >= 3 and all(h.evidence for h in hyps)

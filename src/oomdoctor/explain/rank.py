@@ -251,8 +251,11 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
     w = PRIOR_WEIGHT_VAGUE if events and events[0].kind in VAGUE_KINDS else PRIOR_WEIGHT
     for cat, p in sorted(model.posterior(text).items(), key=lambda kv: -kv[1]):
         if p >= PRIOR_FLOOR and (not numeric or board.scores.get(cat, 0.0) > 0):
-            board.add(cat, w * p, f"the words of the text point to {cat} (p = {p:.2f}, a word model "
-                      "fitted on confirmed reports)" if p >= 0.5 else "")
+            # a candidate the words alone bring in says so, rather than standing without a reason
+            why = (f"the words of the text point to {cat} (p = {p:.2f}, a word model fitted on confirmed reports)"
+                   if p >= 0.5 else "" if board.scores.get(cat, 0.0) > 0 else
+                   f"no rule names it; the words of the text lean a little to it (p = {p:.2f})")
+            board.add(cat, w * p, why)
 
 
 def model_text(scan: LogScan, events: list[OomEvent], tags: bool = True) -> str:
