@@ -618,3 +618,25 @@ def test_a_change_description_introducing_the_new_message() -> None:
     assert not explain_text(["The new error message now looks like (from Python):", "", msg]).failures
     # a reporter's own "my error message looks like:" stays a report
     assert explain_text(["My error message looks like (from Python):", "", msg]).failures
+
+
+def test_benchmark_rows_and_symptom_fields_are_documentation() -> None:
+    # dev benign p5_gsplat_profile_oomtable: a profiling table whose cells read OOM
+    assert not explain_text(["gsplat v0.1.11               n/a       n/a                  OOM   OOM         OOM"]).failures
+    # dev benign p5_localai_troubleshooting_oom: a troubleshooting entry's symptom field
+    assert not explain_text(["### Out of Memory (OOM)", "",
+                             "**Symptoms:** Model loading fails or the process is killed by the OS."]).failures
+    # a row with one OOM cell (a job's own status line), and a user's line, stay failures
+    assert explain_text(["resnet152   bs 256   OOM   -"]).failures
+    assert explain_text(["The process is killed by the OS when the model loads."]).failures
+
+
+def test_tensorflow_retry_storm_then_program_output_went_on() -> None:
+    # dev benign p5_gsate_tf_bfc_notfailure_log: INFO-level allocation failures interleaved with the BFC
+    # allocator's "not a failure" warnings, then the program's own output (ffmpeg)
+    bfc = ("2021-09-01 16:44:20.175415: W tensorflow/core/common_runtime/bfc_allocator.cc:246] Allocator (GPU_0_bfc) "
+           "ran out of memory trying to allocate 546.16MiB with freed_by_count=0. The caller indicates that this is "
+           "not a failure, but may mean that there could be performance gains if more memory were available.")
+    ex = explain_text([_TF_INFO, _TF_INFO, bfc, _TF_INFO, "Input #0, rawvideo, from 'pipe:':"])
+    assert ex.recovered and not ex.failures
+    assert explain_text([_TF_INFO, bfc, _TF_INFO, "Segmentation fault (core dumped)"]).failures

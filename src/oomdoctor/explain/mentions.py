@@ -103,7 +103,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
     if comment is not None and _HEDGE.search(line, comment.end(), start):
         return True  # "jobs_per_gpu: 1  # If each GPU has large memory, ... (until OOM)": a config's comment
     label = _BOLD_LABEL.match(line)
-    if _TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line):
+    if (_TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line)
+            or _SYMPTOM_FIELD.match(line)):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
     if _CODE_SHAPE.search(line) or _THIS_CHANGE.search(line, max(0, start - 200), start) or _STRING_ASSIGNED.search(before):
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
@@ -136,8 +137,13 @@ _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 # A line that is one quotation in typographic quotes: an article quoting the message (terminals and
 # issue pastes use straight quotes or backticks).
 _TYPESET_QUOTE_LINE = re.compile("^\\s*[\u201c\u2018][^\u201d\u2019\\n]{1,300}[\u201d\u2019][.!]?\\s*$")
-_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$")
+_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$"
+                        # a whitespace-aligned benchmark row with OOM in two or more cells ("gsplat v0.1.11  n/a
+                        # OOM   OOM   OOM"): results, not a failure (a log's one State column is not matched)
+                        r"|^.*\S(?:(?:\s{2,}|\s*\|\s*)(?:OOM|oom|out of memory)(?=\s{2,}|\s*\||\s*$)){2,}")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
+# A troubleshooting entry's field ("**Symptoms:** Model loading fails or the process is killed"): docs.
+_SYMPTOM_FIELD = re.compile(r"(?i)^\s*(?:[-*+]\s+)?(?:\*\*)?symptoms?(?:\*\*)?\s*:")
 _BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s"
                          # or a list item that is only a bold title: "2. **Out of Memory Errors**"
                          r"|^\s*(?:[-*+]\s+|\d+\.\s+)\*\*[^*:\n]{1,60}\*\*:?\s*$")

@@ -210,7 +210,10 @@ def _went_on(e: OomEvent, scan: LogScan) -> bool:
         lines = text.split("\n")
         if source != e.source or not first <= end < first + len(lines):
             continue
-        after = [ln for ln in lines[end - first + 1:] if ln.strip()]
+        # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
+        # that say "this is not a failure") is not the program's output, nor an error
+        after = [ln for ln in lines[end - first + 1:] if ln.strip() and not _TF_INFO_ALLOC.match(ln)
+                 and "indicates that this is not a failure" not in ln]
         return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
     return False
 
