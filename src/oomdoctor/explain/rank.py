@@ -271,6 +271,9 @@ def model_text(scan: LogScan, events: list[OomEvent], tags: bool = True) -> str:
     return text + "\n" + event_tags(events) if tags and events else text
 
 
+TAGGED = 5  # events whose kind and hint become words (event_tags)
+
+
 def event_tags(events: list[OomEvent]) -> str:
     """Words the prior learns like any other: `oomdoctor_kind_<kind>` and `oomdoctor_hint_<category>`
     for the first TAGGED events. The data then says how far each kind and each hint is to be trusted
@@ -286,9 +289,6 @@ def event_tags(events: list[OomEvent]) -> str:
         if hint:
             out.append(f"oomdoctor_hint_{hint}")
     return " ".join(out)
-
-
-TAGGED = 5
 
 
 def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:

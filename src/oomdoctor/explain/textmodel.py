@@ -3,11 +3,12 @@
 The rules (explain/rules.py) read what a message's wording and numbers mean; they say nothing when a
 report is written in prose ("it ooms because of fragmentation", "killed while loading shards") or
 when several causes score alike. This model fills that gap with a binarised multinomial naive Bayes
-over word unigrams and bigrams (lower-cased, numbers, paths and hex ids dropped), whose counts are
-fitted on the dev split of the labelled corpus only (bench/explain_textmodel.py; the same script
-with --check fails if the stored counts differ from a fresh fit, tests/test_explain_textmodel.py).
-rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight and the
-vocabulary size were chosen by cross-validation on dev (bench/explain_cv.py). Pure: text in, numbers
+over word unigrams and bigrams (lower-cased, numbers, paths and hex ids dropped; rank.event_tags adds
+one word per event for its kind and hint), whose counts are fitted on the dev split of the labelled
+corpus and the silver items, never on test (bench/explain_textmodel.py; the same script with --check
+fails if the stored counts differ from a fresh fit, tests/test_explain_textmodel.py).
+rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight, the divisor and the
+vocabulary size were chosen on reports the rules were not written from (docs/explain.md). Pure: text in, numbers
 out; the counts are package data (textmodel.json).
 """
 
