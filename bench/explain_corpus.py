@@ -15,8 +15,9 @@ bench/explain_accuracy.py, which never lists `test` cases one by one.
 tests/corpus/silver.jsonl: more real texts, labelled from what a search excerpt shows (the thread's
 title, the resolution when it is visible) rather than from the whole thread: cheaper, noisier. They train
 the word prior only (bench/explain_textmodel.py) and are never scored. load_silver() keeps out any item
-whose link is a gold case's thread (normalised: scheme, query, anchor, forum slugs dropped) or whose
-text is mostly a gold case's text (SHINGLE words in a row), so that no test case reaches the prior.
+whose link is a gold case's thread (normalised: scheme, query, anchor, forum slugs dropped), whose
+text is mostly gold text (SHINGLE words in a row) or shares SHARED_RUNS runs found in one gold case only
+(test cases included: the items kept depend on the test split, which only ever removes items).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ REPORTS = ROOT / "tests" / "corpus" / "reports"
 BENIGN = ROOT / "tests" / "corpus" / "benign"
 SILVER = ROOT / "tests" / "corpus" / "silver.jsonl"
 SILVER_KEYS = ("url", "category", "confidence", "basis", "text")
-SHINGLE = 8  # words in a row: a silver text sharing half its 8-word runs with a gold text is that text
+SHINGLE = 8  # words in a row: a silver text sharing half its 8-word runs with the gold texts is one of them
+SHARED_RUNS = 3  # or sharing this many of one gold text's own 8-word runs (in no other gold text)
 CATEGORIES = ("true_capacity", "fragmentation", "other_process", "leak_in_code", "context_or_driver",
               "shm_exhausted", "host_oom", "gpu_sharing_limit", "not_oom")
 REPORT_KEYS = ("id", "url", "date", "ecosystem", "category", "why", "split", "text")
@@ -67,7 +69,8 @@ def thread_key(url: str) -> str:
     """One key per thread: GitHub issue and pull numbers, Discourse and Stack Exchange ids, no slugs."""
     u = re.sub(r"^https?://(?:www\.)?", "", url.strip().lower()).split("#")[0].split("?")[0].rstrip("/")
     u = re.sub(r"^(github\.com/[^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+).*", r"\1/\2", u)
-    u = re.sub(r"^([^/]+)/t/(?:[^/]+/)?(\d+)(?:/\d+)?$", r"\1/t/\2", u)  # Discourse: /t/slug/id/post
+    # Discourse: /t/slug/id, /t/id, /t/slug/id/post, /t/id/post (a slug is not all digits)
+    u = re.sub(r"^([^/]+(?:/[^/]+)*?)/t/(?:[^/]*[^\d/][^/]*/)?(\d+)(?:/\d+)?$", r"\1/t/\2", u)
     return re.sub(r"^([^/]+)/(questions|q)/(\d+).*", r"\1/q/\3", u)  # Stack Exchange
 
 
@@ -82,9 +85,13 @@ def load_silver(path: Path = SILVER) -> list[dict[str, Any]]:
         return []
     gold = load_reports() + load_benign()
     keys = {thread_key(c["url"]) for c in gold}
-    gold_sh: set[tuple[str, ...]] = set()
-    for c in gold:
-        gold_sh |= _shingles(str(c["text"]))
+    per_case = [_shingles(str(c["text"])) for c in gold]
+    gold_sh: set[tuple[str, ...]] = set().union(*per_case)
+    seen_in: dict[tuple[str, ...], int] = defaultdict(int)
+    for g in per_case:
+        for r in g:
+            seen_in[r] += 1
+    rare = [{r for r in g if seen_in[r] == 1} for g in per_case]  # not a library's boilerplate
     out, seen = [], set()
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
@@ -94,7 +101,7 @@ def load_silver(path: Path = SILVER) -> list[dict[str, Any]]:
         if k in keys or k in seen or item["category"] not in CATEGORIES:
             continue
         sh = _shingles(item["text"])
-        if sh and len(sh & gold_sh) >= len(sh) / 2:
+        if sh and (len(sh & gold_sh) >= len(sh) / 2 or any(len(sh & g) >= SHARED_RUNS for g in rare)):
             continue
         seen.add(k)
         out.append(item)

@@ -38,15 +38,16 @@ CATEGORIES = [c for c in C.CATEGORIES]
 
 
 def model_text(text: str, tags: bool = True) -> str:
-    """The text the prior sees at run time for a log: the scanner's samples and the events' text, and
-    with `tags` the events' kind and hint words (rank.event_tags; the documentation model reads none)."""
+    """The text the prior sees at run time for a log (rank.prior_text: the scanner's samples, the events'
+    text and, with `tags`, their kind and hint words); the documentation model reads no tags."""
     from oomdoctor.explain.events import LogScanner
     from oomdoctor.explain.rank import model_text as text_of
+    from oomdoctor.explain.rank import prior_text
 
     scanner = LogScanner()
     scanner.feed_lines(text.splitlines())
     scan = scanner.finish()
-    return text_of(scan, scan.events, tags)
+    return prior_text(scan) if tags else text_of(scan, scan.events, tags=False)
 
 
 _SILVER: list[tuple[str, str]] = []

@@ -359,5 +359,6 @@ def test_thread_key_joins_forms_of_one_thread():
     C = _corpus()
     assert C.thread_key("https://github.com/a/b/issues/12#issuecomment-9") == C.thread_key("http://www.github.com/A/B/pull/12/")
     assert C.thread_key("https://discuss.pytorch.org/t/slug/1234/5") == C.thread_key("https://discuss.pytorch.org/t/1234")
+    assert C.thread_key("https://discuss.pytorch.org/t/1234/5") == C.thread_key("https://discuss.pytorch.org/t/slug/1234")
     assert C.thread_key("https://stackoverflow.com/questions/5963/a-title") == C.thread_key("https://stackoverflow.com/q/5963")
     assert C.thread_key("https://github.com/a/b/issues/12") != C.thread_key("https://github.com/a/b/issues/13")

@@ -637,6 +637,21 @@ def test_tensorflow_retry_storm_then_program_output_went_on() -> None:
     bfc = ("2021-09-01 16:44:20.175415: W tensorflow/core/common_runtime/bfc_allocator.cc:246] Allocator (GPU_0_bfc) "
            "ran out of memory trying to allocate 546.16MiB with freed_by_count=0. The caller indicates that this is "
            "not a failure, but may mean that there could be performance gains if more memory were available.")
-    ex = explain_text([_TF_INFO, _TF_INFO, bfc, _TF_INFO, "Input #0, rawvideo, from 'pipe:':"])
+    ex = explain_text([_TF_INFO, _TF_INFO, bfc, "Input #0, rawvideo, from 'pipe:':"])
     assert ex.recovered and not ex.failures
     assert explain_text([_TF_INFO, bfc, _TF_INFO, "Segmentation fault (core dumped)"]).failures
+
+
+def test_symptom_field_with_a_pasted_message_and_a_report_of_how_the_error_looks_stay_failures() -> None:
+    msg = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.79 GiB total capacity)"
+    assert explain_text([f"**Symptoms:** {msg}"]).failures
+    assert explain_text(["Training crashes after 3 epochs. The error looks like:", msg]).failures
+    assert explain_text(["Error message looks like:", msg]).failures
+
+
+def test_status_success_is_no_failure_unless_a_check_printed_another_code() -> None:
+    assert not explain_text(["status = CNMEM_STATUS_SUCCESS"]).failures
+    assert not explain_text(["    if (status != CUBLAS_STATUS_SUCCESS) {"]).failures
+    assert explain_text(["Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)"]).failures
+    ex = explain_text(["initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_CUDA_ERROR. numdev=1"])
+    assert ex.hypotheses[0].category == "context_or_driver"

@@ -175,3 +175,21 @@ def test_a_candidate_the_words_alone_bring_in_says_so():
 
     hyps = explain_text(["RuntimeError: out of memory"]).hypotheses
     assert len(hyps) >= 3 and all(h.evidence for h in hyps)
+
+
+def test_event_words_are_whole_tokens_without_bigrams_and_survive_long_input():
+    """Kinds with digits stay one word each (the tokeniser cuts at digits), the tags make no bigrams with
+    the log's words, and they come first, so the model's bounded read reaches them on long input."""
+    from oomdoctor.explain.events import LogScanner, OomEvent
+    from oomdoctor.explain.rank import event_tags, model_text
+    from oomdoctor.explain.textmodel import MAX_TEXT, tokens
+
+    tags = event_tags([OomEvent(kind="k8s_oomkilled", line=1, text="x"), OomEvent(kind="exit_137", line=2, text="y")])
+    toks = tokens(tags + "\nthe pod was OOMKilled")
+    assert {"oomdoctor_kind_keight_s_oomkilled", "oomdoctor_kind_exit_one_three_seven"} <= toks
+    assert not any(" " in t and "oomdoctor_" in t for t in toks)
+    scanner = LogScanner()
+    scanner.feed_lines(["step 1 loss 2.0"] * 100 + ["torch.OutOfMemoryError: CUDA out of memory."])
+    scan = scanner.finish()
+    text = model_text(scan, scan.events) + "\nmore log lines " * MAX_TEXT  # as with several long files
+    assert len(text) > MAX_TEXT and "oomdoctor_kind_torch_oom" in tokens(text)

@@ -104,6 +104,8 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
             return "other_process" if HANDLE_AT_START.search(text) else "true_capacity"
         if status == "CNMEM_STATUS_OUT_OF_MEMORY":
             return "gpu_sharing_limit"  # Theano's pool share (lib.cnmem) could not be reserved (rules_by_kind)
+        if status.startswith("CNMEM_STATUS_"):
+            return "context_or_driver"  # another failed CUDA call of the pool (rules_by_kind)
         if status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in text:
             return "true_capacity"  # PyTorch's lazy handle, created on a GPU the job may have filled
         return "context_or_driver" if status.endswith(("NOT_INITIALIZED", "INTERNAL_ERROR")) else "not_oom"

@@ -104,7 +104,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True  # "jobs_per_gpu: 1  # If each GPU has large memory, ... (until OOM)": a config's comment
     label = _BOLD_LABEL.match(line)
     if (_TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line)
-            or _SYMPTOM_FIELD.match(line)):
+            or (_SYMPTOM_FIELD.match(line) and not _NAMED_ERROR.search(line))):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
     if _CODE_SHAPE.search(line) or _THIS_CHANGE.search(line, max(0, start - 200), start) or _STRING_ASSIGNED.search(before):
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
@@ -143,7 +143,10 @@ _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$"
                         r"|^.*\S(?:(?:\s{2,}|\s*\|\s*)(?:OOM|oom|out of memory)(?=\s{2,}|\s*\||\s*$)){2,}")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
 # A troubleshooting entry's field ("**Symptoms:** Model loading fails or the process is killed"): docs.
-_SYMPTOM_FIELD = re.compile(r"(?i)^\s*(?:[-*+]\s+)?(?:\*\*)?symptoms?(?:\*\*)?\s*:")
+# Only the bold label, and only where the line quotes no error by name (an issue form's "Symptom:" field
+# holding a pasted message is a report).
+_SYMPTOM_FIELD = re.compile(r"(?i)^\s*(?:[-*+]\s+)?\*\*symptoms?(?::\*\*|\*\*:)")
+_NAMED_ERROR = re.compile(r"\b\w*(?:Error|Exception)\b|CUDA error|Tried to allocate|[A-Z]+_[A-Z_]{3,}")
 _BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s"
                          # or a list item that is only a bold title: "2. **Out of Memory Errors**"
                          r"|^\s*(?:[-*+]\s+|\d+\.\s+)\*\*[^*:\n]{1,60}\*\*:?\s*$")
@@ -210,9 +213,11 @@ EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?
                             r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
                             r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
                             # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
-                            # "The new error message now looks like (from Python):" (a change's description)
-                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+"
-                            r"(?:(?:now\s+)?looks?\s+)?like(?:\s+this)?(?:\s*\([^)\n]{0,40}\))?\s*:"
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\b(?:error|message|exception|output)s?\s+like(?:\s+this)?\s*:"
+                            # "The new error message now looks like (from Python):" (a change's description; a
+                            # report's "The error looks like:" is not one)
+                            r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\bnew\b.*\b(?:error|message|exception|output)s?\s+"
+                            r"(?:now\s+)?looks?\s+like(?:\s*\([^)\n]{0,40}\))?\s*:"
                             # hedged, to the reader: "A common error you may encounter when the GPU runs out of memory is:"
                             r"|(?!.*\b(?:I|I'm|I've|we|my|our)\b).*\byou\s+(?:may|might)\s+(?:also\s+)?(?:\w+\s+)?"
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")

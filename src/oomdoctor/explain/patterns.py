@@ -88,7 +88,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
     # Theano's CNMeM pool (lib.cnmem) reports its start-up reservation the same way (CNMEM_STATUS_*).
-    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_[A-Z_]+|cublas runtime error : resource allocation failed"
+    # (a *_STATUS_SUCCESS is no failure, unless glog's CHECK_EQ prints the code it got: "(13 vs. 0)")
+    ("cublas_cudnn", r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_(?:(?!SUCCESS\b)[A-Z_]+|SUCCESS \(\d+ vs\. 0\))|cublas runtime error : resource allocation failed"
                      # TensorFlow's wording of a cuDNN handle that could not be created
                      r"|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize"),
     # DataLoader shared memory (torch/utils/data/_utils/signal_handling.py, MapAllocator.cpp) [PTDL][PTMAP].

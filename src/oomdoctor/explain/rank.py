@@ -20,6 +20,7 @@ from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE
 from oomdoctor.explain.reported import MEMORY_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
+from oomdoctor.explain.textmodel import TAG_PREFIX
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.explain.textmodel import TextModel
@@ -266,17 +267,30 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
 def model_text(scan: LogScan, events: list[OomEvent], tags: bool = True) -> str:
     """What the word models read (the prior and the documentation model, and bench/explain_textmodel.py
     when it fits them): each source's head and tail, and the events' text. With `tags` (the prior), one
-    word per event for its kind and one for the category its wording points to (event_tags)."""
+    word per event for its kind and one for the category its wording points to (event_tags), first, so
+    that the model's bounded read (textmodel.MAX_TEXT) always reaches them."""
     text = "\n".join([t for _, _, t in scan.samples] + [e.text for e in events[:20]])
-    return text + "\n" + event_tags(events) if tags and events else text
+    return event_tags(events) + "\n" + text if tags and events else text
+
+
+def prior_text(scan: LogScan) -> str:
+    """The prior's text for a log as explain_scan hands it over (the event it answers for first, then the
+    others; none for a words-only leaning): bench/explain_textmodel.py fits on exactly this."""
+    ex = explain_scan(scan, None, None)
+    if ex.primary is None:
+        return model_text(scan, [])
+    rest = [e for e in ex.events if e is not ex.primary and all(e is not r for r in ex.recovered)]
+    return model_text(scan, [ex.primary] + rest)
 
 
 TAGGED = 5  # events whose kind and hint become words (event_tags)
+_DIGITS = str.maketrans({d: w + "_" for d, w in zip("0123456789", "zero one two three four five six seven eight nine".split())})
 
 
 def event_tags(events: list[OomEvent]) -> str:
     """Words the prior learns like any other: `oomdoctor_kind_<kind>` and `oomdoctor_hint_<category>`
-    for the first TAGGED events. The data then says how far each kind and each hint is to be trusted
+    for the first TAGGED events (digits spelled out: the tokeniser cuts words at digits; textmodel.tokens
+    makes no bigrams of them). The data then says how far each kind and each hint is to be trusted
     beside the words. Chosen in session 5 (2026-11-26): out of fold on dev the prior alone 373 -> 388
     of 577 right first; explain at the stored weights 434 -> 435, with the weights chosen per fold
     (bench/explain_cv.py) 435 -> 432, leave-ecosystem-out 428 -> 424 (the rules are in sample there);
@@ -284,10 +298,10 @@ def event_tags(events: list[OomEvent]) -> str:
     in the top two."""
     out = []
     for e in events[:TAGGED]:
-        out.append(f"oomdoctor_kind_{e.kind}")
+        out.append(f"{TAG_PREFIX}kind_{e.kind.translate(_DIGITS)}".rstrip("_"))
         hint = category_hint(e.kind, e.details, e.text)
         if hint:
-            out.append(f"oomdoctor_hint_{hint}")
+            out.append(f"{TAG_PREFIX}hint_{hint}")
     return " ".join(out)
 
 

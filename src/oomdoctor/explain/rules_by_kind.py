@@ -139,6 +139,9 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                   "(lib.cnmem) at start-up", "lower lib.cnmem (THEANO_FLAGS=lib.cnmem=0.8), or 0 to turn the pool off")
             b.add("other_process", 1.2, "the share is of the whole card: memory another process holds is not free "
                   "for it", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv")
+        elif status.startswith("CNMEM_STATUS_"):
+            b.add("context_or_driver", 2.0, f"{status}: a CUDA call of Theano's CNMeM pool failed at start-up",
+                  "check that the CUDA build matches the driver and that the GPU is visible (nvidia-smi)")
         elif status == "CUBLAS_STATUS_NOT_INITIALIZED" and "cublasCreate(handle)" in ev.text:
             # PyTorch creates the handle lazily at the first matmul of a stream, when the GPU may already be
             # full; a device-side assert earlier in the run (an index past a vocabulary) surfaces here too

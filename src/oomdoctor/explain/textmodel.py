@@ -44,12 +44,16 @@ its me my of on or our so than that the their them then there these they this to
 which while who will with would you your""".split())
 
 
+TAG_PREFIX = "oomdoctor_"  # words rank.event_tags writes for an event's kind and hint: unigrams only
+
+
 def tokens(text: str) -> set[str]:
     """The distinct unigrams and bigrams of `text` (binarised: a word counts once per document)."""
     words = [w.lower() for w in _WORD.findall(text[:MAX_TEXT])]
     words = [w for w in words if w not in _STOP and len(w) <= 40]
     out = set(words)
-    out.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+    out.update(f"{a} {b}" for a, b in zip(words, words[1:])
+               if not a.startswith(TAG_PREFIX) and not b.startswith(TAG_PREFIX))
     return out
 
 
