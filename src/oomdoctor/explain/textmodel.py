@@ -31,7 +31,7 @@ ALPHA = 0.5  # additive smoothing of the per-category token counts
 # less often). 3: the prior stops saying p = 1.00 on words that do not settle anything.
 # Session 5 (2026-11-26), with the vocabulary grown from 300 to 3000 words: 5 out of fold on dev (548
 # reports, prior alone 329 -> 331 right first) and on the 103 m/n reports scored with the rules they arrived
-# to (prior alone 50 -> 52; explain 49 / 65 in the top one / two at 3 and 5 alike, weights as in rank.py).
+# to (prior alone 50 -> 52; explain 49 / 65 in the top one / two at 3 and 5 alike, weights 1.0 / 2.0).
 # Each model file stores its own divisor ("temper"); this is the default for the category prior.
 TEMPER = 5.0
 DOCS_TEMPER = 3.0  # the documentation model (docsmodel.json) keeps the divisor DOCS_MIN was chosen with
