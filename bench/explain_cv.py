@@ -91,14 +91,14 @@ def fmt(t: tuple[int, int, int, int]) -> str:
     return f"n={n:>3}  top-1 {a:>3} ({a / n:6.1%})  top-2 {b:>3} ({b / n:6.1%})  no answer {z:>3}" if n else "n=0"
 
 
-SILVER = [True]  # --no-silver: the prior from the gold folds alone
+USE_SILVER = True  # --no-silver: the prior from the gold folds alone
 
 
 def model_for(cases: list[dict], idx: list[int], vocab: int):
     """The prior fitted on the gold cases `idx` and the silver items (never scored: all folds may use them)."""
     from oomdoctor.explain.textmodel import TextModel, fit
 
-    extra = TM.silver_docs() if SILVER[0] else []
+    extra = list(TM.silver_docs()) if USE_SILVER else []
     return TextModel(fit([(texts[i], cases[i]["category"]) for i in idx] + extra, TM.CATEGORIES, vocab))
 
 
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses", action="store_true", help="list the dev cases missed out of sample (dev only)")
     ap.add_argument("--no-silver", action="store_true", help="fit the prior on the gold folds only")
     a = ap.parse_args(argv)
-    SILVER[0] = not a.no_silver
+    global USE_SILVER
+    USE_SILVER = not a.no_silver
     cases = C.load_reports("dev")
     texts[:] = [TM.model_text(c["text"]) for c in cases]
     sc = Scorer(cases)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,22 +52,17 @@ def model_text(text: str, tags: bool = True) -> str:
     return prior_text(scan) if tags else text_of(scan, scan.events, tags=False)
 
 
-_SILVER: list[tuple[str, str]] = []
-
-
-def silver_docs() -> list[tuple[str, str]]:
+@lru_cache(maxsize=1)
+def silver_docs() -> tuple[tuple[str, str], ...]:
     """The silver items (explain_corpus.load_silver) as the prior reads them; computed once."""
-    if not _SILVER:
-        _SILVER.extend((model_text(s["text"]), s["category"]) for s in C.load_silver())
-    return list(_SILVER)
+    return tuple((model_text(s["text"]), s["category"]) for s in C.load_silver())
 
 
-def fit_cases(cases: list[dict], vocab: int = VOCAB, silver: bool = True) -> dict:
-    """The prior's counts from the dev reports given and, unless told otherwise, every silver item."""
+def fit_cases(cases: list[dict], vocab: int = VOCAB) -> dict:
+    """The prior's counts from the dev reports given and every silver item."""
     from oomdoctor.explain.textmodel import fit
 
-    docs = [(model_text(c["text"]), c["category"]) for c in cases]
-    return fit(docs + (silver_docs() if silver else []), CATEGORIES, vocab)
+    return fit([(model_text(c["text"]), c["category"]) for c in cases] + list(silver_docs()), CATEGORIES, vocab)
 
 
 DOCS_KINDS = ("docs_text", "grep_output", "other")

@@ -498,9 +498,13 @@ def _torch_format(text: str) -> str:
     return "unknown"
 
 
+# TensorFlow's BFC allocator retrying smaller: "... The caller indicates that this is not a failure".
+TF_NOT_A_FAILURE = "indicates that this is not a failure"
+
+
 def classify_line(line: str) -> str | None:
     """The kind of an OOM-like line, or None."""
-    if line.lstrip().startswith("Search for `") or "indicates that this is not a failure" in line:
+    if line.lstrip().startswith("Search for `") or TF_NOT_A_FAILURE in line:
         return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ..."); TF's BFC retry warning
     for kind, gate, pat in _GATED_PATTERNS:
         for needle in gate:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE, category_hint
+from oomdoctor.explain.patterns import TF_NOT_A_FAILURE
 from oomdoctor.explain.reported import MEMORY_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -216,7 +217,7 @@ def _went_on(e: OomEvent, scan: LogScan) -> bool:
         # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
         # that say "this is not a failure") is not the program's output, nor an error
         after = [ln for ln in lines[end - first + 1:] if ln.strip() and not _TF_INFO_ALLOC.match(ln)
-                 and "indicates that this is not a failure" not in ln]
+                 and TF_NOT_A_FAILURE not in ln]
         return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
     return False
 
