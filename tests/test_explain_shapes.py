@@ -74,6 +74,16 @@ REAL_SHAPES = [
      "initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
      "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.", "driver_error",
      "context_or_driver"),
+    # session 6 (fresh q batch, dev): the shell's job line with its column spaces, a progress bar's
+    # "]Killed" in quotes, "ending with", the word inside CJK prose; Triton's shared-memory limit; a
+    # cuDNN version check that prints the compatibility versions
+    ("q4_khd2019_19", "/bin/bash: line 1:    51 Killed                  python -u main.py", "exit_137", "host_oom"),
+    ("q4_paddle_63", "**/usr/local/bin/paddle: line 46:  1881 Killed                  ${DEBUGGER} $MYDIR/../opt/paddle/bin/paddle_trainer ${@:2}", "exit_137", "host_oom"),
+    ("q3_chatglm6b_179", 'It stopped at "Loading checkpoint shards:  38%|█████████               | 3/8 [00:08<00:14,  2.91s/it]Killed"', "exit_137", "host_oom"),
+    ("q4_tfwavenet_283", 'When running `python train.py` on docker tensorflow:1.0.1, the process keeps ending with "Killed".', "exit_137", "host_oom"),
+    ("q4_chatglmft_75", "推理时模型加载Killed了，有人遇到过吗，训练是没问题的", "exit_137", "host_oom"),
+    ("q2_freetoken_246", "[16:10:33] stdout/INFO  triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536. Reducing block sizes or `num_stages` may help.", "cuda_program_error", "not_oom"),
+    ("q2_voxelnet_50", "2019-01-18 21:14:06.030010: E tensorflow/stream_executor/cuda/cuda_dnn.cc:378] Loaded runtime CuDNN library: 7103 (compatibility version 7100) but source was compiled with 7005 (compatibility version 7000).  If using a binary install, upgrade your CuDNN library to match.", "driver_error", "context_or_driver"),
 ]
 
 
@@ -655,3 +665,17 @@ def test_status_success_is_no_failure_unless_a_check_printed_another_code() -> N
     assert explain_text(["Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)"]).failures
     ex = explain_text(["initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_CUDA_ERROR. numdev=1"])
     assert ex.hypotheses[0].category == "context_or_driver"
+
+
+def test_a_text_that_speaks_of_a_failure_without_memory_words_still_leans() -> None:
+    # dev q4_kerishackathon_89 (Korean: "with batch size 256 the error above occurs; 128 does not"): no
+    # failure line and no memory word, but it reports an error, so the words may lean (exit 0, no failure)
+    ex = explain_text(["batch size를 256으로 하니 위 에러가 발생하며, 128로 줄이니 위 오류가 발생되지 않습니다."])
+    assert not ex.failures and ex.hypotheses and not ex.explained
+    # a healthy log that speaks of neither memory nor a failure leans to nothing
+    assert not explain_text(["epoch 1 step 100 loss 0.53 lr 1e-4", "saved checkpoint to out/ckpt-200"]).hypotheses
+
+
+def test_killed_inside_a_word_or_by_a_person_is_not_the_shell_word() -> None:
+    assert not explain_text(["SkilledWorkers: 4"]).failures
+    assert not explain_text(["[train] step 10]Killedness metric 0.3"]).failures

@@ -114,12 +114,14 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # SIGKILL as launchers print it: DeepSpeed "exits with return code = -9", torchrun
                  # "exitcode: -9" / "(exitcode: -9)", Go's exec "signal: killed", bash "Killed   python ...".
                  r"|\b(?:[Ee]xit ?[Cc]ode|EXIT ?CODE|[Rr]eturn ?[Cc]ode|RETURN ?CODE|[Ee]xit [Ss]tatus)\s*[:=]?\s*-9\b|\bsignal: killed\b"
-                 r"|(?:^|\bline \d+: )(?:\d+ )?Killed\s+\S|^\s*killed\s*$|\]Killed\s*$"
+                 r"|(?:^|\bline \d+:\s+)(?:\d+\s+)?Killed\s+\S|^\s*killed\s*$|\]Killed\b"
+                 # a Chinese/Japanese/Korean report with the shell's word in it: "模型加载Killed了"
+                 r"|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af])Killed(?![a-z])|(?<![A-Za-z])Killed(?=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af])"
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
                  # "it ends with Killed error again", "still get killed"
-                 r"|\b(?:ends?|ended|exits?|exited|dies|died|stops?|stopped|terminat(?:es|ed)|fails?|failed|crash(?:es|ed)?) with\s+"
+                 r"|\b(?:ends?|ended|ending|exits?|exited|dies|died|stops?|stopped|terminat(?:es|ed)|fails?|failed|crash(?:es|ed)?) with\s+"
                  r"(?:an?\s+|the\s+)?[`'\"]?Killed\b|\b(?:I|we|it) (?:still |always )?get(?:s)? killed\b"
                  # "killed by the OOM killer", "the OOM killer killed python"
                  r"|\bkilled by (?:the )?(?:kernel'?s? |linux )?OOM[- ]killer\b|\bOOM[- ]killer killed\b"
@@ -134,10 +136,13 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"rror: no kernel image is available for execution|Memory access fault by GPU node|"
                             # a device-side assert as the kernel prints it (Indexing.cu: srcIndex < srcSelectDimSize)
                             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\]\W{0,4}Assertion `[^`\n]{1,200}` failed|"
-                            r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)"),
+                            r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)|"
+                            # Triton's per-block shared-memory check (an on-chip limit of the kernel's tile
+                            # sizes, not GPU memory): "OutOfResources: out of resource: shared memory, Required: N"
+                            r"out of resource: shared memory"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
-                     r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: CUDA unknown error|Unexpected error from cudaGetDeviceCount|(?i:loaded (?:runtime )?cudnn library):? ?\S+ but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
+                     r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: CUDA unknown error|Unexpected error from cudaGetDeviceCount|(?i:loaded (?:runtime )?cudnn library):? ?\S+(?: \(compatibility version \S+\))? but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
                      r"error == cudaSuccess \((?:3|30|35|38|46|100|101|999) vs\. 0\)|"
                      # exclusive compute mode, the kernel module and the user-space driver apart, a container
                      # started without the NVIDIA runtime: the device, not its memory
@@ -194,7 +199,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",
                            "invalid device ordinal", "misaligned address", "illegal instruction",
                            "unspecified launch failure", "invalid configuration argument", "no kernel image", "], thread: [",
-                           "Memory access fault", "cudaSuccess ("),
+                           "Memory access fault", "cudaSuccess (", "out of resource: shared memory"),
     "driver_error": ("Unexpected error from cudaGetDeviceCount", "driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",

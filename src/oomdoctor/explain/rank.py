@@ -18,7 +18,7 @@ from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE, category_hint
 from oomdoctor.explain.patterns import TF_NOT_A_FAILURE
-from oomdoctor.explain.reported import MEMORY_WORD, failure_statement
+from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
 from oomdoctor.explain.textmodel import TAG_PREFIX
@@ -341,7 +341,7 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
     if model is None or WORDS_ONLY_MIN <= 0 or not scan.samples:
         return []
     text = "\n".join(t for _, _, t in scan.samples)
-    if not MEMORY_WORD.search(text):  # a log that never speaks of memory leans to nothing
+    if not LEANING_WORD.search(text):  # a log that speaks of neither memory nor a failure leans to nothing
         return []
     post = model.posterior(text)
     # What the reporter wrote about the memory (another holder, growth, fragmentation) leans as in a

@@ -209,6 +209,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "cannot see (a device index past CUDA_VISIBLE_DEVICES, or a MIG/container with one device)",
               "use device indices below torch.cuda.device_count() (after CUDA_VISIBLE_DEVICES renumbering), "
               "e.g. cuda:0 inside a one-GPU container or MIG instance")
+    elif k == "cuda_program_error" and "out of resource: shared memory" in ev.text:
+        b.add("not_oom", 3.5, "Triton's kernel asks for more shared memory per block than the GPU has: an on-chip "
+              "limit set by the kernel's tile sizes and pipeline stages, not a lack of GPU memory",
+              "use a kernel configuration made for this GPU (smaller BLOCK sizes or num_stages; a newer release of "
+              "the library that ships the kernel often has one); freeing GPU memory does not help")
     elif k == "cuda_program_error":
         b.add("not_oom", 3.5, "an illegal address, device-side assert or invalid device: a program or "
               "configuration error that only mentions memory/devices", NOT_OOM_FIX)
