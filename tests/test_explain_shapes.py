@@ -679,3 +679,14 @@ def test_a_text_that_speaks_of_a_failure_without_memory_words_still_leans() -> N
 def test_killed_inside_a_word_or_by_a_person_is_not_the_shell_word() -> None:
     assert not explain_text(["SkilledWorkers: 4"]).failures
     assert not explain_text(["[train] step 10]Killedness metric 0.3"]).failures
+
+
+def test_a_loop_that_catches_the_oom_of_one_input_went_on() -> None:
+    # dev benign q5_esmfold_perseq_oom_355: esm-fold logs the OOM of one sequence and folds the next
+    lines = ["22/11/10 13:59:12 | INFO | root | Predicted structure for hipAB-750 with length 765, pLDDT 51.2, pTM 0.264 "
+             "in 105.6s. 1 / 5 completed.",
+             "22/11/10 13:59:15 | INFO | root | Failed (CUDA out of memory) on sequence hipAB-900 of length 918."]
+    ex = explain_text(lines)
+    assert ex.recovered and not ex.failures
+    # the job's own failure stays one
+    assert explain_text(["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.79 GiB total capacity)"]).failures

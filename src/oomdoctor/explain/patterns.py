@@ -40,7 +40,10 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
                       # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
-                      r"free space in the KV cache, retrying with smaller batch"),
+                      r"free space in the KV cache, retrying with smaller batch|"
+                      # a loop that catches the OOM of one input and goes on to the next (esm-fold:
+                      # "Failed (CUDA out of memory) on sequence hipAB-900 of length 918.")
+                      r"\b[Ff]ailed \((?:CUDA out of memory|[Oo]ut of memory|OOM)\) on (?:sequence|sample|item|input|image|file|batch)\b"),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
@@ -165,7 +168,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
     "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
-                      "size decreased from", "size reduced from", "size halved from", "size lowered from"),
+                      "size decreased from", "size reduced from", "size halved from", "size lowered from",
+                      "ailed (CUDA out of memory) on ", "ailed (out of memory) on ", "ailed (Out of memory) on ", "ailed (OOM) on "),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
