@@ -83,6 +83,8 @@ REAL_SHAPES = [
     ("q4_tfwavenet_283", 'When running `python train.py` on docker tensorflow:1.0.1, the process keeps ending with "Killed".', "exit_137", "host_oom"),
     ("q4_chatglmft_75", "推理时模型加载Killed了，有人遇到过吗，训练是没问题的", "exit_137", "host_oom"),
     ("q2_freetoken_246", "[16:10:33] stdout/INFO  triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536. Reducing block sizes or `num_stages` may help.", "cuda_program_error", "not_oom"),
+    # r batch (dev): PyTorch <= 0.4's CPU allocator
+    ("r3_singlehoprc_2", "RuntimeError: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM! at /pytorch/aten/src/TH/THGeneral.cpp:201", "host_alloc", "host_oom"),
     ("q2_voxelnet_50", "2019-01-18 21:14:06.030010: E tensorflow/stream_executor/cuda/cuda_dnn.cc:378] Loaded runtime CuDNN library: 7103 (compatibility version 7100) but source was compiled with 7005 (compatibility version 7000).  If using a binary install, upgrade your CuDNN library to match.", "driver_error", "context_or_driver"),
 ]
 
@@ -676,9 +678,40 @@ def test_a_text_that_speaks_of_a_failure_without_memory_words_still_leans() -> N
     assert not explain_text(["epoch 1 step 100 loss 0.53 lr 1e-4", "saved checkpoint to out/ckpt-200"]).hypotheses
 
 
-def test_killed_inside_a_word_or_by_a_person_is_not_the_shell_word() -> None:
-    assert not explain_text(["SkilledWorkers: 4"]).failures
-    assert not explain_text(["[train] step 10]Killedness metric 0.3"]).failures
+def test_killed_inside_a_word_a_log_prefix_or_by_a_person_is_not_the_shell_word() -> None:
+    # (review, session 6) a bracketed log prefix used as a verb, job control after a deliberate `kill %1`,
+    # and Chinese lines that say what may happen, what a status means, or that the user killed the job
+    for line in ["[INFO]Killed 3 idle dataloader workers",
+                 "2024-06-01 10:00:00 [cleanup]Killed stale process 1234 (older than 1h)",
+                 "[train] step 10]Killedness metric 0.3",
+                 "[1]+  Killed                  python train.py",
+                 "1. 训练时如果出现Killed，一般是内存不足，请减小batch size或者增加swap。",
+                 "任务状态说明：Running表示运行中，Killed表示任务被用户手动终止，",
+                 "我在终端里按了 kill -9 停止训练，日志最后一行是Killed了"]:
+        assert not explain_text([line]).failures, line
+    # the shapes meant: CJK punctuation and a space around the word, zsh's job line
+    for line in ["运行到一半报错：Killed", "训练的时候显示 Killed 然后就退出了", "程序被「Killed」了",
+                 "学習中に「Killed」と表示されて止まります", "zsh: killed     python train.py"]:
+        assert [e.kind for e in explain_text([line]).failures] == ["exit_137"], line
+
+
+def test_triton_shared_memory_caught_by_the_autotuner_is_no_failure() -> None:
+    # (review) Inductor's max-autotune logs the bare message as a warning and skips that kernel variant
+    warn = ("W1127 12:00:00.123000 139872 torch/_inductor/select_algorithm.py:1541] [0/0] out of resource: shared "
+            "memory, Required: 232448, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.")
+    assert not explain_text([warn, "step 1 loss 0.5", "training finished, saved model"]).failures
+
+
+def test_a_crash_after_a_recovery_line_is_still_a_failure() -> None:
+    # (review) a recovery line that is itself the OOM must not swallow an uncaught traceback just after it
+    lines = ["Failed (CUDA out of memory) on batch 3", "Traceback (most recent call last):",
+             '  File "train.py", line 3, in <module>', "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    ex = explain_text(lines)
+    assert [e.kind for e in ex.failures] == ["torch_oom"]
+    # esm-fold's other per-batch shape went on as well
+    ex = explain_text(["22/11/10 | INFO | root | Failed (CUDA out of memory) to predict batch of size 4. "
+                       "Try lowering `--max-tokens-per-batch`."])
+    assert ex.recovered and not ex.failures
 
 
 def test_a_loop_that_catches_the_oom_of_one_input_went_on() -> None:
@@ -690,3 +723,11 @@ def test_a_loop_that_catches_the_oom_of_one_input_went_on() -> None:
     assert ex.recovered and not ex.failures
     # the job's own failure stays one
     assert explain_text(["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.79 GiB total capacity)"]).failures
+
+
+def test_sglang_retracting_requests_is_a_recovered_oom() -> None:
+    # dev benign r4_sglang_dsv3_retract_2746
+    line = ("[2025-01-06 02:58:44 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: "
+            "0.0980 -> 0.9446")
+    ex = explain_text(["[2025-01-06 02:58:41 TP0] Decode batch. #running-req: 2, #token: 307801", line])
+    assert ex.recovered and not ex.failures

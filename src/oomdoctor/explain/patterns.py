@@ -41,9 +41,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
                       # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
                       r"free space in the KV cache, retrying with smaller batch|"
+                      # sglang's scheduler retracts requests when decoding runs out of KV cache and goes on
+                      r"Decode out of memory happened\. #retracted_reqs|"
                       # a loop that catches the OOM of one input and goes on to the next (esm-fold:
                       # "Failed (CUDA out of memory) on sequence hipAB-900 of length 918.")
-                      r"\b[Ff]ailed \((?:CUDA out of memory|[Oo]ut of memory|OOM)\) on (?:sequence|sample|item|input|image|file|batch)\b"),
+                      r"\b[Ff]ailed \((?:CUDA out of memory|[Oo]ut of memory|OOM)\) (?:on (?:sequence|sample|item|input|image|file|batch)\b|to predict batch of size \d)"),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
@@ -117,9 +119,14 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # SIGKILL as launchers print it: DeepSpeed "exits with return code = -9", torchrun
                  # "exitcode: -9" / "(exitcode: -9)", Go's exec "signal: killed", bash "Killed   python ...".
                  r"|\b(?:[Ee]xit ?[Cc]ode|EXIT ?CODE|[Rr]eturn ?[Cc]ode|RETURN ?CODE|[Ee]xit [Ss]tatus)\s*[:=]?\s*-9\b|\bsignal: killed\b"
-                 r"|(?:^|\bline \d+:\s+)(?:\d+\s+)?Killed\s+\S|^\s*killed\s*$|\]Killed\b"
-                 # a Chinese/Japanese/Korean report with the shell's word in it: "模型加载Killed了"
-                 r"|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af])Killed(?![a-z])|(?<![A-Za-z])Killed(?=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af])"
+                 r"|(?:^|\bline \d+:\s+)(?:\d+\s+)?Killed\s+\S|^\s*killed\s*$|^\s*zsh: killed\s+\S"
+                 # a progress bar the kill cut off: "3/8 [00:08<00:14,  2.91s/it]Killed" (at the end of the line,
+                 # closing quotes allowed; not a bracketed log prefix used as a verb: "[cleanup]Killed stale ...")
+                 r"|\]Killed(?=[\s\"'`.)]*$)"
+                 # a Chinese/Japanese/Korean report with the shell's word in it: "模型加载Killed了", "报错：Killed",
+                 # "「Killed」と表示" (classify_line skips it in a clause that says what may happen or who killed it)
+                 r"|(?:(?<=[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])|(?<=[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef] ))Killed(?![a-z])"
+                 r"|(?<![A-Za-z])Killed(?= ?[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
@@ -131,7 +138,10 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
     ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory|"
-                   r"session crashed after using all available RAM"),
+                   r"session crashed after using all available RAM|"
+                   # PyTorch <= 0.4's CPU allocator (TH/THGeneral.cpp): "$ Torch: not enough memory: you tried to
+                   # allocate 2GB. Buy new RAM!"
+                   r"Torch: not enough memory: you tried to allocate \d"),
     # NVIDIA Xid (open-gpu-kernel-modules nverror.h) [NVERR].
     ("xid", r"NVRM: Xid \((?:PCI:)?[0-9a-fA-F:.]+\): \d+"),
     # Program errors that mention memory or devices but are not capacity (CUDA runtime error strings).
@@ -141,8 +151,10 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\]\W{0,4}Assertion `[^`\n]{1,200}` failed|"
                             r"error == cudaSuccess \((?:8|9|77|98|209|700|710|716|719) vs\. 0\)|"
                             # Triton's per-block shared-memory check (an on-chip limit of the kernel's tile
-                            # sizes, not GPU memory): "OutOfResources: out of resource: shared memory, Required: N"
-                            r"out of resource: shared memory"),
+                            # sizes, not GPU memory) raised: "OutOfResources: out of resource: shared memory,
+                            # Required: N". Not the bare message: Inductor's max-autotune logs it as a warning
+                            # and skips that kernel variant (a healthy run).
+                            r"OutOfResources: out of resource: shared memory"),
     # Driver/runtime initialisation failures [TORCHDRV][CUDAERR][NCT].
     ("driver_error", r"driver version is insufficient|NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver initialization failed|Driver/library version mismatch|forward compatibility was attempted|unsupported display driver / cuda driver combination|CUDA error: initialization error|cudaErrorInitializationError|cudaErrorInsufficientDriver|unsatisfied condition: cuda>=|"
                      r"kernel version [0-9.]+ does not match DSO version|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|system not yet initialized|cudaErrorSystemNotReady|CUDA initialization: CUDA unknown error|Unexpected error from cudaGetDeviceCount|(?i:loaded (?:runtime )?cudnn library):? ?\S+(?: \(compatibility version \S+\))? but source was compiled (?:with|against)|failed call to cuInit: CUDA_ERROR|Failed to initialize NVML: Unknown Error|"
@@ -169,7 +181,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 LINE_GATES: dict[str, tuple[str, ...]] = {
     "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
                       "size decreased from", "size reduced from", "size halved from", "size lowered from",
-                      "ailed (CUDA out of memory) on ", "ailed (out of memory) on ", "ailed (Out of memory) on ", "ailed (OOM) on "),
+                      "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
+                      "Decode out of memory happened"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
@@ -198,12 +211,13 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "k8s_evicted": ("low on resource: memory",),
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
     "ray_oom": ("OutOfMemoryError", "low on memory", "memory pressure"),
-    "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory", "all available RAM"),
+    "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory", "all available RAM",
+                   "Torch: not enough memory"),
     "xid": ("NVRM: Xid",),
     "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",
                            "invalid device ordinal", "misaligned address", "illegal instruction",
                            "unspecified launch failure", "invalid configuration argument", "no kernel image", "], thread: [",
-                           "Memory access fault", "cudaSuccess (", "out of resource: shared memory"),
+                           "Memory access fault", "cudaSuccess (", "OutOfResources: out of resource: shared memory"),
     "driver_error": ("Unexpected error from cudaGetDeviceCount", "driver version is insufficient", "driver on your system is too old", "Found no NVIDIA driver",
                      "CUDA-capable device", "driver initialization failed", "Driver/library version mismatch",
                      "forward compatibility was attempted", "cuda driver combination", "initialization error",
@@ -525,6 +539,9 @@ def classify_line(line: str) -> str | None:
 
 
 _WARN_NOT_FAILURE = frozenset({"generic_oom", "tensorrt_oom"})
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+# A Chinese/Japanese clause that says what may happen, what a word means, or that a person killed the job.
+_CJK_NOT_REPORT = re.compile(r"如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止|(?<!と)表示(?!され)|手动|按了|kill -9|[Cc]trl|場合|かもしれ")
 
 
 def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
@@ -537,6 +554,8 @@ def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
             continue
         if (kind == "generic_oom" or (kind == "exit_137" and m.group(0)[:1].islower())) and docs_clause(line, m.start()):
             continue  # "if the process is killed by the OOM killer": what docs say may happen
+        if kind == "exit_137" and _CJK.search(line) and _CJK_NOT_REPORT.search(line):
+            continue  # "如果出现Killed，一般是内存不足" (what may happen), "Killed表示任务被用户手动终止", "按了 kill -9"
         if kind == "generic_oom" and EXAMPLE_INTRO.match(line):
             continue  # the introduction of an example ("it fails with the OOM error like:") names its kind
         if kind == "generic_oom" and (not (ERROR_WORDS.search(line) or not line[:m.start()].strip(" \t[(*>-!:|"))

@@ -226,8 +226,11 @@ def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent
     out = []
     for e in events:
         end = e.last_line or e.line
+        # a traceback that begins after the recovery line is a new, uncaught failure
+        tb = e.details.get("traceback_line", 0)
         if any(m.source == e.source and (m.last_line or m.line) >= e.line - RECOVERY_BEFORE
-               and m.line <= end + RECOVERY_WINDOW for m in markers):
+               and m.line <= end + RECOVERY_WINDOW and not (tb and (m.last_line or m.line) < tb <= e.line)
+               for m in markers):
             out.append(e)
     # A recovery line with no OOM text before it (Lightning's finder catches the exception silently)
     # is itself the recovered event.
