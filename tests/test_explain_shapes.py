@@ -731,3 +731,37 @@ def test_sglang_retracting_requests_is_a_recovered_oom() -> None:
             "0.0980 -> 0.9446")
     ex = explain_text(["[2025-01-06 02:58:41 TP0] Decode batch. #running-req: 2, #token: 307801", line])
     assert ex.recovered and not ex.failures
+
+
+def test_gunicorn_timeout_kill_is_no_oom_but_an_unexplained_sigkill_is() -> None:
+    # dev benign r4_devilry_gunicorn_zipstream_1297: the arbiter killed the worker for its timeout
+    kill = "[ERROR] Worker (pid:414078) was sent SIGKILL! Perhaps out of memory?"
+    assert not explain_text(["[CRITICAL] WORKER TIMEOUT (pid:414078)", "[INFO] Worker exiting (pid: 414078)", kill]).failures
+    assert explain_text(["[INFO] Booting worker with pid: 414078", kill]).failures
+
+
+def test_a_loop_that_printed_its_oom_and_went_on_to_the_next_item() -> None:
+    # dev benign r4_realesrgan_perimage_skip_861: the OOM printed without a traceback, then the loop's next line
+    oom = ("Error CUDA out of memory. Tried to allocate 110.72 GiB (GPU 0; 8.00 GiB total capacity; 28.49 GiB already "
+           "allocated; 0 bytes free; 29.31 GiB reserved in total by PyTorch)")
+    ex = explain_text(["Testing 0 02", oom, "If you encounter CUDA out of memory, try to set --tile with a smaller number.",
+                       "Testing 1 03"])
+    assert ex.recovered and not ex.failures
+    # the same OOM as the log's last word, or raised with a traceback, is the failure
+    assert explain_text(["Testing 0 02", oom]).failures
+    assert explain_text(["Testing 0 02", "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                         "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "Testing 1 03"]).failures
+
+
+def test_cjk_articles_that_speak_of_the_error_in_general_are_no_failure() -> None:
+    # dev benign r4_fjmzsy_zh_oom_explainer, r4_runebook_ko_cudamemory, r4_openillumi_ja_fragmentation (line 1)
+    assert not explain_text(["在训练深度学习模型时,很多人都会遇到这个令人头疼的报错:",
+                             "torch.cuda.OutOfMemoryError: CUDA out of memory."]).failures
+    assert not explain_text(["PyTorch에서 대규모 모델을 학습시키거나 큰 배치 사이즈를 사용할 때 가장 많이 겪는 문제는 "
+                             "RuntimeError: CUDA out of memory 오류입니다."]).failures
+    assert not explain_text(["PyTorchで「CUDA out of memory」エラーが発生するものの、GPUに十分な空きメモリがある場合、"
+                             "その原因はメモリの断片化にあります。"]).failures
+    # a Chinese report of the writer's own run stays a failure, with or without a question about the cause
+    for lines in (["训练到第3个epoch报错：", "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"],
+                  ["报错 RuntimeError: CUDA out of memory，这是什么原因？"]):
+        assert explain_text(lines).failures, lines

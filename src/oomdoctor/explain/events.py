@@ -104,6 +104,16 @@ def _wrapped_mention(before: str, text: str) -> bool:
     return P.classify_line(prev + " " + body.rstrip("\n")) is None
 
 
+_GUNICORN_KILL = re.compile(r"Worker \(pid:(\d+)\) was sent SIGKILL! Perhaps out of memory\?")
+
+
+def _timeout_kill(before: str, text: str) -> bool:
+    """gunicorn guesses "Perhaps out of memory?" for any SIGKILL of a worker, its own too: after a
+    "WORKER TIMEOUT (pid:N)" for that worker the kill was the timeout's, not the OOM killer's."""
+    m = _GUNICORN_KILL.search(text)
+    return m is not None and f"WORKER TIMEOUT (pid:{m.group(1)})" in before
+
+
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 
 
@@ -117,8 +127,12 @@ def _introduced_example(before: str) -> bool:
         if _FENCE.match(line) and fences == 0:
             fences += 1
             continue
-        return bool(EXAMPLE_INTRO.match(line))
+        return bool(EXAMPLE_INTRO.match(line)) or bool(_CJK_INTRO.search(line))
     return False
+
+
+# a Chinese/Japanese/Korean article's introduction of an example: "很多人都会遇到这个令人头疼的报错:"
+_CJK_INTRO = re.compile(r"(?:很多人|许多人|不少人|常见的?|よくある|가장 많이)[^\n]{0,40}[:：]\s*$")
 
 
 class LogScanner:
@@ -211,7 +225,7 @@ class LogScanner:
         if kind is None:
             return
         before = self._lookback(block, ls)
-        if _wrapped_mention(before, text) or _introduced_example(before):
+        if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))

@@ -88,9 +88,20 @@ def _line_says_no_failure(line: str, start: int, end: int) -> bool:
                 or _TEST_VERDICT.search(line) or _HEADING.match(line) or _CHANGE_ENTRY.match(line))
 
 
+# Chinese/Japanese/Korean prose that speaks of the error in general (an article or a FAQ): "很多人都会遇到",
+# "常见", "本文", "什么是", "意为"; "…が発生する場合", "よくある", "であろう"; "가장 많이 겪는", "일반적으로". Only
+# on a line of CJK prose around the match: a pasted log line has none, and a report says what happened
+# to the writer ("我跑的时候报错", not "很多人").
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+CJK_GENERAL = re.compile(r"很多人|许多人|不少人|大多数人|常见|本文|什么是|意为|是指|指的是|一般来说|"
+                         r"場合|よくある|一般的に|であろう|とは|ことがあります|가장 많이|흔히|일반적으로|경우가 많|이란|수 있습니다")
+
+
 def is_mention(line: str, start: int, end: int) -> bool:
     """True when the match line[start:end] is advice, a negation or a quotation, not a failure."""
     before = line[max(0, start - 80):start]
+    if _CJK_CHAR.search(line) and CJK_GENERAL.search(line):
+        return True
     if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
         return True
     if _CONDITIONAL.search(line[max(0, start - 80):end + 30]):

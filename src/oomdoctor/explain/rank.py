@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, RECOVERY_ALONE, category_hint
-from oomdoctor.explain.patterns import TF_NOT_A_FAILURE
+from oomdoctor.explain.patterns import TF_NOT_A_FAILURE, classify_line
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -222,6 +222,33 @@ def _went_on(e: OomEvent, scan: LogScan) -> bool:
     return False
 
 
+_DIGITS_RUN = re.compile(r"\d+")
+_LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy"})
+LOOP_LINES = 20  # lines looked at on each side of a caught OOM
+
+
+def _loop_went_on(e: OomEvent, scan: LogScan) -> bool:
+    """An OOM printed without a traceback (a loop that caught it: `print("Error", e)`) after which the
+    loop printed the same line it printed before the OOM, numbers aside ("Testing 0 02" ... "Testing 1
+    03"), and no error: the job went on to its next item."""
+    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1:
+        return False
+    start, end = e.line, e.line + e.text.count("\n")
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        if source != e.source or not (first <= start and end < first + len(lines)):
+            continue
+        before = {_DIGITS_RUN.sub("#", ln.strip()) for ln in lines[max(0, start - first - LOOP_LINES):start - first]}
+        for ln in lines[end - first + 1:end - first + 1 + LOOP_LINES]:
+            if _LOGGED_OR_ERROR.search(ln) or classify_line(ln):
+                return False
+            shape = _DIGITS_RUN.sub("#", ln.strip())
+            if len(shape) >= 4 and any(c.isalpha() for c in shape) and shape in before:
+                return True
+        return False
+    return False
+
+
 def _recovered(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
     out = []
     for e in events:
@@ -364,7 +391,7 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     recovered = _recovered(logged, [e for e in scan.events if e.kind in RECOVERY])
-    recovered += [e for e in logged if all(e is not r for r in recovered) and _went_on(e, scan)]
+    recovered += [e for e in logged if all(e is not r for r in recovered) and (_went_on(e, scan) or _loop_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     model = _prior(prior)
