@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.explain import patterns as P
-from oomdoctor.explain.mentions import EXAMPLE_INTRO
+from oomdoctor.explain.mentions import CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
     BlockIndex,
@@ -127,7 +127,8 @@ def _introduced_example(before: str) -> bool:
         if _FENCE.match(line) and fences == 0:
             fences += 1
             continue
-        return bool(EXAMPLE_INTRO.match(line)) or bool(_CJK_INTRO.search(line))
+        return bool(EXAMPLE_INTRO.match(line)) or bool(_CJK_INTRO.search(line) and not CJK_OWN_RUN.search(line)
+                                                         and "如下" not in line)
     return False
 
 

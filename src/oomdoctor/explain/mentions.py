@@ -89,18 +89,29 @@ def _line_says_no_failure(line: str, start: int, end: int) -> bool:
 
 
 # Chinese/Japanese/Korean prose that speaks of the error in general (an article or a FAQ): "很多人都会遇到",
-# "常见", "本文", "什么是", "意为"; "…が発生する場合", "よくある", "であろう"; "가장 많이 겪는", "일반적으로". Only
-# on a line of CJK prose around the match: a pasted log line has none, and a report says what happened
-# to the writer ("我跑的时候报错", not "很多人").
+# "常见", "本文", "什么是", "意为"; "よくある", "一般的に"; "가장 많이 겪는", "일반적으로". Only in the clause
+# around the match (fullwidth punctuation ends a clause), on a line of CJK prose, and not where the
+# writer speaks of their own run ("我", "报错了", "出ます", "発生しました", "발생했"): a pasted log line has no
+# CJK, and a report says what happened to the writer.
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
-CJK_GENERAL = re.compile(r"很多人|许多人|不少人|大多数人|常见|本文|什么是|意为|是指|指的是|一般来说|"
-                         r"場合|よくある|一般的に|であろう|とは|ことがあります|가장 많이|흔히|일반적으로|경우가 많|이란|수 있습니다")
+CJK_GENERAL = re.compile(r"很多人|许多人|不少人|大多数人|常见|本文(?![件档本])|(?<!为)什么是|意为|指的是|一般来说|"
+                         r"よくある|一般的に|であろう|가장 많이|흔히|일반적으로|경우가 많")
+CJK_OWN_RUN = re.compile(r"我|自己|咱|报错了|出现了|出ます|出ました|発生しました|私|自分|제가|저는|발생했|났습니다")
+_CJK_CLAUSE_END = "，。！？；：、「」（）\n"
+
+
+def _cjk_general_clause(line: str, start: int, end: int) -> bool:
+    if not _CJK_CHAR.search(line) or CJK_OWN_RUN.search(line):
+        return False
+    lo = max((line.rfind(c, 0, start) for c in _CJK_CLAUSE_END), default=-1) + 1
+    his = [i for i in (line.find(c, end) for c in _CJK_CLAUSE_END) if i >= 0]
+    return bool(CJK_GENERAL.search(line, lo, min(his) if his else len(line)))
 
 
 def is_mention(line: str, start: int, end: int) -> bool:
     """True when the match line[start:end] is advice, a negation or a quotation, not a failure."""
     before = line[max(0, start - 80):start]
-    if _CJK_CHAR.search(line) and CJK_GENERAL.search(line):
+    if _cjk_general_clause(line, start, end):
         return True
     if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
         return True

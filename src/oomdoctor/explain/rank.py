@@ -200,7 +200,7 @@ def _board_for(ev: OomEvent, scan: LogScan) -> Board:
 # and its allocator then retries smaller; the job failed only if something else says so. Such lines
 # followed by the program's own output (not a log line, not an error) are a job that went on.
 _TF_INFO_ALLOC = re.compile(r"^\s*(?:\S+ \S+: )?I(?:\d{4} )?\S* .*\bfailed to allocate\b.*CUDA_ERROR_OUT_OF_MEMORY")
-_LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]*\S*\.(?:cc|h|py):\d+\]|(?i:error|exception|traceback|"
+_LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h|py):\d+\]|(?i:error|exception|traceback|"
                               r"abort|fault|killed|fatal|core dumped|terminate)")
 
 
@@ -227,23 +227,45 @@ _LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_o
 LOOP_LINES = 20  # lines looked at on each side of a caught OOM
 
 
+# What keeps an OOM line from being a loop's caught one: the uncaught format ("...Error: msg", C++'s
+# "what():"), an error level or field ("error=", glog's E, "ERROR"), a prefix naming another rank.
+_RAISED = re.compile(r"\w(?:Error|Exception)\b:|\bwhat\(\):|\berror=|\bERROR\b|^\s*E\d{4} |\[E ")
+# a rank, process or worker prefix: its digits are kept ("[rank1]" is another loop than "[rank0]")
+_WHO = re.compile(r"^\s*(?:\[(?:rank|default|worker|pid|GPU|gpu|cuda|TP|DP|PP)[^\]]*\]|\((?:pid|rank)[^)]*\)|"
+                  r"(?:rank|worker)\s*\d+\s*[:|]|\d+:)")
+# a shell prompt or an access log is no loop of the job (a re-run; a server answering a request)
+_NOT_LOOP = re.compile(r"^\s*(?:\$ |PS [^>]*>|>>> |% )|\b(?:GET|POST|PUT|HTTP/\d)\b|\|\s*[45]\d\d\s*\|")
+
+
+def _loop_shape(line: str) -> str:
+    who = _WHO.match(line)
+    head = who.group(0).strip() if who else ""
+    return head + "|" + _DIGITS_RUN.sub("#", line[who.end() if who else 0:].strip())
+
+
 def _loop_went_on(e: OomEvent, scan: LogScan) -> bool:
-    """An OOM printed without a traceback (a loop that caught it: `print("Error", e)`) after which the
-    loop printed the same line it printed before the OOM, numbers aside ("Testing 0 02" ... "Testing 1
-    03"), and no error: the job went on to its next item."""
-    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1:
+    """An OOM printed by a loop that caught it (`print("Error", e)`: no traceback, not the uncaught
+    "...Error: msg" format, no error level) after which the same process printed the line it printed
+    before the OOM, numbers aside ("Testing 0 02" ... "Testing 1 03"), and no error: the job went on to
+    its next item (Real-ESRGAN's per-image loop). Another rank's line, a shell prompt or an access log
+    does not count."""
+    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1 or _RAISED.search(e.text):
         return False
     start, end = e.line, e.line + e.text.count("\n")
+    who = _WHO.match(e.text)
+    own = who.group(0).strip() if who else ""
     for source, first, text in scan.samples:
         lines = text.split("\n")
         if source != e.source or not (first <= start and end < first + len(lines)):
             continue
-        before = {_DIGITS_RUN.sub("#", ln.strip()) for ln in lines[max(0, start - first - LOOP_LINES):start - first]}
+        before = {_loop_shape(ln) for ln in lines[max(0, start - first - LOOP_LINES):start - first]}
         for ln in lines[end - first + 1:end - first + 1 + LOOP_LINES]:
-            if _LOGGED_OR_ERROR.search(ln) or classify_line(ln):
+            if _LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln):
                 return False
-            shape = _DIGITS_RUN.sub("#", ln.strip())
-            if len(shape) >= 4 and any(c.isalpha() for c in shape) and shape in before:
+            shape = _loop_shape(ln)
+            body = shape.split("|", 1)[1]
+            if (len(body) >= 4 and any(c.isalpha() for c in body) and shape in before
+                    and shape.split("|", 1)[0] == own):
                 return True
         return False
     return False

@@ -40,6 +40,13 @@ _MAX_LINE = 2000
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
+
+
+def _only_guessed(line: str) -> bool:
+    """Every memory word of the line is inside an asked guess ("Perhaps out of memory?"); a failure told
+    before a guess about its cause ("fails with a memory error, possibly fragmentation?") is not."""
+    g = _GUESS.search(line)
+    return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
 # A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
 # what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and
@@ -88,7 +95,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
-                    or _GUESS.search(line)
+                    or _only_guessed(line)
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or _judged(line)):
