@@ -789,3 +789,19 @@ def test_other_ranks_prompts_and_raised_errors_are_no_loop_that_went_on() -> Non
                   ["$ python train.py --batch-size 64", "Epoch 1/10", "CUDA out of memory. Tried to allocate 2.00 GiB",
                    "$ python train.py --batch-size 32"]):
         assert explain_text(lines).failures, lines
+
+
+def test_tensorrt_skipped_tactics_and_deepspeed_allocator_retries_are_recovered() -> None:
+    # dev benign q5_ultralytics_orinnx_workspace_16884, q5_llamafactory_cacheflush_2258: the build and the
+    # training went on
+    for line in ["[W] [TRT] Some tactics do not have sufficient workspace memory to run. Increasing workspace size "
+                 "will enable more tactics, please check verbose output for requested sizes.",
+                 "[2024-01-17 10:00:00,000] [WARNING] [stage3.py:2069:step] 2 pytorch allocator cache flushes since "
+                 "last step. this happens when there is high memory pressure and is detrimental to performance."]:
+        ex = explain_text([line])
+        assert ex.recovered and not ex.failures, line
+    # a real failure after them is still one
+    ex = explain_text(["Some tactics do not have sufficient workspace memory to run.",
+                       "Traceback (most recent call last):", '  File "build.py", line 9, in <module>',
+                       "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert ex.failures
