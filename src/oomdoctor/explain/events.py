@@ -230,7 +230,7 @@ class LogScanner:
             return
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text))
-        if "Traceback" in before[-3000:]:  # where its traceback began (rank._recovered: a crash after a recovery)
+        if "Traceback" in before[-3000:]:  # where its traceback began (recovery.recovered_events: a crash after a recovery)
             ev.details["traceback_line"] = lineno - before[before.rfind("Traceback"):].count("\n")
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
             for line in before.splitlines()[-40:]:

@@ -1,0 +1,113 @@
+"""Which OOMs a job caught and went on from (exit 0, reported as recovered, not as the job's failure).
+
+A recovery line near an OOM (a batch-size finder's retry, fairseq's "attempting to recover", a skipped
+batch; kinds.RECOVERY), TensorFlow's INFO-level allocation failures followed by the program's own
+output, and a loop that printed its OOM and went on to its next item. Pure: events and the scanner's
+samples in, events out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from oomdoctor.explain.events import LogScan, OomEvent
+from oomdoctor.explain.kinds import RECOVERY_ALONE
+from oomdoctor.explain.patterns import TF_NOT_A_FAILURE, classify_line
+
+# A caught OOM: a recovery line (batch-size finder, "attempting to recover from OOM", a skipped batch)
+# within this many lines after the event's last repeat, in the same log.
+RECOVERY_WINDOW = 300
+RECOVERY_BEFORE = 5  # fairseq logs "attempting to recover from OOM" in the same instant, just before the message
+
+
+# TensorFlow's stream executor logs a device allocation it could not make at INFO level ("I
+# tensorflow/stream_executor/cuda/cuda_driver.cc:763] failed to allocate 2.08G ... CUDA_ERROR_OUT_OF_MEMORY")
+# and its allocator then retries smaller; the job failed only if something else says so. Such lines
+# followed by the program's own output (not a log line, not an error) are a job that went on.
+_TF_INFO_ALLOC = re.compile(r"^\s*(?:\S+ \S+: )?I(?:\d{4} )?\S* .*\bfailed to allocate\b.*CUDA_ERROR_OUT_OF_MEMORY")
+_LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h|py):\d+\]|(?i:error|exception|traceback|"
+                              r"abort|fault|killed|fatal|core dumped|terminate)")
+
+
+def went_on(e: OomEvent, scan: LogScan) -> bool:
+    """An INFO-level TensorFlow allocation failure (_TF_INFO_ALLOC) after which the program printed
+    its own output and no error."""
+    if e.kind != "tf_oom" or not _TF_INFO_ALLOC.match(e.text):
+        return False
+    end = e.last_line or e.line
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        if source != e.source or not first <= end < first + len(lines):
+            continue
+        # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
+        # that say "this is not a failure") is not the program's output, nor an error
+        after = [ln for ln in lines[end - first + 1:] if ln.strip() and not _TF_INFO_ALLOC.match(ln)
+                 and TF_NOT_A_FAILURE not in ln]
+        return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
+    return False
+
+
+_DIGITS_RUN = re.compile(r"\d+")
+_LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy"})
+LOOP_LINES = 20  # lines looked at on each side of a caught OOM
+
+
+# What keeps an OOM line from being a loop's caught one: the uncaught format ("...Error: msg", C++'s
+# "what():"), an error level or field ("error=", glog's E, "ERROR").
+_RAISED = re.compile(r"\w(?:Error|Exception)\b:|\bwhat\(\):|\berror=|\bERROR\b|^\s*E\d{4} |\[E ")
+# a rank, process or worker prefix: its digits are kept ("[rank1]" is another loop than "[rank0]")
+_WHO = re.compile(r"^\s*(?:\[(?:rank|default|worker|pid|GPU|gpu|cuda|TP|DP|PP)[^\]]*\]|\((?:pid|rank)[^)]*\)|"
+                  r"(?:rank|worker)\s*\d+\s*[:|]|\d+:)")
+# a shell prompt or an access log is no loop of the job (a re-run; a server answering a request)
+_NOT_LOOP = re.compile(r"^\s*(?:\$ |PS [^>]*>|>>> |% )|\b(?:GET|POST|PUT|HTTP/\d)\b|\|\s*[45]\d\d\s*\|")
+
+
+def _loop_shape(line: str) -> str:
+    who = _WHO.match(line)
+    head = who.group(0).strip() if who else ""
+    return head + "|" + _DIGITS_RUN.sub("#", line[who.end() if who else 0:].strip())
+
+
+def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
+    """An OOM printed by a loop that caught it (`print("Error", e)`: no traceback, not the uncaught
+    "...Error: msg" format, no error level) after which the same process printed the line it printed
+    before the OOM, numbers aside ("Testing 0 02" ... "Testing 1 03"), and no error: the job went on to
+    its next item (Real-ESRGAN's per-image loop). Another rank's line, a shell prompt or an access log
+    does not count."""
+    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1 or _RAISED.search(e.text):
+        return False
+    start, end = e.line, e.line + e.text.count("\n")
+    who = _WHO.match(e.text)
+    own = who.group(0).strip() if who else ""
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        if source != e.source or not (first <= start and end < first + len(lines)):
+            continue
+        before = {_loop_shape(ln) for ln in lines[max(0, start - first - LOOP_LINES):start - first]}
+        for ln in lines[end - first + 1:end - first + 1 + LOOP_LINES]:
+            if _LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln):
+                return False
+            shape = _loop_shape(ln)
+            body = shape.split("|", 1)[1]
+            if (len(body) >= 4 and any(c.isalpha() for c in body) and shape in before
+                    and shape.split("|", 1)[0] == own):
+                return True
+        return False
+    return False
+
+
+def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
+    out = []
+    for e in events:
+        end = e.last_line or e.line
+        # a traceback that begins after the recovery line is a new, uncaught failure
+        tb = e.details.get("traceback_line", 0)
+        if any(m.source == e.source and (m.last_line or m.line) >= e.line - RECOVERY_BEFORE
+               and m.line <= end + RECOVERY_WINDOW and not (tb and (m.last_line or m.line) < tb <= e.line)
+               for m in markers):
+            out.append(e)
+    # A recovery line with no OOM text before it (Lightning's finder catches the exception silently)
+    # is itself the recovered event.
+    covered = {(m.source, m.line) for m in markers for e in out
+               if m.source == e.source and m.line >= e.line - RECOVERY_BEFORE}
+    return out + [m for m in markers if (m.source, m.line) not in covered and m.kind in RECOVERY_ALONE]
