@@ -229,9 +229,7 @@ class LogScanner:
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
-        ev.details.update(_context(before, text))
-        if "Traceback" in before[-3000:]:  # where its traceback began (recovery.recovered_events: a crash after a recovery)
-            ev.details["traceback_line"] = lineno - before[before.rfind("Traceback"):].count("\n")
+        ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
             for line in before.splitlines()[-40:]:
                 self._env_scan(line)
@@ -423,8 +421,9 @@ _CALL_SITES = (
 )
 
 
-def _context(before: str, text: str) -> dict[str, Any]:
-    """Where the error was raised (from the traceback just above it)."""
+def _context(before: str, text: str, lineno: int) -> dict[str, Any]:
+    """Where the error was raised (from the traceback just above it), and the line its traceback began on
+    (recovery.recovered_events: a crash after a recovery line is a new failure)."""
     out: dict[str, Any] = {}
     recent = before[-3000:]
     if "DataLoader worker process" in recent or "_worker_loop" in recent or "DataLoader worker" in text:
@@ -432,6 +431,7 @@ def _context(before: str, text: str) -> dict[str, Any]:
     frames = ""
     if "Traceback" in recent:
         frames = recent[recent.rfind("Traceback"):] + "\n"
+        out["traceback_line"] = lineno - frames.count("\n") + 1
     elif '  File "' in recent:  # a traceback pasted without its header line
         frames = recent[recent.find('  File "'):] + "\n"
     frames += text  # the message itself may name the call (cuDevicePrimaryCtxRetain, cublasCreate)

@@ -93,7 +93,11 @@ def _line_says_no_failure(line: str, start: int, end: int) -> bool:
 # around the match (fullwidth punctuation ends a clause), on a line of CJK prose, and not where the
 # writer speaks of their own run ("我", "报错了", "出ます", "発生しました", "발생했"): a pasted log line has no
 # CJK, and a report says what happened to the writer.
-_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+CJK_LETTERS = "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af"  # kana, CJK ideographs, Hangul (a regex class body)
+CJK_CHAR = re.compile(f"[{CJK_LETTERS}]")
+# A Chinese clause that says what may happen, not what did: "如果", "可能", "一般", "建议" (reported.py, and
+# with a few more words the CJK "Killed" of patterns.py)
+CJK_HEDGE = "如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止"
 CJK_GENERAL = re.compile(r"很多人|许多人|不少人|大多数人|常见|本文(?![件档本])|(?<!为)什么是|意为|指的是|一般来说|"
                          r"よくある|一般的に|であろう|가장 많이|흔히|일반적으로|경우가 많")
 CJK_OWN_RUN = re.compile(r"我|自己|咱|报错了|出现了|出ます|出ました|発生しました|私|自分|제가|저는|발생했|났습니다")
@@ -101,7 +105,7 @@ _CJK_CLAUSE_END = "，。！？；：、「」（）\n"
 
 
 def _cjk_general_clause(line: str, start: int, end: int) -> bool:
-    if not _CJK_CHAR.search(line) or CJK_OWN_RUN.search(line):
+    if not CJK_CHAR.search(line) or CJK_OWN_RUN.search(line):
         return False
     lo = max((line.rfind(c, 0, start) for c in _CJK_CLAUSE_END), default=-1) + 1
     his = [i for i in (line.find(c, end) for c in _CJK_CLAUSE_END) if i >= 0]
@@ -245,4 +249,4 @@ EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
 
 
-__all__ = ["docs_clause", "is_mention", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]
+__all__ = ["docs_clause", "is_mention", "CJK_CHAR", "CJK_HEDGE", "CJK_LETTERS", "CJK_OWN_RUN", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]

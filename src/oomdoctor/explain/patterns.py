@@ -12,6 +12,9 @@ import re
 from typing import Any
 
 from oomdoctor.explain.mentions import (
+    CJK_CHAR,
+    CJK_HEDGE,
+    CJK_LETTERS,
     ERROR_WORDS,
     EXAMPLE_INTRO,
     GENERAL_STATEMENT,
@@ -22,6 +25,8 @@ from oomdoctor.explain.mentions import (
 from oomdoctor.units import torch_size_to_bytes
 
 _U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
+# CJK letters with CJK punctuation and fullwidth forms ("报错：Killed", "「Killed」"): a regex class body
+_CJK_TEXT = CJK_LETTERS + "\u3000-\u303f\uff00-\uffef"
 _N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
 # (kind, regex). Order matters: the first match names the line. Kinds are the `kind` of JSON events.
@@ -129,8 +134,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  r"|\]Killed(?=[\s\"'`.)]*$)"
                  # a Chinese/Japanese/Korean report with the shell's word in it: "模型加载Killed了", "报错：Killed",
                  # "「Killed」と表示" (classify_line skips it in a clause that says what may happen or who killed it)
-                 r"|(?:(?<=[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])|(?<=[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef] ))Killed(?![a-z])"
-                 r"|(?<![A-Za-z])Killed(?= ?[\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
+                 rf"|(?:(?<=[{_CJK_TEXT}])|(?<=[{_CJK_TEXT}] ))Killed(?![a-z])|(?<![A-Za-z])Killed(?= ?[{_CJK_TEXT}])"
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
@@ -545,9 +549,8 @@ def classify_line(line: str) -> str | None:
 
 
 _WARN_NOT_FAILURE = frozenset({"generic_oom", "tensorrt_oom"})
-_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 # A Chinese/Japanese clause that says what may happen, what a word means, or that a person killed the job.
-_CJK_NOT_REPORT = re.compile(r"如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止|(?<!と)表示(?!され)|手动|按了|kill -9|[Cc]trl|場合|かもしれ")
+_CJK_NOT_REPORT = re.compile(CJK_HEDGE + r"|(?<!と)表示(?!され)|手动|按了|kill -9|[Cc]trl|場合|かもしれ")
 
 
 def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
@@ -560,7 +563,7 @@ def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
             continue
         if (kind == "generic_oom" or (kind == "exit_137" and m.group(0)[:1].islower())) and docs_clause(line, m.start()):
             continue  # "if the process is killed by the OOM killer": what docs say may happen
-        if kind == "exit_137" and _CJK.search(line) and _CJK_NOT_REPORT.search(line):
+        if kind == "exit_137" and CJK_CHAR.search(line) and _CJK_NOT_REPORT.search(line):
             continue  # "如果出现Killed，一般是内存不足" (what may happen), "Killed表示任务被用户手动终止", "按了 kill -9"
         if kind == "generic_oom" and EXAMPLE_INTRO.match(line):
             continue  # the introduction of an example ("it fails with the OOM error like:") names its kind

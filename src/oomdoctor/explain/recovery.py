@@ -29,22 +29,29 @@ _LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]{0,40}\S{0
                               r"abort|fault|killed|fatal|core dumped|terminate)")
 
 
+def _around(e: OomEvent, scan: LogScan, start: int, end: int) -> tuple[list[str], list[str]] | None:
+    """The lines of the scanner's sample (head or tail) that holds lines start..end of the event's log:
+    those before `start` and those after `end`; None where no sample holds them."""
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        if source == e.source and first <= start and end < first + len(lines):
+            return lines[:start - first], lines[end - first + 1:]
+    return None
+
+
 def went_on(e: OomEvent, scan: LogScan) -> bool:
     """An INFO-level TensorFlow allocation failure (_TF_INFO_ALLOC) after which the program printed
     its own output and no error."""
     if e.kind != "tf_oom" or not _TF_INFO_ALLOC.match(e.text):
         return False
     end = e.last_line or e.line
-    for source, first, text in scan.samples:
-        lines = text.split("\n")
-        if source != e.source or not first <= end < first + len(lines):
-            continue
-        # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
-        # that say "this is not a failure") is not the program's output, nor an error
-        after = [ln for ln in lines[end - first + 1:] if ln.strip() and not _TF_INFO_ALLOC.match(ln)
-                 and TF_NOT_A_FAILURE not in ln]
-        return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
-    return False
+    got = _around(e, scan, end, end)
+    if got is None:
+        return False
+    # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
+    # that say "this is not a failure") is not the program's output, nor an error
+    after = [ln for ln in got[1] if ln.strip() and not _TF_INFO_ALLOC.match(ln) and TF_NOT_A_FAILURE not in ln]
+    return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
 
 
 _DIGITS_RUN = re.compile(r"\d+")
@@ -76,23 +83,19 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     does not count."""
     if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1 or _RAISED.search(e.text):
         return False
-    start, end = e.line, e.line + e.text.count("\n")
+    got = _around(e, scan, e.line, e.line + e.text.count("\n"))
+    if got is None:
+        return False
     who = _WHO.match(e.text)
     own = who.group(0).strip() if who else ""
-    for source, first, text in scan.samples:
-        lines = text.split("\n")
-        if source != e.source or not (first <= start and end < first + len(lines)):
-            continue
-        before = {_loop_shape(ln) for ln in lines[max(0, start - first - LOOP_LINES):start - first]}
-        for ln in lines[end - first + 1:end - first + 1 + LOOP_LINES]:
-            if _LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln):
-                return False
-            shape = _loop_shape(ln)
-            body = shape.split("|", 1)[1]
-            if (len(body) >= 4 and any(c.isalpha() for c in body) and shape in before
-                    and shape.split("|", 1)[0] == own):
-                return True
-        return False
+    before = {_loop_shape(ln) for ln in got[0][-LOOP_LINES:]}
+    for ln in got[1][:LOOP_LINES]:
+        if _LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln):
+            return False
+        shape = _loop_shape(ln)
+        head, body = shape.split("|", 1)
+        if len(body) >= 4 and any(c.isalpha() for c in body) and shape in before and head == own:
+            return True
     return False
 
 

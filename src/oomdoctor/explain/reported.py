@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.mentions import GENERAL_STATEMENT, MODAL_AFTER, WARN_LEVEL, is_mention
+from oomdoctor.explain.mentions import CJK_HEDGE, GENERAL_STATEMENT, MODAL_AFTER, WARN_LEVEL, is_mention
 from oomdoctor.explain.patterns import _GATED_PATTERNS
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
@@ -59,7 +59,7 @@ _NOT_PROSE = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|desc
 # Advice to the reader: "so if your job gets killed on a cpu OOM ...".
 _YOUR_CONDITION = re.compile(r"(?i)\b(?:if|when|whenever|unless|once)\s+(?:\w+\s+){0,3}?(?:you|your)\b")
 # Chinese docs: if / may / usually / for example / suggest / avoid / prevent.
-_ZH_NOT_REPORT = re.compile(r"如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止")
+_ZH_NOT_REPORT = re.compile(CJK_HEDGE)
 # Not an event: a counter ("oom 0", "CUDA OOMs: 0", "errors=3": a statistic of a healthy run) or a
 # conditional clause ("When a run OOMs ...", "If it fails ...": docs describing what to do).
 _COUNTER_AFTER = re.compile(r"\s*[:=|]?\s*\d")
