@@ -87,6 +87,9 @@ def _free_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
+_RUNNER_UP_MIN = 0.2  # a second cause this likely is named beside the first
+
+
 def _diagnosis(oom_message: str) -> str | None:
     """One paragraph from oomdoctor's explain, when it is installed; None otherwise."""
     try:
@@ -98,12 +101,19 @@ def _diagnosis(oom_message: str) -> str | None:
         hyps = getattr(exp, "hypotheses", None) or (exp.get("hypotheses") if isinstance(exp, Mapping) else None)
         if not hyps:
             return str(exp)
+        def field(h: Any, k: str) -> Any:
+            v = h.get(k) if isinstance(h, Mapping) else getattr(h, k, None)
+            return getattr(v, "value", v) if k == "category" else v
+
         h = hyps[0]
-        get = (lambda k: h.get(k)) if isinstance(h, Mapping) else (lambda k: getattr(h, k, None))
-        category = getattr(get("category"), "value", get("category"))
-        parts = [f"most likely cause: {category} (confidence {get('confidence')})"]
-        parts += [f"evidence: {e}" for e in (get("evidence") or [])[:3]]
-        parts += [f"fix: {f}" for f in (get("fixes") or [])[:3]]
+        parts = [f"most likely cause: {field(h, 'category')} (confidence {field(h, 'confidence')})"]
+        parts += [f"evidence: {e}" for e in (field(h, "evidence") or [])[:3]]
+        parts += [f"fix: {f}" for f in (field(h, "fixes") or [])[:3]]
+        if len(hyps) > 1 and (field(hyps[1], "confidence") or 0) >= _RUNNER_UP_MIN:
+            # a close second (explain's ambiguous answers) is named with its own first fix
+            r = hyps[1]
+            parts.append(f"or: {field(r, 'category')} (confidence {field(r, 'confidence')})")
+            parts += [f"fix: {f}" for f in (field(r, "fixes") or [])[:1]]
         return "; ".join(str(p) for p in parts)
     except Exception as exc:  # noqa: BLE001 - a diagnosis must never replace the OOM itself
         return f"(explain failed: {type(exc).__name__})"
