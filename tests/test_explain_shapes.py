@@ -110,7 +110,9 @@ def test_a_cache_many_times_the_request_is_not_read_as_fragmentation_first():
             "already allocated; 3.88 MiB free; 15.65 GiB reserved in total by PyTorch)")
     assert explain_text([line], prior=None).hypotheses[0].category == "true_capacity"
     near = line.replace("Tried to allocate 16.00 MiB", "Tried to allocate 1.00 GiB")
-    assert explain_text([near], prior=None).hypotheses[0].category == "fragmentation"
+    # near the request the cache is read as fragmentation again, beside capacity (session 7: a split cache
+    # under a fifth of the GPU no longer puts fragmentation first on the numbers alone, rules.NEAR_EDGE_FRAG)
+    assert [h.category for h in explain_text([near], prior=None).hypotheses[:2]] == ["true_capacity", "fragmentation"]
 
 
 def test_docs_examples_and_hypotheticals_are_not_failures():
@@ -532,10 +534,11 @@ def test_little_split_slack_on_a_full_gpu_is_capacity_not_fragmentation() -> Non
             "37.88 GiB already allocated; 32.56 MiB free; 38.21 GiB reserved in total by PyTorch)")
     ranked = [h.category for h in explain_text([full]).hypotheses]
     assert ranked[:2] == ["true_capacity", "fragmentation"]
-    # the same slack on a GPU the job fills only to 60% stays fragmentation (the request finds no block)
+    # the same slack on a GPU the job fills only to 60%: fragmentation stays in the top two, beside capacity
+    # (session 7, rules.NEAR_EDGE_FRAG: a split cache under a fifth of the GPU no longer leads on its own)
     part = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 39.56 GiB total capacity; "
             "23.88 GiB already allocated; 32.56 MiB free; 24.21 GiB reserved in total by PyTorch)")
-    assert explain_text([part]).hypotheses[0].category == "fragmentation"
+    assert "fragmentation" in [h.category for h in explain_text([part], prior=None).hypotheses[:2]]
 
 
 def test_a_reported_failure_of_host_ram_leans_to_host_oom() -> None:
@@ -805,3 +808,85 @@ def test_tensorrt_skipped_tactics_and_deepspeed_allocator_retries_are_recovered(
                        "Traceback (most recent call last):", '  File "build.py", line 9, in <module>',
                        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"])
     assert ex.failures
+
+
+def test_nvenc_session_refused_as_out_of_memory_is_the_session_cap() -> None:
+    # dev m4_autobilirec_9, t1_gotranscode_nvenc_sessions: ffmpeg prints NV_ENC_ERR_OUT_OF_MEMORY from
+    # OpenEncodeSessionEx; the threads confirmed too many concurrent NVENC sessions, not GPU memory
+    line = "2022/12/08 14:32:09 [h264_nvenc @ 00000273a548f1c0] OpenEncodeSessionEx failed: out of memory (10): (no details)"
+    ex = explain_text([line], prior=None)
+    assert ex.primary is not None and ex.primary.kind == "generic_oom"
+    assert category_hint("generic_oom", {}, line) == "not_oom"
+    assert [h.category for h in ex.hypotheses[:2]] == ["not_oom", "context_or_driver"]
+    # any other "out of memory" without a source keeps its reading
+    assert category_hint("generic_oom", {}, "[h264_nvenc] CreateBitstreamBuffer failed: out of memory (10)") == "true_capacity"
+
+
+_TORCH_OOM_FULL = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 194.00 MiB (GPU 0; 10.92 GiB "
+                   "total capacity; 9.63 GiB already allocated; 87.38 MiB free; 10.39 GiB reserved in total by PyTorch)")
+
+
+def test_the_reporters_memory_leak_weighs_beside_the_numbers() -> None:
+    # dev d3_torchmetrics_1949: "we have noticed a memory leak with some states of the metric not freed"
+    said = explain_text(["In that situation, we have noticed a memory leak with some states of the metric not freed "
+                         "within the GPU memory.", _TORCH_OOM_FULL], prior=None)
+    bare = explain_text([_TORCH_OOM_FULL], prior=None)
+    assert "leak_in_code" in [h.category for h in said.hypotheses[:2]]
+    assert "leak_in_code" not in [h.category for h in bare.hypotheses]
+    for denial in ["I don't think this is a memory leak, it happens at the first step.",
+                   "We set max_split_size_mb to avoid memory leaks and fragmentation."]:
+        ex = explain_text([denial, _TORCH_OOM_FULL], prior=None)
+        assert all("calls it a memory leak" not in e for h in ex.hypotheses for e in h.evidence), denial
+
+
+def test_a_small_split_cache_at_the_edge_is_capacity_first_a_large_one_fragmentation() -> None:
+    # dev t4_epipolarpose_6 (8 GB card, cache 551 MiB > the 512 MiB request, cured with a smaller batch)
+    edge = explain_text(["RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 7.93 GiB total "
+                         "capacity; 6.19 GiB already allocated; 340.00 MiB free; 551.04 MiB cached)"], prior=None)
+    assert [h.category for h in edge.hypotheses[:2]] == ["true_capacity", "fragmentation"]
+    assert edge.hypotheses[0].confidence < 0.6  # the numbers alone do not decide it
+    # dev ca_algoperf_426: 7.66 GiB of a 15.78 GiB card cached but unallocated (expandable_segments cured it)
+    big = explain_text(["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.51 GiB (GPU 0; 15.78 GiB "
+                        "total capacity; 6.25 GiB already allocated; 283.44 MiB free; 13.91 GiB reserved in total by "
+                        "PyTorch)"], prior=None)
+    assert big.hypotheses[0].category == "fragmentation"
+
+
+def test_a_message_inside_quoted_source_code_is_no_failure_but_a_json_value_is() -> None:
+    # dev benign t5_tgi_mistral_kvcache_vram_1863: the server's warm-up code quoted in an issue
+    code = ["        except torch.cuda.OutOfMemoryError as e:",
+            "            raise RuntimeError(",
+            '                f"Not enough memory to handle {len(batch.input_ids)} prefill tokens. "',
+            '                f"You need to decrease `--max-batch-prefill-tokens`"',
+            "            ) from e"]
+    assert not explain_text(code).failures
+    assert explain_text(['  "error": "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.93 GiB total capacity)"']).failures
+    assert explain_text(["  CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.93 GiB total capacity)"]).failures
+
+
+def _dev_benign(case: str) -> list[str]:
+    from ruamel.yaml import YAML
+
+    path = __import__("pathlib").Path(__file__).parent / "corpus" / "benign" / f"{case}.yaml"
+    c = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    assert c["split"] == "dev"
+    return c["text"].splitlines()
+
+
+def test_a_cjk_article_that_quotes_a_bare_error_is_documentation() -> None:
+    # dev benign t5_denev6_ko_gradaccum (a Korean blog post on gradient accumulation opening with the
+    # bare message) and t5_velog_ko_vllm_maxlen_gpumem (a Korean post quoting vLLM's start-up errors)
+    for case in ("t5_denev6_ko_gradaccum", "t5_velog_ko_vllm_maxlen_gpumem"):
+        ex = explain_text(_dev_benign(case))
+        assert not ex.failures and ex.documentation, case
+    # four lines of CJK prose around the message: a report, as every CJK report in dev is
+    report = ["训练的时候报错了，显存不够，batch size已经改成1了还是不行", "请问有什么办法吗，显卡是3090，24G显存的那种",
+              "之前同样的配置可以跑起来，今天重新跑就报错了", "完整的报错信息如下，麻烦帮忙看看是什么原因",
+              "RuntimeError: CUDA out of memory."]
+    assert explain_text(report).failures
+    # a long write-up of one's own incident names the machine or the allocator's figures: still a report
+    # (the seed case 000, tests/test_explain.py::test_whole_seed_file_reads_environment_hints)
+    writeup = list(_dev_benign("t5_denev6_ko_gradaccum"))
+    writeup[0] = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.69 GiB total capacity; "
+                  "21.80 GiB already allocated; 1.12 GiB free; 22.10 GiB reserved in total by PyTorch)")
+    assert explain_text(writeup).failures

@@ -84,6 +84,11 @@ XID_PROGRAM = frozenset({13, 31, 43})
 XID_HEALTH = frozenset({48, 63, 64, 92, 94, 95})
 
 
+# NVENC answers a session beyond the card's concurrent-encoder cap (consumer GeForce: a few sessions) with
+# NV_ENC_ERR_OUT_OF_MEMORY, which ffmpeg prints as "OpenEncodeSessionEx failed: out of memory (10)"
+# (NVENC API guide: nvEncOpenEncodeSessionEx; ffmpeg nvenc.c). The GPU's memory is rarely the reason.
+NVENC_SESSION = "OpenEncodeSession"
+
 # Where the failing line names a framework that calls cudaMalloc for each buffer itself (Caffe's
 # SyncedMemory, tiny-cuda-nn's GPUMemory): its out-of-memory is the net not fitting (rules.driver_oom).
 DIRECT_MALLOC = ("syncedmem", "cudaSuccess (2 vs. 0)", "tiny-cuda-nn", "gpu_memory.h")
@@ -132,4 +137,6 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "context_or_driver"  # a device the process cannot see: configuration, not the program's memory use
     if kind == "generic_oom" and d.get("in_dataloader_worker"):
         return "shm_exhausted"
+    if kind == "generic_oom" and NVENC_SESSION in text:
+        return "not_oom"  # NVENC's session cap answered as NV_ENC_ERR_OUT_OF_MEMORY (rules_by_kind)
     return spec.category

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
+from oomdoctor.explain.mentions import cjk_article
 from oomdoctor.explain.recovery import loop_went_on, recovered_events, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
@@ -273,6 +274,20 @@ def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     return docs.posterior(text).get("docs", 0.0) >= DOCS_MIN
 
 
+# What a write-up of one's own incident carries and an article quoting an error does not: the machine
+# (GPU, driver, kernel, a sharing layer, nvidia-smi rows) or the allocator's figures (the seed case 000,
+# a Chinese post-mortem of a real A100 incident, has both; the CJK articles of dev benign neither).
+_MACHINE_FACTS = frozenset({"gpu_name", "driver_version", "kernel_release", "hami", "vcuda", "mig", "wsl",
+                            "smi_process", "smi_used_free", "tf_total_memory", "tf_free_memory"})
+
+
+def _cjk_article(scan: LogScan, events: list[OomEvent]) -> bool:
+    """A CJK article that quotes an error bare (mentions.cjk_article), not a write-up of a run."""
+    if any(len(e.numbers) >= 2 for e in events) or _MACHINE_FACTS & scan.env.keys():
+        return False
+    return cjk_article(ln for _, _, t in scan.samples for ln in t.splitlines())
+
+
 def _reported(scan: LogScan, model: TextModel | None) -> tuple[OomEvent, Board] | None:
     """No event, no recovery, but the text reports a failure (explain/reported.py): rank the causes
     from the text's own evidence (prose, readings, the text prior)."""
@@ -280,7 +295,7 @@ def _reported(scan: LogScan, model: TextModel | None) -> tuple[OomEvent, Board] 
     if hit is None:
         return None
     ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
-    if _reads_as_docs(scan, [ev], model):
+    if _reads_as_docs(scan, [ev], model) or _cjk_article(scan, [ev]):
         return None
     b = Board()
     leak_rules(scan.readings, b, scan.env)
@@ -319,7 +334,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     model = _prior(prior)
-    documentation = bool(events) and facts is None and _reads_as_docs(scan, events, model)
+    documentation = bool(events) and facts is None and (_reads_as_docs(scan, events, model) or _cjk_article(scan, events))
     if documentation:
         events = []  # documentation that only mentions OOMs in passing: no failure, as for mentions
     events += bundle_events(facts)

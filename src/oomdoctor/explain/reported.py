@@ -54,8 +54,10 @@ _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|f
 # after the failure words is mentions.MODAL_AFTER.
 _MODAL_BEFORE = re.compile(r"(?i)\b(?:can|could|may|might|would|should)\b(?!['\u2019]t| ?not)(?:(?!\bbut\b)[^.!?;:,])*$")
 # Lines that are not prose reporting a run: a configuration's label ("- name: CUDA OOM", "pattern: ..."),
-# a shell command ("$ cat .../memory.oom.group"), a docstring's first line.
-_NOT_PROSE = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')")
+# a shell command ("$ cat .../memory.oom.group"), a docstring's first line, a Python import
+# ("from torchtnt.utils.oom import (": a module's name is no report).
+_NOT_PROSE = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')"
+                        r"|(?-i:^\s*(?:from\s+[\w.]+\s+)?import\s+[\w.(])")
 # Advice to the reader: "so if your job gets killed on a cpu OOM ...".
 _YOUR_CONDITION = re.compile(r"(?i)\b(?:if|when|whenever|unless|once)\s+(?:\w+\s+){0,3}?(?:you|your)\b")
 # Chinese docs: if / may / usually / for example / suggest / avoid / prevent.

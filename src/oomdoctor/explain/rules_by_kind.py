@@ -6,7 +6,8 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
-from oomdoctor.explain.kinds import HANDLE_AT_START, XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.patterns import LEAK_DENIED
 from oomdoctor.explain.rules import (
     CONTEXT_MAX,
     Board,
@@ -233,7 +234,17 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k == "leak_report":
         b.add("leak_in_code", 2.0, "the text reports a memory leak", LEAK_FIX)
     elif k == "generic_oom":
-        if d.get("in_dataloader_worker"):
+        if NVENC_SESSION in ev.text:
+            b.add("not_oom", 3.0, "NVENC could not open an encode session: the driver answers a session beyond the "
+                  "card's concurrent-encoder cap (a few on GeForce cards) with NV_ENC_ERR_OUT_OF_MEMORY",
+                  "count the encoder sessions running (nvidia-smi --query-gpu=encoder.stats.sessionCount --format=csv) "
+                  "and run fewer encodes at once, or use a card without the cap")
+            b.add("context_or_driver", 1.2, "the same code comes when the driver cannot open NVENC at all (a driver "
+                  "or kernel-module version without NVENC for this card)",
+                  "try the previous driver; check `ffmpeg -hide_banner -encoders | grep nvenc` and the driver's release notes")
+            b.add("true_capacity", 0.6, "or the encoder's buffers really did not fit in GPU memory",
+                  "lower the encoder's surfaces (ffmpeg -surfaces) or the resolution")
+        elif d.get("in_dataloader_worker"):
             b.add("shm_exhausted", 1.5, "a memory error inside a DataLoader worker", SHM_FIX)
             b.add("host_oom", 1.2, "DataLoader workers use host RAM", HOST_FIX)
         else:
@@ -313,6 +324,10 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     if env.get("leak_words"):
         b.add("leak_in_code", 1.4 if numeric else 2.4, f"the text describes history kept across iterations "
               f"('{env['leak_words'][0]}')", LEAK_FIX)
+    said = [v.strip() for v in env.get("leak_said", []) if not LEAK_DENIED.search(v)]
+    if said:
+        # what the reporter calls it, weighed as their description of kept history is (leak_words)
+        b.add("leak_in_code", 1.4 if numeric else 2.4, f"the reporter calls it a memory leak ('{said[0]}')", LEAK_FIX)
     if env.get("late_failure") and not env.get("growth"):
         b.add("leak_in_code", 0.8 if numeric else 1.4, f"the job ran for a while before it failed "
               f"('{env['late_failure'][0]}'): memory that grows step after step does that", LEAK_FIX)
