@@ -34,8 +34,9 @@ SLACK_SHARE = 0.01
 FULL_SHARE = 0.85
 # (true_capacity, fragmentation) when the unallocated cache exceeds the request but is under
 # FRAG_SHARE_MIN of the GPU. Was fragmentation alone at 2.2-3.0 (0.93 confident); session 7
-# (2026-11-27): of the confirmed reports in that region, dev had 5 fragmentation and 3 full jobs, and
-# the fresh t-round reports, scored on arrival, 5 full jobs of 5 (each cured with a smaller batch).
+# (2026-11-27): of the confirmed reports whose cache exceeded the request, dev had 5 fragmentation and
+# 3 full jobs, and the fresh t-round reports, scored on arrival, 5 full jobs of 5 (each cured with a
+# smaller batch).
 NEAR_EDGE_FRAG = (2.2, 2.0)
 
 
