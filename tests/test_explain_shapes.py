@@ -262,6 +262,10 @@ def test_eviction_and_sigkill_forms():
 
 
 MENTIONS = [
+    # session 7 (dev benign u4_composer_dynmicrobatch_485, t5_torchtnt_test_oom_source): a change's own words, a test's fixture
+    "Instead of crashing with CUDA out of memory, we dynamically scale the number of microbatches so we can fit",
+    '        cuda_oom_error_1 = RuntimeError("CUDA out of memory. Tried to allocate ...")',
+    "from torchtnt.utils.oom import (",
     "INFO: Setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid out of memory errors",
     'INFO 05-01 vllm: Avoid "CUDA out of memory" by lowering max_num_seqs or max_model_len',
     "step 1200 loss 2.31 no OOM so far",

@@ -22,7 +22,8 @@ _ADVICE_BEFORE = re.compile(
     r"guard\w* against|troubleshoot\w*|when\s+(?:an?\s+)?(?:OOM|out of memory)|debug\w*|"
     r"detect\w*|estimat\w*|simulat\w*|retr(?:y|ies|ied|ying)|back(?:s|ing|ed)? off|see if|check\w* (?:if|whether|for))\b[^:!]{0,50}"
     r"|\b(?:would|could|might|may|will|can)\b(?:\s+[\w-]+){0,2}\s*(?:CUDA\s+|GPU\s+)?"
-    r"|\b(?:instead of|rather than)\s+"
+    # "instead of OOM", "Instead of crashing with CUDA out of memory, we ..." (a change's own words)
+    r"|\b(?:instead of|rather than)\s+(?:[\w-]+ing\s+(?:with|on|from|due to|because of)\s+(?:an?\s+|the\s+)?)?(?:CUDA\s+|GPU\s+)?"
     # "you may be running into OOMs", "does not lead to out of memory errors", "if a CUDA OOM exception is raised"
     r"|\b(?:would|could|might|may|will|can)\s+(?:be\s+|also\s+|still\s+)?(?:running into|run into|getting|get|hitting|hit|"
     r"seeing|see|causing|cause|lead to|result in)\s+(?:an?\s+|the\s+|more\s+)?(?:CUDA\s+|GPU\s+)?"
