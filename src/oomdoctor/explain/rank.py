@@ -80,8 +80,11 @@ WORDS_ONLY_MIN = 0.2
 # documentation texts, out of fold): at 0.99 / 0.98 / 0.97 / 0.95, 1 / 2 / 2 / 3 reports silenced (1 / 1 /
 # 1 / 2 of them answered right), 47 / 56 / 63 / 70 texts recognised: at 190 texts 0.97 silenced no more than 0.98.
 # After the p5 documentation texts joined (206 texts): 3 / 4 / 5 / 6 reports silenced (1 / 2 / 3 / 4
-# answered right), 59 / 65 / 69 / 82 texts recognised; kept at 0.97.
-DOCS_MIN = 0.97
+# answered right), 59 / 65 / 69 / 82 texts recognised; kept at 0.97. Session 7 (738 dev reports, 277
+# documentation texts; bench/explain_docs_cv.py): at 0.99 / 0.98 / 0.97 / 0.95 / 0.9, 3 / 4 / 5 / 6 / 9
+# reports silenced (1 / 2 / 3 / 3 / 5 of them answered right), 94 / 103 / 111 / 120 / 139 texts
+# recognised: 0.95 recognises 9 more than 0.97 and silences no more right answers.
+DOCS_MIN = 0.95
 DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure"})
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
 # pattern names it, so doctor's oom_events never hold it.

@@ -1,0 +1,61 @@
+"""How rank.DOCS_MIN is chosen: the documentation model's threshold, out of fold on dev (test never read).
+
+The documentation model (explain/textmodel.py, fitted by bench/explain_textmodel.py) tells a README's or
+a docs page's vague OOM wording ("OOM error with large-v2 on 8GB cards") from a report's. Here it is
+refitted 5 times, each without the fifth of the dev texts it then scores (reports against the dev benign
+texts of kind docs_text, grep_output or other), and for each threshold the table prints how many dev
+reports whose failures are all vague (rank.DOCS_WEAK_KINDS) would be silenced as documentation (and how
+many of those explain answers right, the cost) and how many documentation texts reach it (the gain).
+
+Usage: PYTHONPATH=src python bench/explain_docs_cv.py
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import explain_corpus as C  # noqa: E402
+import explain_textmodel as TM  # noqa: E402
+
+from oomdoctor.explain import rank  # noqa: E402
+from oomdoctor.explain.rank import DOCS_WEAK_KINDS, explain_text  # noqa: E402
+from oomdoctor.explain.textmodel import DOCS_TEMPER, TextModel, fit  # noqa: E402
+
+THRESHOLDS = (0.9, 0.95, 0.97, 0.98, 0.99)
+SEED = 5
+
+
+def main() -> int:
+    reps = C.load_reports("dev")
+    docs = [b for b in C.load_benign("dev") if b["kind"] in TM.DOCS_KINDS]
+    items = ([(TM.model_text(c["text"], tags=False), "report", c) for c in reps]
+             + [(TM.model_text(b["text"], tags=False), "docs", b) for b in docs])
+    idx = list(range(len(items)))
+    random.Random(SEED).shuffle(idx)
+    folds = [idx[i::5] for i in range(5)]
+    p_docs: dict[int, float] = {}
+    for held in folds:
+        train = [i for f in folds if f is not held for i in f]
+        model = TextModel(fit([items[i][:2] for i in train], ["report", "docs"], TM.DOCS_VOCAB, temper=DOCS_TEMPER))
+        for i in held:
+            p_docs[i] = model.posterior(items[i][0])["docs"]
+    stored, rank.DOCS_MIN = rank.DOCS_MIN, 1.0  # the answers without the gate: what the gate would silence
+    answers = {i: explain_text(items[i][2]["text"].splitlines()) for i in range(len(items)) if items[i][1] == "report"}
+    rank.DOCS_MIN = stored
+    print(f"dev: {len(reps)} reports, {len(docs)} documentation texts; 5 folds, seed {SEED}; stored DOCS_MIN {stored}")
+    print("threshold  reports silenced (answered right)  documentation recognised")
+    for t in THRESHOLDS:
+        silenced = [i for i, ex in answers.items() if p_docs[i] >= t and ex.primary is not None
+                    and all(e.kind in DOCS_WEAK_KINDS for e in ex.failures)]
+        right = [i for i in silenced if answers[i].hypotheses and answers[i].hypotheses[0].category == items[i][2]["category"]]
+        recognised = sum(1 for i in range(len(items)) if items[i][1] == "docs" and p_docs[i] >= t)
+        print(f"{t:9}  {len(silenced):16} ({len(right)})                  {recognised} of {len(docs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
