@@ -894,3 +894,14 @@ def test_a_cjk_article_that_quotes_a_bare_error_is_documentation() -> None:
     writeup[0] = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.69 GiB total capacity; "
                   "21.80 GiB already allocated; 1.12 GiB free; 22.10 GiB reserved in total by PyTorch)")
     assert explain_text(writeup).failures
+
+
+def test_late_failure_and_growth_as_reporters_write_them() -> None:
+    # dev u1_mmdet3d_2116, d4_jax_12575, u2_pytorch_finufft_cufinufft_leak, u2_sdlskeleton_backward_leak
+    for line, key in [("it runs out of memory during the 23rd EPOCH, giving the following error:", "late_failure"),
+                      ("nn.Sequential([nn.Dense(100), nn.Dense(100)]) crashes at iteration 68, and the output is", "late_failure"),
+                      ("In the optimization loop, after approximately epoch ~50 I get a standard", "late_failure"),
+                      ("The GPU memory usage growed slowly during training, finally threw CUDA out of memory.", "growth")]:
+        assert explain_text([line]).scan.env.get(key), line
+    for line in ["Epoch 1/10", "at epoch 3 the loss is nan", "step 1200 loss 2.31"]:
+        assert not explain_text([line]).scan.env.get("late_failure"), line

@@ -301,7 +301,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "tf_free_memory": re.compile(r"\b(?:Free memory|freeMemory): ([0-9.]+ ?[KMGT]i?B)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
-    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
+    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
                          r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"
                          # the verb first, or a growth that has its own word: "increases the memory used
@@ -348,7 +348,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                             r"|(?:内存|显存)泄[漏露]"),
     # A job that ran for a while before failing: memory that grows (or a rare larger batch).
     "late_failure": re.compile(r"(?i)\bafter (?:a (?:few|couple of)|several|many|so many|some|\d+) (?:\w+ )?"
-                               r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"),
+                               r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"
+                               # "during the 23rd EPOCH", "crashes at iteration 68", "after approximately epoch ~50"
+                               r"|\b(?:at|in|during|on|around|after) (?:the )?(?:approximately |about |around )?~?\d+(?:st|nd|rd|th) "
+                               r"(?:epoch|iteration)\b"
+                               r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"),
     "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
 }
 
@@ -375,7 +379,9 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
     "fragmentation_words": ("fragment",),
-    "late_failure": ("after ",),
+    "late_failure": ("after ", "th epoch", "st epoch", "nd epoch", "rd epoch", "th iteration", "st iteration",
+                     "nd iteration", "rd iteration", "t epoch ", "n epoch ", "t iteration ", "n iteration ", "g epoch ",
+                     "g iteration ", "d epoch ", "d iteration ", "r epoch ", "r iteration ", "y epoch ", "y iteration "),
     "leak_words": ("graph", "no_grad", "detach", "creeping", "ops ", "nodes "),
     "leak_said": ("leak", "泄"),
 }
@@ -390,7 +396,12 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"released", b"freed", b"cleared", b"xtra ", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",
     b"omeone", b"dditional", b"o process", b"ore memory", b"irst GPU", b"irst gpu", b"GPU 0", b"gpu 0", b"GPU0",
     b"gpu0", b"cuda:0", b"evice 0", b"ame GPU", b"ame gpu", b"ragment", b"RAGMENT", b"fter ", b"raph", b"no_grad",
-    b"etach", b"reeping", b"leak", b"Leak", b"LEAK", "泄".encode(), b"and more", b"and larger", b"and bigger", b"and higher", b"he more", b"he longer",
+    b"etach", b"reeping", b"grew", b"Grew", b"th epoch", b"st epoch", b"nd epoch", b"rd epoch", b"th EPOCH",
+    b"st EPOCH", b"nd EPOCH", b"rd EPOCH", b"th iteration", b"st iteration", b"nd iteration", b"rd iteration",
+    b"t epoch ", b"n epoch ", b"g epoch ", b"d epoch ", b"r epoch ", b"y epoch ", b"t iteration ", b"n iteration ",
+    b"g iteration ", b"d iteration ", b"r iteration ", b"y iteration ", b"T EPOCH ", b"N EPOCH ", b"G EPOCH ", b"D EPOCH ",
+    *(f"{a} {w}".encode() for a in "tngdry" for w in ("Epoch ", "Iteration ")),
+    *(f"{a} {w}".encode() for a in ("th", "st", "nd", "rd") for w in ("Epoch", "Iteration", "ITERATION")), b"leak", b"Leak", b"LEAK", "泄".encode(), b"and more", b"and larger", b"and bigger", b"and higher", b"he more", b"he longer",
     b" ops ", b" nodes ", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
     b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
     "同一".encode(), b"ccupied", b"usy GPU", b"usy gpu", b"verlap", b"GPU=", b"gpu=",
