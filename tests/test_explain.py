@@ -318,12 +318,14 @@ def test_dev_split_floor_and_no_false_alarms():
 # statement, sglang's retraction). Session 7: CJK articles of five or more prose lines
 # (mentions.cjk_article) took four r4 pages and two of t5's off the list. Known, not accepted: a Chinese
 # FAQ and a Japanese page of few prose lines that quote a full message, an English how-to page
-# (docs/benchmarks.md), and a u4 PR description (a batch-size probe whose feature title says "after OOM"
-# above a sample run that went on). Any other false alarm on dev fails this test; fixing one of these
-# shrinks the set.
+# (docs/benchmarks.md), a u4 PR description (a batch-size probe whose feature title says "after OOM"
+# above a sample run that went on), and t5's test source whose messages sit in plain indented string
+# literals (the review of session 7: a notebook's or a JSON array's real message looks the same, so an
+# indented quoted line is source only as an f-string or with a {placeholder}). Any other false alarm on
+# dev fails this test; fixing one of these shrinks the set.
 KNOWN_DEV_FALSE_ALARMS = frozenset({
     "r4_lmdeploy_faq_zh_tmoom", "r4_openillumi_ja_fragmentation", "r4_theneuralbase_hf_cudaoom_page",
-    "u4_heretic_bsprobe_362",
+    "u4_heretic_bsprobe_362", "t5_torchtnt_test_oom_source",
 })
 
 

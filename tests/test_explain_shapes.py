@@ -905,3 +905,43 @@ def test_late_failure_and_growth_as_reporters_write_them() -> None:
         assert explain_text([line]).scan.env.get(key), line
     for line in ["Epoch 1/10", "at epoch 3 the loss is nan", "step 1200 loss 2.31"]:
         assert not explain_text([line]).scan.env.get("late_failure"), line
+
+
+def test_review_session7_real_failures_stay_failures() -> None:
+    # (review) the session-7 mention and article rules must not hide these real failures
+    for lines in (
+        ['2024-05-01 12:00:01 worker-3 job failed err=RuntimeError("CUDA error: out of memory")'],
+        ["future: <Task finished name='Task-7' coro=<run()> exception=OutOfMemoryError('CUDA out of memory. "
+         "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.02 GiB is free.')>"],
+        ['    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.93 GiB total capacity)",'],
+        # a traceback whose paths and comments are Chinese
+        ["Traceback (most recent call last):"]
+        + [f'  File "D:\\桌面\\毕业设计代码文件夹\\目标检测模型\\train.py", line {120 + i}, in main' for i in range(5)]
+        + ["RuntimeError: CUDA error: out of memory"],
+        ["Traceback (most recent call last):", '  File "train.py", line 120, in main']
+        + ["    loss = model(x)  # 前向传播计算损失函数值并且反向传播"] * 5 + ["RuntimeError: CUDA error: out of memory"],
+        # Korean and Chinese reports of five prose lines, in the first person
+        ["모델을 학습하는 도중에 갑자기 오류가 발생했습니다 어떻게 해야 할까요", "배치 크기를 줄여도 계속 같은 오류가 발생합니다 정말 답답합니다",
+         "그래픽 카드는 지포스 3090 이고 메모리는 24기가입니다", "드라이버 버전도 최신으로 업데이트를 했는데 소용이 없었습니다",
+         "다른 프로그램은 실행하지 않은 상태에서 학습을 진행했습니다", "RuntimeError: CUDA error: out of memory"],
+        ["我在用自己的数据集训练模型的时候遇到了下面这个问题", "训练到一半的时候突然就报错了显存好像不够用了", "已经把批量大小改成一了但是还是没有任何的作用",
+         "显卡是三零九零二十四显存的版本驱动也是最新的", "请问各位大佬这个问题应该怎么解决比较好呢谢谢", "RuntimeError: CUDA error: out of memory"],
+        # a Chinese web UI's own output before a traceback
+        ["正在加载模型权重文件请稍候这可能需要几分钟时间", "模型权重文件加载完成开始初始化推理引擎的各个组件", "推理引擎初始化完成开始处理用户提交的第一个请求",
+         "正在生成图像请耐心等待生成过程可能需要一段时间", "图像生成过程中出现异常正在尝试重新进行图像生成", "Traceback (most recent call last):",
+         '  File "webui.py", line 10, in run', "RuntimeError: CUDA error: out of memory"],
+    ):
+        assert explain_text(lines).failures, lines[0]
+
+
+def test_review_session7_leak_and_edge_readings() -> None:
+    # several GiB split in the cache is PyTorch's "large" reserved-but-unallocated memory: fragmentation first
+    big = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.10 GiB memory in "
+           "use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB is reserved by PyTorch but "
+           "unallocated.")
+    assert explain_text([big], prior=None).hypotheses[0].category == "fragmentation"
+    # "can't train because of a memory leak" is no denial; the first iteration is no late failure
+    said = explain_text(["I can't train because of a memory leak in my loop", _TORCH_OOM_FULL], prior=None)
+    assert any("calls it a memory leak" in e for h in said.hypotheses for e in h.evidence)
+    assert not explain_text(["The job crashes at the 1st iteration"]).scan.env.get("late_failure")

@@ -253,6 +253,8 @@ class LogScanner:
                 groups = [g for g in m.groups() if g] if m.groups() else []
                 if name.startswith("smi_"):
                     v = " ".join(groups)  # "pid MiB" / "used free"
+                elif name in P.ENV_CONTEXT_BEFORE:
+                    v = (P.clause_before(text, m.start(), P.ENV_CONTEXT_BEFORE[name]) + m.group(0))[-120:]
                 else:
                     v = (groups[0] if groups else m.group(0))[:120]
                 if v not in vals and len(vals) < 8:

@@ -102,7 +102,7 @@ CJK_CHAR = re.compile(f"[{CJK_LETTERS}]")
 CJK_HEDGE = "如果|假如|若|一旦|可能|通常|一般|例如|比如|建议|避免|防止"
 CJK_GENERAL = re.compile(r"很多人|许多人|不少人|大多数人|常见|本文(?![件档本])|(?<!为)什么是|意为|指的是|一般来说|"
                          r"よくある|一般的に|であろう|가장 많이|흔히|일반적으로|경우가 많")
-CJK_OWN_RUN = re.compile(r"我|自己|咱|报错了|出现了|出ます|出ました|発生しました|私|自分|제가|저는|발생했|났습니다")
+CJK_OWN_RUN = re.compile(r"我|自己|咱|报错了|出现了|出ます|出ました|発生しました|私|自分|(?<![\uac00-\ud7af])(?:제가|저는)|발생했|났습니다")
 _CJK_CLAUSE_END = "，。！？；：、「」（）\n"
 
 
@@ -115,15 +115,28 @@ _CJK_PROSE_MIN = 8  # CJK letters on a line of prose
 _LOG_PREFIX = re.compile(r"^\s*(?:[\[(]?\d{1,4}[-/:.]\d|\[?(?:INFO|WARN\w*|ERROR|DEBUG|TRACE|CRITICAL|FATAL)\b|[^\s|]+\s*\|)")
 
 
+# A traceback's frame ('  File "D:\\桌面\\...\\train.py", line 120'), a path, a trailing code comment.
+_CODE_LINE = re.compile(r'^\s*File "')
+_NOT_PROSE_PART = re.compile(r"[A-Za-z]:\\\S*|(?:^|\s)[~.]?/\S+|\s#.*$")
+
+
 def cjk_article(lines: Iterable[str]) -> bool:
-    """True when the text holds CJK_ARTICLE_LINES lines of CJK prose: an article, not a report."""
-    n = 0
+    """True when the text holds CJK_ARTICLE_LINES lines of CJK prose and speaks of no run of the writer's
+    own: an article, not a report. A traceback's frames, paths and code comments are no prose; a line in
+    the first person (CJK_OWN_RUN: 我, 报错了, 발생했, ...) is a report's, and two
+    of them make the text one."""
+    n = own = 0
     for line in lines:
-        if CJK_CHAR.search(line) and len(CJK_CHAR.findall(line)) >= _CJK_PROSE_MIN and not _LOG_PREFIX.match(line):
+        if not CJK_CHAR.search(line) or _LOG_PREFIX.match(line) or _CODE_LINE.match(line):
+            continue
+        line = _NOT_PROSE_PART.sub(" ", line)  # a path's folder names, a code comment: not prose
+        if CJK_OWN_RUN.search(line):
+            own += 1
+            if own >= 2:
+                return False
+        elif len(CJK_CHAR.findall(line)) >= _CJK_PROSE_MIN:
             n += 1
-            if n >= CJK_ARTICLE_LINES:
-                return True
-    return False
+    return n >= CJK_ARTICLE_LINES
 
 
 def _cjk_general_clause(line: str, start: int, end: int) -> bool:
@@ -217,12 +230,14 @@ _CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za
 _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\'\')| = [rbfuRBFU]?[\"\'])[^\"\'\n]*$"
                               # an exception built in code and kept: 'cuda_oom_error_1 = RuntimeError("CUDA out of memory.'
                               # (a test's fixture; dev benign t5_torchtnt_test_oom_source)
-                              r"|\b[A-Za-z_]\w*\s*=\s*[\w.]*(?:Error|Exception)\(\s*[rbfuRBFU]?[\"\'][^\"\'\n]*$")
+                              # (spaced as code: logfmt's 'err=RuntimeError("...")' and asyncio's 'exception=OutOfMemoryError(...)'
+                              # report the failure)
+                              r"|\b[A-Za-z_]\w* = [\w.]*(?:Error|Exception)\(\s*[rbfuRBFU]?[\"\'][^\"\'\n]*$")
 # A continuation line of source code that is a string literal: '                f"Not enough memory to handle
-# {len(batch.input_ids)} prefill tokens. "' (an f-string, or an indented literal that a call's
-# arguments continue: the line opens with the quote). A message printed by a program never starts its
-# line with a string prefix and quote after indentation.
-_SOURCE_LITERAL_LINE = re.compile(r"^(?:\s+[rbfuRBFU]{0,2}|\s*[fF][rR]?)[\"\']")
+# {len(batch.input_ids)} prefill tokens. "' (an f-string, or an indented literal with a {name}
+# placeholder). A plain indented quoted message is not enough: a JSON array or a notebook's "traceback"
+# list holds the real message that way.
+_SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
 # A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
 # regression: "since this commit training fails with CUDA out of memory")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
@@ -267,7 +282,7 @@ WARN_LEVEL = re.compile(r"^\s*(?:\[rank\d+\]:?\s*)?(?:\[[^\]\n]{0,40}\]\s*){0,3}
 # Docs introduce an example of an error: "If you got this error while running a script", "For example:",
 # "you may see something like:" (then a fenced block or a quote). The error that follows is that example
 # (events._introduced_example), and the introduction's own OOM word is no failure (patterns._failure_match).
-EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
+EXAMPLE_INTRO = re.compile(r"(?i)^(?:\s*(?:if|when(?:ever)?)\s+you(?:'ve| have)?\s+(?:\w+\s+){0,2}"
                             r"(?:got|get|see|saw|encounter\w*|run into|ran into|hit|receive\w*)\b.*"
                             r"|.*\b(?:for example|for instance|such as|something like|looks? like this|like the following)\s*:?"
                             # "... it fails with the OOM error like:" (not "I get an error like this:", a report)
@@ -281,4 +296,4 @@ EXAMPLE_INTRO = re.compile(r"(?i)^\s*(?:(?:if|when(?:ever)?)\s+you(?:'ve| have)?
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
 
 
-__all__ = ["docs_clause", "is_mention", "CJK_CHAR", "CJK_HEDGE", "CJK_LETTERS", "CJK_OWN_RUN", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]
+__all__ = ["cjk_article", "docs_clause", "is_mention", "CJK_CHAR", "CJK_HEDGE", "CJK_LETTERS", "CJK_OWN_RUN", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]

@@ -44,7 +44,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       # TensorRT's builder skips the tactics its workspace cannot hold and builds the engine;
                       # DeepSpeed counts the caching allocator's retries (cudaMalloc failed, the cache was
                       # freed, the retry worked): "2 pytorch allocator cache flushes since last step"
-                      r"Some tactics do not have sufficient workspace memory|\d+ pytorch allocator cache flushes since last step|"
+                      r"Some tactics do not have sufficient workspace memory|(?<!\d)\d+ pytorch allocator cache flushes since last step|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
@@ -341,22 +341,36 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                              r"creeping memory|memory (?:is )?creeping|"
                              # TensorFlow 1.x: ops added to the graph every step (the fix: finalize the graph)
                              r"graph\.finalize|(?:add\w*|creat\w+) (?:new )?(?:ops|nodes) (?:to the graph )?(?:in|inside|every|each))"),
-    # The reporter's own word for it: "memory leak(age)", "leaking GPU memory", Chinese 内存/显存泄漏, with
-    # up to 60 characters of its clause before it, where LEAK_DENIED finds a denial ("I don't think this is
-    # a memory leak", "to avoid memory leaks"). Dev, session 7: all 26 reports saying "memory leak" were leaks.
-    "leak_said": re.compile(r"(?i)[^.!?;:,\n]{0,60}\b(?:memory[ -]leak\w*|leak(?:s|ed|ing)? (?:\w+ ){0,2}memory)"
-                            r"|(?:内存|显存)泄[漏露]"),
+    # The reporter's own word for it: "memory leak(age)", "leaking GPU memory", Chinese 内存/显存泄漏, kept
+    # with up to ENV_CONTEXT_BEFORE characters of its clause before it, where LEAK_DENIED finds a denial
+    # ("I don't think this is a memory leak", "to avoid memory leaks"). Dev, session 7: all 26 reports
+    # saying "memory leak" were leaks.
+    "leak_said": re.compile(r"(?i)\b(?:memory[ -]leak\w*|leak(?:s|ed|ing)? (?:\w+ ){0,2}memory)|(?:内存|显存)泄[漏露]"),
     # A job that ran for a while before failing: memory that grows (or a rare larger batch).
     "late_failure": re.compile(r"(?i)\bafter (?:a (?:few|couple of)|several|many|so many|some|\d+) (?:\w+ )?"
                                r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"
                                # "during the 23rd EPOCH", "crashes at iteration 68", "after approximately epoch ~50"
-                               r"|\b(?:at|in|during|on|around|after) (?:the )?(?:approximately |about |around )?~?\d+(?:st|nd|rd|th) "
+                               r"|\b(?:at|in|during|on|around|after) (?:the )?(?:approximately |about |around )?~?(?:[2-9]|\d{2,})(?:st|nd|rd|th) "
                                r"(?:epoch|iteration)\b"
                                r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"),
     "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
 }
 
-LEAK_DENIED = re.compile(r"(?i)\b(?:no|not|never|without|any)\b|n't\b|\bavoid|\bprevent")
+# Hints kept with the start of their clause (up to this many characters before the match; the regex
+# itself stays a plain search: a bounded prefix in the pattern was tried at every position of a line).
+ENV_CONTEXT_BEFORE = {"leak_said": 60}
+_CLAUSE_END = re.compile(r"[.!?;:,\n。，！？；：]")
+# A denial of the leak in its clause: "not a memory leak", "no memory leak", "I don't think this is a memory
+# leak", "to avoid memory leaks", "without any memory leak" (not "I can't train because of a memory leak").
+LEAK_DENIED = re.compile(r"(?i)\b(?:no|not|never|without|isn't|wasn't|rule[sd]? out)\b|\bavoid|\bprevent|"
+                         r"\b(?:don't|do not|didn't|doesn't|does not) (?:think|believe|see|have|find|seem)\b")
+
+
+def clause_before(text: str, start: int, limit: int) -> str:
+    """Up to `limit` characters before `start`, from the last clause end on."""
+    lo = max(0, start - limit)
+    ends = [m.end() for m in _CLAUSE_END.finditer(text, lo, start)]
+    return text[ends[-1] if ends else lo:start]
 
 # As LINE_GATES, for ENV_PATTERNS; "growth" is case-insensitive, so its gate is tested on the lowered line.
 ENV_GATES: dict[str, tuple[str, ...]] = {
@@ -408,7 +422,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
-_SIZE = re.compile(_N + r"\s?" + _U)
+_SIZE = re.compile(r"(?<![0-9,])" + _N + r"\s?" + _U)  # from a number's first digit (see _N0)
 
 
 def to_bytes(number: str, unit: str) -> int:
@@ -422,21 +436,24 @@ def _find(pattern: str, text: str) -> int | None:
     return to_bytes(m.group(1), m.group(2)) if m else None
 
 
+# A number from its first digit: a pattern that starts with _N tried at every digit of a long digit run
+# is quadratic (bench/explain_hostile_lines.py: 15 s for one 64 KiB line of digits before).
+_N0 = r"(?<![0-9,])" + _N
 _TORCH_FIELDS = (
     ("requested_bytes", r"Tried to allocate " + _N + r"\s?" + _U),
     ("total_bytes", r"total capac(?:i)?ty of " + _N + r"\s?" + _U),
-    ("total_bytes", _N + r"\s?" + _U + r" total capacity"),
+    ("total_bytes", _N0 + r"\s?" + _U + r" total capacity"),
     ("free_bytes", r"of which " + _N + r"\s?" + _U + r" is free"),
-    ("free_bytes", _N + r"\s?" + _U + r" free\b"),
+    ("free_bytes", _N0 + r"\s?" + _U + r" free\b"),
     ("process_bytes", r"this process has " + _N + r"\s?" + _U + r" memory in use"),
-    ("allowed_bytes", _N + r"\s?" + _U + r" allowed"),
+    ("allowed_bytes", _N0 + r"\s?" + _U + r" allowed"),
     ("allocated_bytes", r"Of the allocated memory " + _N + r"\s?" + _U + r" is allocated by PyTorch"),
-    ("allocated_bytes", _N + r"\s?" + _U + r" already allocated"),
+    ("allocated_bytes", _N0 + r"\s?" + _U + r" already allocated"),
     ("private_pool_bytes", r"with " + _N + r"\s?" + _U + r" allocated in private pools"),
-    ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" is reserved by PyTorch but unallocated"),
-    ("reserved_bytes", _N + r"\s?" + _U + r" reserved in total by PyTorch"),
+    ("reserved_unallocated_bytes", _N0 + r"\s?" + _U + r" is reserved by PyTorch but unallocated"),
+    ("reserved_bytes", _N0 + r"\s?" + _U + r" reserved in total by PyTorch"),
     # 1.0-1.3 print cached-but-unallocated as "N cached" (PR #13751: format_size(cached - allocated)).
-    ("reserved_unallocated_bytes", _N + r"\s?" + _U + r" cached\)"),
+    ("reserved_unallocated_bytes", _N0 + r"\s?" + _U + r" cached\)"),
 )
 _PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
 

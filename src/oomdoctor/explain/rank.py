@@ -285,8 +285,10 @@ _MACHINE_FACTS = frozenset({"gpu_name", "driver_version", "kernel_release", "ham
 
 
 def _cjk_article(scan: LogScan, events: list[OomEvent]) -> bool:
-    """A CJK article that quotes an error bare (mentions.cjk_article), not a write-up of a run."""
-    if any(len(e.numbers) >= 2 for e in events) or _MACHINE_FACTS & scan.env.keys():
+    """A CJK article that quotes an error bare (mentions.cjk_article), not a write-up of a run: no event
+    with the allocator's figures or at the end of a traceback, no machine facts."""
+    if (any(len(e.numbers) >= 2 or "traceback_line" in e.details for e in events)
+            or _MACHINE_FACTS & scan.env.keys()):
         return False
     return cjk_article(ln for _, _, t in scan.samples for ln in t.splitlines())
 

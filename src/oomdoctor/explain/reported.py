@@ -56,7 +56,7 @@ _MODAL_BEFORE = re.compile(r"(?i)\b(?:can|could|may|might|would|should)\b(?!['\u
 # Lines that are not prose reporting a run: a configuration's label ("- name: CUDA OOM", "pattern: ..."),
 # a shell command ("$ cat .../memory.oom.group"), a docstring's first line, a Python import
 # ("from torchtnt.utils.oom import (": a module's name is no report).
-_NOT_PROSE = re.compile(r"(?i)^\s*(?:-?\s*(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')"
+_NOT_PROSE = re.compile(r"(?i)^\s*(?:(?:-\s*)?(?:name|title|label|pattern|regex|description|summary|help)\s*:|[$#>]\s+\S|\"\"\"|\'\'\')"
                         r"|(?-i:^\s*(?:from\s+[\w.]+\s+)?import\s+[\w.(])")
 # Advice to the reader: "so if your job gets killed on a cpu OOM ...".
 _YOUR_CONDITION = re.compile(r"(?i)\b(?:if|when|whenever|unless|once)\s+(?:\w+\s+){0,3}?(?:you|your)\b")

@@ -38,6 +38,10 @@ FULL_SHARE = 0.85
 # 3 full jobs, and the fresh t-round reports, scored on arrival, 5 full jobs of 5 (each cured with a
 # smaller batch).
 NEAR_EDGE_FRAG = (2.2, 2.0)
+# ... while that cache is under this size: several GiB split inside the cache (7 GiB of an 80 GB card)
+# is the "large" reserved-but-unallocated memory of PyTorch's own hint, fragmentation first (review,
+# session 7; dev: the one such case, 5.1 GiB, was fragmentation).
+NEAR_EDGE_MAX = 4 * GIB
 
 
 @dataclass
@@ -138,7 +142,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif U is not None and X is not None and U >= X and U >= 128 * 1024**2:
         # On OOM the allocator frees every unsplit cached block and retries before raising
         # (memory-tools §4.3), so what is still reserved-but-unallocated sits in split segments.
-        if T and U < FRAG_SHARE_MIN * T:
+        if T and U < FRAG_SHARE_MIN * T and U < NEAR_EDGE_MAX:
             # A split cache under a fifth of the GPU is what any job at its edge leaves: the threads
             # mostly cured these with a smaller batch (NEAR_EDGE_FRAG), so neither reading leads on
             # the numbers; the words around the message (expandable_segments helped, batch size) decide.
