@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.explain import patterns as P
-from oomdoctor.explain.mentions import CJK_OWN_RUN, EXAMPLE_INTRO
+from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
     BlockIndex,
@@ -132,8 +132,9 @@ def _introduced_example(before: str) -> bool:
     return False
 
 
-# a Chinese/Japanese/Korean article's introduction of an example: "很多人都会遇到这个令人头疼的报错:"
-_CJK_INTRO = re.compile(r"(?:很多人|许多人|不少人|常见的?|よくある|가장 많이)[^\n]{0,40}[:：]\s*$")
+# a Chinese/Japanese/Korean article's introduction of an example: "很多人都会遇到这个令人头疼的报错:" (the
+# words that speak of the error in general, mentions.CJK_GENERAL, then a colon ending the line)
+_CJK_INTRO = re.compile(f"(?:{CJK_GENERAL.pattern})[^\\n]{{0,40}}[:：]\\s*$")
 
 
 class LogScanner:

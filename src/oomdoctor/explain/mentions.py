@@ -296,4 +296,4 @@ EXAMPLE_INTRO = re.compile(r"(?i)^(?:\s*(?:if|when(?:ever)?)\s+you(?:'ve| have)?
                             r"(?:see|get|encounter\w*|run into|hit|receive\w*|come across|face)\b.*[:.])\s*$")
 
 
-__all__ = ["cjk_article", "docs_clause", "is_mention", "CJK_CHAR", "CJK_HEDGE", "CJK_LETTERS", "CJK_OWN_RUN", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]
+__all__ = ["cjk_article", "docs_clause", "is_mention", "CJK_CHAR", "CJK_GENERAL", "CJK_HEDGE", "CJK_LETTERS", "CJK_OWN_RUN", "ERROR_WORDS", "EXAMPLE_INTRO", "GENERAL_STATEMENT", "MODAL_AFTER", "WARN_LEVEL"]

@@ -400,6 +400,9 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "leak_said": ("leak", "泄"),
 }
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said"})
+# The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
+# memory), as opposed to the reporter's prose (the caseless ones above).
+MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
 # them (lowered, "growth" needs "memory" and one of these).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({

@@ -17,6 +17,7 @@ from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
 from oomdoctor.explain.mentions import cjk_article
+from oomdoctor.explain.patterns import MACHINE_HINTS
 from oomdoctor.explain.recovery import loop_went_on, recovered_events, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
@@ -277,18 +278,16 @@ def _reads_as_docs(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     return docs.posterior(text).get("docs", 0.0) >= DOCS_MIN
 
 
-# What a write-up of one's own incident carries and an article quoting an error does not: the machine
-# (GPU, driver, kernel, a sharing layer, nvidia-smi rows) or the allocator's figures (the seed case 000,
-# a Chinese post-mortem of a real A100 incident, has both; the CJK articles of dev benign neither).
-_MACHINE_FACTS = frozenset({"gpu_name", "driver_version", "kernel_release", "hami", "vcuda", "mig", "wsl",
-                            "smi_process", "smi_used_free", "tf_total_memory", "tf_free_memory"})
-
-
-def _cjk_article(scan: LogScan, events: list[OomEvent]) -> bool:
-    """A CJK article that quotes an error bare (mentions.cjk_article), not a write-up of a run: no event
-    with the allocator's figures or at the end of a traceback, no machine facts."""
+def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:
+    """The text is documentation, not a report (its events are mentions): the documentation model
+    (_reads_as_docs), or a CJK article that quotes an error bare (mentions.cjk_article). What a write-up
+    of one's own incident carries and such an article does not: the machine (patterns.MACHINE_HINTS),
+    the allocator's figures or a traceback (the seed case 000, a Chinese post-mortem of a real A100
+    incident, has them; the CJK articles of dev benign do not)."""
+    if _reads_as_docs(scan, events, model):
+        return True
     if (any(len(e.numbers) >= 2 or "traceback_line" in e.details for e in events)
-            or _MACHINE_FACTS & scan.env.keys()):
+            or MACHINE_HINTS & scan.env.keys()):
         return False
     return cjk_article(ln for _, _, t in scan.samples for ln in t.splitlines())
 
@@ -300,7 +299,7 @@ def _reported(scan: LogScan, model: TextModel | None) -> tuple[OomEvent, Board] 
     if hit is None:
         return None
     ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
-    if _reads_as_docs(scan, [ev], model) or _cjk_article(scan, [ev]):
+    if _documentation(scan, [ev], model):
         return None
     b = Board()
     leak_rules(scan.readings, b, scan.env)
@@ -339,7 +338,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     model = _prior(prior)
-    documentation = bool(events) and facts is None and (_reads_as_docs(scan, events, model) or _cjk_article(scan, events))
+    documentation = bool(events) and facts is None and _documentation(scan, events, model)
     if documentation:
         events = []  # documentation that only mentions OOMs in passing: no failure, as for mentions
     events += bundle_events(facts)
