@@ -106,6 +106,9 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             self.uses_conv = False
             self.scalar_stub = False  # generate(): data-dependent stop checks read as "not finished"
             self.category: str | None = None  # the label of what is created now, when nothing else names it
+            # set when the traced step is over: a storage that dies later (the garbage collector freeing a
+            # model's reference cycles, perhaps during the next trace) must not append to a returned trace
+            self.closed = False
 
         def _alloc(self, nbytes: int, category: str | None = None) -> int:
             sid = self.next_sid
@@ -136,6 +139,8 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             return entry[0] if entry is not None else None
 
         def _dead(self, key: int) -> None:
+            if self.closed:
+                return
             self.emptied.pop(key, None)
             entry = self.live.pop(key, None)
             if entry is not None:
@@ -375,6 +380,8 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
     except Exception as exc:
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
+    finally:
+        rec.closed = True
     if decode["cut"]:  # the decode loop was stopped after `decode_traced` tokens
         nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
         if nxt is None:  # the traced decode steps do not repeat: trace them all
