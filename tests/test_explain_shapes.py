@@ -945,3 +945,16 @@ def test_review_session7_leak_and_edge_readings() -> None:
     said = explain_text(["I can't train because of a memory leak in my loop", _TORCH_OOM_FULL], prior=None)
     assert any("calls it a memory leak" in e for h in said.hypotheses for e in h.evidence)
     assert not explain_text(["The job crashes at the 1st iteration"]).scan.env.get("late_failure")
+
+
+def test_an_explainers_common_error_and_a_denied_failure_are_no_failures() -> None:
+    # session 8, dev benign texts: an explainer page and a PR that keeps SLURM jobs alive
+    explainer = ["When working with deep learning frameworks like PyTorch or TensorFlow, a common error encountered is "
+                 "the OutOfMemoryError: CUDA out of memory. This occurs when the GPU's memory is insufficient."]
+    assert not explain_text(explainer).failures
+    denied = ["change error handling slightly - allows SLURM jobs to continue if they exceed configured memory limit, "
+              "but do not cause job to fail."]
+    assert not explain_text(denied).failures
+    # reports that say the same words in the first person, or whose failure is not denied, stay failures
+    assert explain_text(["I keep getting a common error: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]).failures
+    assert explain_text(["It did not fail on the 3090, but on the 4090 the job fails with a GPU memory error."]).failures

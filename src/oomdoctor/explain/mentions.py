@@ -173,6 +173,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
+    if _COMMON_ERROR_BEFORE.search(before) and not _FIRST_PERSON.search(before):
+        return True  # an explainer's "a common error encountered is the OutOfMemoryError: ..." (not "I got the common error")
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
     qm = _QUOTE_OPEN.search(before)
     if qm and qm.group(1) in "\"`" and line.count(qm.group(1), 0, start - len(before) + qm.start()) % 2:
@@ -240,6 +242,10 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
 _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
 # A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
 # regression: "since this commit training fails with CUDA out of memory")
+# An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
+_COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
+                                  r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\b[^.!?]{0,40}$")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me)\b")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
                           r"(?:fix|fixes|prevents?|avoids?|resolves?|address(?:es)?|reduces?|adds?|handles?|removes?)\b")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"

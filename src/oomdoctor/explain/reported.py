@@ -48,6 +48,9 @@ def _only_guessed(line: str) -> bool:
     g = _GUESS.search(line)
     return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
+# A failure word that is denied in its clause: "... but do not cause job to fail", "it never crashed",
+# "without failing" (a change that keeps jobs alive, not a job that failed).
+_DENIED_BEFORE = re.compile(r"(?i)(?:\bnot|\bnever|n't|\bwithout)(?:\s+[\w-]+){0,3}\s+$")
 # A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
 # what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and
 # not across "but" or a comma ("I can load it, but training fails with OOM" is a report). The same right
@@ -105,6 +108,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
+                        or _DENIED_BEFORE.search(line, max(0, f.start() - 60), f.start())
                         or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or MODAL_AFTER.match(line, hi)
                         or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _CONDITIONAL.search(line, max(0, f.start() - 300), f.start()) or _REMEDY_BEFORE.search(lead[-200:] + " " + line[:lo]) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
                     continue
