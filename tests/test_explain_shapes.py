@@ -958,3 +958,17 @@ def test_an_explainers_common_error_and_a_denied_failure_are_no_failures() -> No
     # reports that say the same words in the first person, or whose failure is not denied, stay failures
     assert explain_text(["I keep getting a common error: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]).failures
     assert explain_text(["It did not fail on the 3090, but on the 4090 the job fails with a GPU memory error."]).failures
+
+
+def test_a_batch_size_probe_that_printed_its_oom_twice_and_went_on_is_recovered() -> None:
+    # dev benign u4_heretic_bsprobe_362: the probe's OOM line repeats (256, then 248) and the probe goes on
+    probe = ["Determining optimal batch size...", "* Trying batch size 128... Ok (814 tokens/s)",
+             "* Trying batch size 256... Failed (CUDA out of memory...)", "* Trying batch size 192... Ok (902 tokens/s)",
+             "* Trying batch size 240... Ok (914 tokens/s)", "* Trying batch size 248... Failed (CUDA out of memory...)"]
+    ex = explain_text(probe + ["* Chosen batch size: 240"])
+    assert ex.recovered and not ex.failures
+    # the repeat as the log's last word, or followed by an error, is the job's failure
+    assert explain_text(probe).failures
+    assert explain_text(probe + ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                                 "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]).failures
+    assert explain_text(probe + ["ERROR: the probe gave up"]).failures

@@ -80,10 +80,13 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     "...Error: msg" format, no error level) after which the same process printed the line it printed
     before the OOM, numbers aside ("Testing 0 02" ... "Testing 1 03"), and no error: the job went on to
     its next item (Real-ESRGAN's per-image loop). Another rank's line, a shell prompt or an access log
-    does not count."""
-    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or e.count > 1 or _RAISED.search(e.text):
+    does not count. A loop that printed the same OOM again (a batch-size probe: "Trying batch size 256...
+    Failed (CUDA out of memory...)" twice) went on after the first and printed more, and no error, after
+    the last: the same OOM as the log's last word is the job's failure."""
+    if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or _RAISED.search(e.text):
         return False
-    got = _around(e, scan, e.line, e.line + e.text.count("\n"))
+    n = e.text.count("\n")
+    got = _around(e, scan, e.line, e.line + n)
     if got is None:
         return False
     who = _WHO.match(e.text)
@@ -95,8 +98,18 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
         shape = _loop_shape(ln)
         head, body = shape.split("|", 1)
         if len(body) >= 4 and any(c.isalpha() for c in body) and shape in before and head == own:
-            return True
+            return e.count == 1 or _quiet_after(e, scan, n)
     return False
+
+
+def _quiet_after(e: OomEvent, scan: LogScan, n: int) -> bool:
+    """After the event's last repeat the log goes on (a non-blank line within LOOP_LINES) with no error."""
+    last = e.last_line or e.line
+    got = _around(e, scan, last, last + n)
+    if got is None:
+        return False
+    after = [ln for ln in got[1][:LOOP_LINES] if ln.strip()]
+    return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in after)
 
 
 def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
