@@ -972,3 +972,16 @@ def test_a_batch_size_probe_that_printed_its_oom_twice_and_went_on_is_recovered(
     assert explain_text(probe + ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
                                  "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]).failures
     assert explain_text(probe + ["ERROR: the probe gave up"]).failures
+
+
+def test_a_recovery_line_quoted_by_a_report_is_still_recovered() -> None:
+    # dev benign p3_comfyui_mochitiledvae_5737: the user quotes ComfyUI's fallback line; the generation finished
+    line = ("But the VAE Decode still uses some shared GPU memory, even through `Ran out of memory when regular VAE "
+            "decoding, retrying with tiled VAE decoding.` is printed.")
+    ex = explain_text([line])
+    assert ex.recovered and not ex.failures
+    # a quoted failure stays a mention (no event at all), and a traceback after the quoted line is a failure
+    assert not explain_text(["The `CUDA out of memory` error means the batch is too big."]).failures
+    ex = explain_text([line, "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert ex.failures
