@@ -96,6 +96,9 @@ OTHER_HOLDER_WORDS = [
     ("d1_llamafactory_4756", "推理时如下图所示有一张卡被他人占用，llamafactory会报OOM错误"),
     ("d4_xinference_1212", "将后台任务杀掉之后gpu并没有得到释放"),
     ("d4_hamicore_170", "hami还是会调度到同一个GPU卡上导致OOM，启动失败。"),
+    # session 8, round w1 (dev): co-tenants named as such
+    ("w1_darkflow_636", "On running multiple instances of the same pipeline, all at the same time in parallel on the same GPU, I get CUDA_ERROR_OUT_OF_MEMORY."),
+    ("w1_nvctk_235", "firing up 20 containers using CUDA is pratically impossible, because each container is using ~600MB and thus, the GPU eventually gets out of memory"),
 ]
 
 
@@ -161,6 +164,13 @@ def test_a_device_side_assert_is_the_incident_not_the_cuda_errors_after_it():
             "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"]
     ex = explain_text(text)
     assert ex.primary.kind == "cuda_program_error" and ex.hypotheses[0].category == "not_oom"
+
+
+def test_one_process_or_one_step_is_not_another_holder():
+    # each/every of the job's own parts, or one GPU per process, is no co-tenant
+    for line in ["each step uses about 600MB more than the last", "every epoch takes 3 GB", "DDP with 4 processes, one per GPU",
+                 "we launch one process per device and each process uses 20GB of its own GPU"]:
+        assert not explain_text([line]).scan.env.get("other_holder"), line
 
 
 def test_a_frameworks_own_advice_is_not_another_holder():

@@ -329,7 +329,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"(?:first gpu|gpu ?0|cuda:0|device 0)[^.\n]{0,40}(?:much more|all|every|each) |"
                                # two programs at once: "run both evaluation scripts simultaneously", "2 kernels running"
                                r"\b(?:run|running|launch\w*|start\w*)\s+(?:\w+\s+){0,4}(?:simultaneously|at the same time|concurrently)\b|"
-                               r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b)"
+                               r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b|"
+                               # co-tenants named as such: "multiple instances of the same pipeline ... on the same GPU",
+                               # "each container is using ~600MB", "every process's CUDA context" (session 8, round w1)
+                               r"\b(?:multiple|several|many|two|three|\d+)\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas)\b[^.\n]{0,80}\b(?:same|one|single)\s+(?:physical\s+)?(?:GPU|card|device)\b|"
+                               r"\b(?:each|every)\s+(?:\w+\s+)?(?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b)"
                                # the same in Chinese reports: occupied (by others), not released, another process, the same card
                                r"|被(?:他人|别人|其他\w{0,4})占用|(?:显存|GPU|gpu|内存)\S{0,6}(?:没有|没|未)(?:得到|被)?释放|(?:其他|其它|别的)(?:进程|程序|任务)|同一(?:个|张|块)?(?:GPU|gpu|卡|显卡)"),
     # "fragmentation" in the reporter's words, not in the allocator's own hints ("... to avoid
@@ -388,7 +392,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "growth": ("memory",),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
-                     "instances", "jobs",
+                     "instances", "jobs", "containers", "pods", "workers", "tasks", "replicas", "each ", "every ",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
