@@ -995,3 +995,20 @@ def test_a_recovery_line_quoted_by_a_report_is_still_recovered() -> None:
     ex = explain_text([line, "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
                        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
     assert ex.failures
+
+
+def test_a_memory_fraction_the_job_set_low_is_the_cap() -> None:
+    # session 8, round w1 (dev): Merlin's TF_MEMORY_ALLOCATION, JAX's MEM_FRACTION, vLLM's utilization
+    for text in (["I am getting OOM issue when I train `03-Training-with-TF` nb on a 16 GB GPU.",
+                  'I can avoid OOM if I comment out `os.environ["TF_MEMORY_ALLOCATION"] = "0.7" ` line.'],
+                 ["XLA_PYTHON_CLIENT_MEM_FRACTION=.10 python train.py",
+                  "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB."]):
+        ex = explain_text(text, prior=None)
+        assert ex.hypotheses[0].category == "gpu_sharing_limit", text
+    # the usual headroom (0.9), or the setting named without a value (vLLM's own advice), is no cap
+    for text in (["XLA_PYTHON_CLIENT_MEM_FRACTION=0.90 python train.py",
+                  "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB."],
+                 ["ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                  "initializing the engine."]):
+        assert not explain_text(text).scan.env.get("mem_fraction") or "0.9" in explain_text(text).scan.env["mem_fraction"][0]
+        assert explain_text(text, prior=None).hypotheses[0].category != "gpu_sharing_limit", text

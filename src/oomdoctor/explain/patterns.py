@@ -299,6 +299,12 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # (1.0-1.4), "totalMemory: 5.93GiB freeMemory: 7.94MiB" (1.5 on).
     "tf_total_memory": re.compile(r"\b(?:Total memory|totalMemory): ([0-9.]+ ?[KMGT]i?B)"),
     "tf_free_memory": re.compile(r"\b(?:Free memory|freeMemory): ([0-9.]+ ?[KMGT]i?B)"),
+    # A share of the GPU the job set for itself, with its value: TensorFlow's per_process_gpu_memory_fraction
+    # and Merlin's TF_MEMORY_ALLOCATION, JAX's XLA_PYTHON_CLIENT_MEM_FRACTION, PyTorch's
+    # set_per_process_memory_fraction, vLLM's gpu_memory_utilization, SGLang's mem_fraction_static.
+    "mem_fraction": re.compile(r"\b(?:per_process_gpu_memory_fraction|gpu_memory_fraction|XLA_PYTHON_CLIENT_MEM_FRACTION|"
+                               r"TF_MEMORY_ALLOCATION|set_per_process_memory_fraction|gpu_memory_utilization|mem_fraction_static)\b"
+                               r"[\"'`\]]{0,2}\s{0,3}(?:=|:|\(|\s(?:of|to|at|between))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
@@ -388,6 +394,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "smi_process": ("MiB",),
     "smi_used_free": ("MiB",),
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
+    "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
@@ -406,7 +413,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
-MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS
+MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction"}  # a setting quoted in docs is no machine fact
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
 # them (lowered, "growth" needs "memory" and one of these).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({

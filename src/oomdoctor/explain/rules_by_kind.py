@@ -305,6 +305,12 @@ def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict
             return
 
 
+# A memory fraction at or below this is a cap the job set for itself (0.85-0.95 are the frameworks' usual
+# headroom: on dev, reports naming 0.85-0.9 were fragmentation, leaks, a driver; those naming 0.1-0.5 were
+# the cap).
+MEM_FRACTION_CAP = 0.75
+
+
 def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     """What the reporter wrote around a GPU OOM: the words that point at another holder of the memory
     or at fragmentation. Weaker when the message's own numbers are there to weigh."""
@@ -321,6 +327,14 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               f"('{env['other_holder'][0]}'): an earlier run, a leftover process or every rank on one GPU",
               "list what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv); kill "
               "leftovers, and give each worker its own GPU (torch.cuda.set_device(local_rank) before any CUDA call)")
+    shares = [float(v) for v in env.get("mem_fraction", [])]
+    if shares and min(shares) <= MEM_FRACTION_CAP:
+        # the job capped its own share of the GPU: the cap, not the card, is what ran out (a fraction near 1
+        # is the usual default headroom and says nothing)
+        b.add("gpu_sharing_limit", 1.6 if numeric else 2.6, f"the text sets the job's share of the GPU to "
+              f"{min(shares):g} ('{env['mem_fraction'][0]}' in the memory-fraction setting): the cap, not the GPU, "
+              "is what ran out", "raise the fraction (or drop the cap) when nothing else shares the GPU, or lower "
+              "the job's need to fit its share")
     if env.get("leak_words"):
         b.add("leak_in_code", 1.4 if numeric else 2.4, f"the text describes history kept across iterations "
               f"('{env['leak_words'][0]}')", LEAK_FIX)
