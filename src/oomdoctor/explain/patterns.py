@@ -399,7 +399,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "growth": ("memory",),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
-                     "instances", "jobs", "containers", "pods", "workers", "tasks", "replicas", "each ", "every ",
+                     "instances", "jobs", "containers", "pods", "workers", "tasks", "replicas", "each", "every",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
@@ -433,6 +433,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b" ops ", b" nodes ", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
     b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
     "同一".encode(), b"ccupied", b"usy GPU", b"usy gpu", b"verlap", b"GPU=", b"gpu=",
+    b"ontainers", b"pods", b"Pods", b"orkers", b"tasks", b"Tasks", b"eplicas", b"each", b"Each", b"every", b"Every",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
