@@ -93,6 +93,7 @@ def fmt(t: tuple[int, int, int, int]) -> str:
 
 
 USE_SILVER = True  # --no-silver: the prior from the gold folds alone
+USE_BIAS = True  # the stored prior's category bias (explain_textmodel.PRIOR_BIAS); bench/explain_prior_bias.py turns it off
 
 
 def model_for(cases: list[dict], idx: list[int], vocab: int):
@@ -100,7 +101,8 @@ def model_for(cases: list[dict], idx: list[int], vocab: int):
     from oomdoctor.explain.textmodel import TextModel, fit
 
     extra = list(TM.silver_docs()) if USE_SILVER else []
-    return TextModel(fit([(texts[i], cases[i]["category"]) for i in idx] + extra, TM.CATEGORIES, vocab))
+    return TextModel(fit([(texts[i], cases[i]["category"]) for i in idx] + extra, TM.CATEGORIES, vocab,
+                         bias=TM.PRIOR_BIAS if USE_BIAS else None))
 
 
 texts: list[str] = []

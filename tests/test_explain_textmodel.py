@@ -150,20 +150,27 @@ def test_words_only_leaning_is_shown_but_never_a_failure():
 
 
 def test_documentation_with_only_a_vague_oom_word_is_not_a_failure(monkeypatch):
-    """The documentation model (docsmodel.json) lets a README's vague OOM wording stand as a mention; a
-    user's report with the same wording stays a failure. The README text is dev benign
-    e4_whisperx_readme_vram with one line of a generic OOM added; the report line is dev case lo_cbp_5."""
+    """The documentation model (docsmodel.json) lets a PR description's vague OOM wording stand as a mention;
+    a user's report with the same kind of wording stays a failure. The PR text is dev benign
+    u4_batchflow_optbs_744 (until session 8 this test used the whisperX README of e4_whisperx_readme_vram
+    with an OOM line added: after round w joined the fit, the model puts it at p(docs) = 0.94, under DOCS_MIN,
+    which bench/explain_docs_cv.py still chooses); the report line is dev case lo_cbp_5."""
     from oomdoctor.explain import rank
 
-    readme = ["For specific details on the batching and alignment, the effect of VAD, as well as the chosen alignment "
-              "model, see the preprint [paper](https://www.robots.ox.ac.uk/~vgg/publications/2023/Bain23/bain23.pdf).", "",
-              "To reduce GPU memory requirements, try any of the following (2. & 3. can affect quality):", "",
-              "1.  reduce batch size, e.g. `--batch_size 4`", "2.  use a smaller ASR model `--model base`",
-              "3.  Use lighter compute type `--compute_type int8`", "OOM error with large-v2 on 8GB cards"]
-    ex = explain_text(readme)
+    pr = ["New way of finding optimal batch size", "",
+          "Now optimal batch_size can be found via running `compute_optimal_batch_size` function, which does two steps:", "",
+          "1.  Batch Size Estimation:",
+          "    - `predictive` method: This approach runs the model with various batch sizes.",
+          "    It then calculates the optimal batch size by solving a linear system of equations,",
+          "    `measured_memory = batch_size * item_size + model_size + eps`, to find both item_size and model_size.",
+          "    - `bruteforce` method: This approach runs the model with progressively larger batch sizes",
+          "    until an Out Of Memory (OOM) error occurs.", "",
+          "2. Optimal Batch Size Calculation:",
+          "    The exact optimal batch size is determined using a binary search algorithm."]
+    ex = explain_text(pr)
     assert not ex.explained and ex.to_json()["documentation"] is True
     monkeypatch.setattr(rank, "DOCS_MIN", 1.0)  # the gate off: the same text is a failure
-    assert explain_text(readme).explained
+    assert explain_text(pr).explained
     monkeypatch.undo()
     report = ["I just run the test, and it run out of my cuda memory, which is 20G.  Have I miss something?"]
     assert explain_text(report).explained
@@ -173,8 +180,9 @@ def test_a_candidate_the_words_alone_bring_in_says_so():
     """A hypothesis with no rule behind it states its only reason (the words' leaning), never stands bare."""
     from oomdoctor.explain.rank import explain_text
 
-    hyps = explain_text(["RuntimeError: out of memory"]).hypotheses
+    hyps = explain_text(["RuntimeError: out of memory", "while loading the checkpoint in my notebook"]).hypotheses
     assert len(hyps) >= 3 and all(h.evidence for h in hyps)
+    assert any("the words of the text lean" in h.evidence[0] for h in hyps)
 
 
 def test_event_words_are_whole_tokens_without_bigrams_and_survive_long_input():

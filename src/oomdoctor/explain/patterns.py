@@ -339,7 +339,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                # co-tenants named as such: "multiple instances of the same pipeline ... on the same GPU",
                                # "each container is using ~600MB", "every process's CUDA context" (session 8, round w1)
                                r"\b(?:multiple|several|many|two|three|\d+)\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas)\b[^.\n]{0,80}\b(?:same|one|single)\s+(?:physical\s+)?(?:GPU|card|device)\b|"
-                               r"\b(?:each|every)\s+(?:\w+\s+)?(?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b)"
+                               r"\b(?:each|every)\s+(?:\w+\s+)?(?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
+                               r"(?![^.\n]{0,40}\b(?:its own|per) (?:GPU|card|device)\b))"
                                # the same in Chinese reports: occupied (by others), not released, another process, the same card
                                r"|被(?:他人|别人|其他\w{0,4})占用|(?:显存|GPU|gpu|内存)\S{0,6}(?:没有|没|未)(?:得到|被)?释放|(?:其他|其它|别的)(?:进程|程序|任务)|同一(?:个|张|块)?(?:GPU|gpu|卡|显卡)"),
     # "fragmentation" in the reporter's words, not in the allocator's own hints ("... to avoid

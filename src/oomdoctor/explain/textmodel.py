@@ -68,7 +68,9 @@ class TextModel:
         vocab: dict[str, list[int]] = data["counts"]
         n = sum(self.docs)
         k = len(self.categories)
-        self.log_prior = [math.log((d + 1) / (n + k)) for d in self.docs]
+        # "bias": a log-space shift of a category's prior, chosen out of fold (bench/explain_prior_bias.py)
+        bias = data.get("bias") or {}
+        self.log_prior = [math.log((d + 1) / (n + k)) + float(bias.get(c, 0.0)) for d, c in zip(self.docs, self.categories)]
         # Bernoulli-style presence with a multinomial normalisation: log p(token | category).
         tot = [sum(v[i] for v in vocab.values()) for i in range(k)]
         denom = [t + self.alpha * len(vocab) for t in tot]
@@ -93,7 +95,7 @@ class TextModel:
 
 
 def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min_docs: int = 2,
-        alpha: float = ALPHA, temper: float | None = None) -> dict[str, Any]:
+        alpha: float = ALPHA, temper: float | None = None, bias: dict[str, float] | None = None) -> dict[str, Any]:
     """Counts for a TextModel from (text, category) pairs: tokens in at least `min_docs` documents,
     the `vocab_size` most informative (mutual information with the category), ties by name, so the
     result depends on the data alone."""
@@ -121,8 +123,11 @@ def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min
         return out
 
     ranked = sorted(kept.items(), key=lambda kv: (-round(mi(kv[1]), 12), kv[0]))[:vocab_size]
-    return {"version": 1, "categories": list(categories), "docs": ndocs, "alpha": alpha,
-            "temper": TEMPER if temper is None else temper, "counts": dict(sorted(ranked))}
+    out = {"version": 1, "categories": list(categories), "docs": ndocs, "alpha": alpha,
+           "temper": TEMPER if temper is None else temper, "counts": dict(sorted(ranked))}
+    if bias:
+        out["bias"] = {c: float(bias[c]) for c in sorted(bias) if c in idx}
+    return out
 
 
 def _load(path: Path) -> TextModel | None:
