@@ -1017,3 +1017,28 @@ def test_a_memory_fraction_the_job_set_low_is_the_cap() -> None:
                   "initializing the engine."]):
         assert not explain_text(text).scan.env.get("mem_fraction") or "0.9" in explain_text(text).scan.env["mem_fraction"][0]
         assert explain_text(text, prior=None).hypotheses[0].category != "gpu_sharing_limit", text
+
+
+def test_session8_benign_shapes_are_no_failures() -> None:
+    # dev benign texts of round w (scored on arrival first): a test that provokes an OOM, a PR on what a
+    # resume can do to anyone, cuDNN's plan fallback warning, a mocked log tail as a keyword argument, a
+    # mechanism that acts "on OOM"
+    for lines in (["    scheduler_config.num_kv_blocks = 10 # Low cache size to trigger OOM quickly"],
+                  ["As reported in #22123 resuming from a checkpoint can get a user out of memory if the optimizer "
+                   "state is loaded directly on GPU. This PR loads it on CPU."],
+                  ["/opt/conda/lib/python3.10/site-packages/torch/autograd/graph.py:744: UserWarning: Plan failed with a "
+                   "cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize Descriptor Failed cudnn_status: "
+                   "CUDNN_STATUS_NOT_SUPPORTED (Triggered internally at ../aten/src/ATen/native/cudnn/Conv_v8.cpp:919.)"],
+                  ['        patch.object(ce, "read_log_tail", return_value="Traceback: OOM"),'],
+                  ["The auto_find_batch_size logic in Trainer previously only reduced the training batch size on OOM, "
+                   "even when the OOM occurred during evaluation."]):
+        assert not explain_text(lines).failures, lines
+    # the same words as failures stay failures: a run that hit OOM, cuDNN's error raised, logfmt's error
+    # value, the driver's initialization warning (CUDA then unusable)
+    for lines in (["My training hit OOM after I set the batch size to 64."],
+                  ["RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+                   "non-contiguous input."],
+                  ['time=2024-05-01T10:00:00 level=ERROR source=server.go:101 msg="llama runner" error="CUDA error: out of memory"'],
+                  ["/usr/lib/python3/site-packages/torch/cuda/__init__.py:107: UserWarning: CUDA initialization: The NVIDIA "
+                   "driver on your system is too old (found version 10010)."]):
+        assert explain_text(lines).failures, lines

@@ -601,6 +601,11 @@ def classify_line(line: str) -> str | None:
 
 
 _WARN_NOT_FAILURE = frozenset({"generic_oom", "tensorrt_oom"})
+# Python's warnings module ("graph.py:744: UserWarning: Plan failed with a cudnnException: ...
+# CUDNN_STATUS_NOT_SUPPORTED"): cuDNN tried a plan, fell back, and the step went on. Not for the driver's
+# "UserWarning: CUDA initialization: ..." (CUDA is then unusable: a report's real failure).
+_PY_WARNING = re.compile(r"^\s*\S+\.py:\d+: \w*Warning: ")
+_PY_WARNING_NOT_FAILURE = frozenset({"cublas_cudnn", "generic_oom", "tensorrt_oom"})
 # A Chinese/Japanese clause that says what may happen, what a word means, or that a person killed the job.
 _CJK_NOT_REPORT = re.compile(CJK_HEDGE + r"|(?<!と)表示(?!され)|手动|按了|kill -9|[Cc]trl|場合|かもしれ")
 
@@ -613,6 +618,8 @@ _QUOTED_MARKERS_COUNT = frozenset({"oom_recovered", "autobatch_settled"})
 
 def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
     if kind in _WARN_NOT_FAILURE and WARN_LEVEL.match(line):
+        return False
+    if kind in _PY_WARNING_NOT_FAILURE and _PY_WARNING.match(line):
         return False
     for n, m in enumerate(pat.finditer(line)):
         if n >= 4:
