@@ -64,6 +64,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "batch size decreased": b"size decreased from",
     # session 6: recovered OOMs seen in real logs (in place of "size reduced/halved/lowered from", which no
     # collected log ever printed)
+    # session 8: the literal is "tactic", for "Skipping tactic 13 due to insufficient memory" as well
     "TensorRT tactics skipped": b"tactics do not have sufficient workspace memory",
     "DeepSpeed allocator retries": b"pytorch allocator cache flushes since last step",
     "cuDNN build mismatch": b"but source was compiled", "SIGBUS": b"SIGBUS",

@@ -1042,3 +1042,15 @@ def test_session8_benign_shapes_are_no_failures() -> None:
                   ["/usr/lib/python3/site-packages/torch/cuda/__init__.py:107: UserWarning: CUDA initialization: The NVIDIA "
                    "driver on your system is too old (found version 10010)."]):
         assert explain_text(lines).failures, lines
+
+
+def test_tensorrt_skipping_a_tactic_for_lack_of_memory_is_recovered() -> None:
+    # dev benign w4_ultralytics_orin_trt_tactics_17640, j3_voltaml_trtoptimize_15: the export/build went on
+    line = ("[11/20/2024-16:16:44] [TRT] [W] Skipping tactic 13 due to insufficient memory on requested size of 1583 "
+            "detected for tactic 0x0000000000000074.")
+    ex = explain_text([line])
+    assert ex.recovered and not ex.failures
+    # an OOM raised with its own traceback after the skipped tactics is the failure
+    ex = explain_text([line, "Traceback (most recent call last):", '  File "export.py", line 9, in <module>',
+                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert ex.failures

@@ -41,10 +41,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # Composer's auto-microbatching: "Train microbatch size decreased from 2048 -> 1024, and the batch will be retrained"
     ("oom_recovered", r"Batch size \d+ failed, trying batch size \d+|attempting to recover from OOM|"
                       r"[Bb]atch size decreased from \d+ ?(?:->|to) ?\d+|"
-                      # TensorRT's builder skips the tactics its workspace cannot hold and builds the engine;
+                      # TensorRT's builder skips the tactics its workspace cannot hold and builds the engine ("Some tactics
+                      # do not have ...", "Skipping tactic 13 due to insufficient memory ...");
                       # DeepSpeed counts the caching allocator's retries (cudaMalloc failed, the cache was
                       # freed, the retry worked): "2 pytorch allocator cache flushes since last step"
-                      r"Some tactics do not have sufficient workspace memory|(?<!\d)\d+ pytorch allocator cache flushes since last step|"
+                      r"Some tactics do not have sufficient workspace memory|Skipping tactic (?:0x)?[0-9a-f]+ due to insufficient memory|(?<!\d)\d+ pytorch allocator cache flushes since last step|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
@@ -188,7 +189,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
     "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
-                      "size decreased from", "tactics do not have sufficient workspace memory",
+                      "size decreased from", "tactics do not have sufficient workspace memory", "Skipping tactic",
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
                       "Decode out of memory happened"),
@@ -272,7 +273,7 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'-capable device', b'vcuda', b'illed', b'da-control', b'-side assert', b'oom-kill', b'ETURN', b'eturn',
     b'size decreased from',
     # session 6: the two recovered shapes sit where the Teddy model leaves no position to verify
-    b'source was compiled', b'tactics do not', b'IGBUS', b'flushes since last', b'nough memory to handle',
+    b'source was compiled', b'tactic', b'IGBUS', b'flushes since last', b'nough memory to handle',
     b'AutoBatch: Using',
     b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size', b'], thread: [',
     b'ESOURCE_EXHAUSTED: Failed to allocate request',
