@@ -1054,3 +1054,10 @@ def test_tensorrt_skipping_a_tactic_for_lack_of_memory_is_recovered() -> None:
     ex = explain_text([line, "Traceback (most recent call last):", '  File "export.py", line 9, in <module>',
                        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
     assert ex.failures
+
+
+def test_a_tool_that_could_not_read_memory_figures_reports_no_failure() -> None:
+    # dev benign x4_rocsmi_memuse_73 (scored on arrival first): rocm-smi on a healthy card
+    assert not explain_text(["ERROR: GPU[0] \t\t: Unable to get GPU memory use."]).failures
+    # memory that could not be had is a failure
+    assert explain_text(["ERROR: Unable to allocate GPU memory for the model weights"]).failures

@@ -48,6 +48,11 @@ def _only_guessed(line: str) -> bool:
     g = _GUESS.search(line)
     return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
+# A tool that could not read the memory's figures ("ERROR: GPU[0] : Unable to get GPU memory use.",
+# rocm-smi on a healthy card): a query that failed, not memory that ran out.
+_MEMORY_QUERY = re.compile(r"(?i)\b(?:get|gett?ing|read|reading|query|querying|retriev\w*|display\w*|fetch\w*|obtain\w*)\s+"
+                           r"(?:the\s+)?(?:GPU\s+|device\s+|VRAM\s+|CPU\s+)?memory\s+(?:use|usage|info|information|stats|"
+                           r"statistics|size|total|clock|type|vendor|partition)\b")
 # A failure word that is denied in its clause: "... but do not cause job to fail", "it never crashed",
 # "without failing" (a change that keeps jobs alive, not a job that failed).
 _DENIED_BEFORE = re.compile(r"(?i)(?:\bnot|\bnever|n't|\bwithout)(?:\s+[\w-]+){0,3}\s+$")
@@ -100,7 +105,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
-                    or _only_guessed(line)
+                    or _only_guessed(line) or _MEMORY_QUERY.search(line)
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or _judged(line)):
