@@ -1061,3 +1061,61 @@ def test_a_tool_that_could_not_read_memory_figures_reports_no_failure() -> None:
     assert not explain_text(["ERROR: GPU[0] \t\t: Unable to get GPU memory use."]).failures
     # memory that could not be had is a failure
     assert explain_text(["ERROR: Unable to allocate GPU memory for the model weights"]).failures
+
+
+_ESRGAN_OOM = ("Error CUDA out of memory. Tried to allocate 1.53 GiB (GPU 0; 4.00 GiB total capacity; 2.49 GiB already "
+               "allocated; 0 bytes free; 2.55 GiB reserved in total by PyTorch)")
+_ESRGAN_HINT = "If you encounter CUDA out of memory, try to set --tile with a smaller number."
+
+
+def test_review_session8_real_failures_stay_failures() -> None:
+    # the independent review of session 8's diff: each of these is a failure the new shapes had hidden
+    every_image_failed = []
+    for i in range(4):
+        every_image_failed += [f"Testing {i} 0000{i + 3}", _ESRGAN_OOM, _ESRGAN_HINT]
+    for lines in (every_image_failed,
+                  every_image_failed + ["Testing 4 00007"],
+                  # a skipped tactic, then TensorRT's error-level allocation failure
+                  ["[11/20/2024-16:16:44] [TRT] [W] Skipping tactic 13 due to insufficient memory on requested size of 1583 "
+                   "detected for tactic 0x0000000000000074.",
+                   "[11/20/2024-16:16:45] [TRT] [E] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (out of memory)"],
+                  # a quoted fallback line, then the crash
+                  ["After `Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.` ComfyUI crashes:",
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 11.99 GiB"],
+                  # an object's repr in a log, with the message as a keyword's value
+                  ["ERROR:    Exception in ASGI application: HTTPException(status_code=500, detail='CUDA out of memory. Tried "
+                   "to allocate 2.00 GiB')"],
+                  ["Result(error='CUDA out of memory. Tried to allocate 2.00 GiB', metrics={})"],
+                  # not knowing why is no denial
+                  ["Not sure why it runs out of VRAM after 100 steps on my 3090."],
+                  ["I don't know why it runs out of GPU memory, the model is only 7B."],
+                  # reading the memory's figures is no failed query
+                  ["I call torch.cuda.memory_allocated() to get memory usage after every step: it keeps growing until "
+                   "training crashes with a VRAM error."],
+                  # a remedy tried, then the failure "on OOM"
+                  ["I lowered the batch size to 2 but it still dies on OOM error at step 300"],
+                  ["auto_find_batch_size reduced the batch to 1 and then still failed on OOM"],
+                  # reports that use the words of the purpose / can-get / common-error shapes
+                  ["It's enough to trigger OOM on my 24GB card with batch size 1."],
+                  ["This is a common issue, training crashes with CUDA out of memory on the first batch"]):
+        assert explain_text(lines).failures, lines
+
+
+def test_review_session8_benign_variants() -> None:
+    for lines in (["One of the most common errors you will encounter in deep learning is the OutOfMemoryError: CUDA out "
+                   "of memory."],
+                  ["    x = torch.empty(1 << 40, device='cuda')  # allocate a huge tensor in order to trigger an OOM"],
+                  ["[rank0]: /opt/conda/lib/python3.10/site-packages/torch/autograd/graph.py:744: UserWarning: Plan failed "
+                   "with a cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize Descriptor Failed "
+                   "cudnn_status: CUDNN_STATUS_NOT_SUPPORTED"]):
+        assert not explain_text(lines).failures, lines
+
+
+def test_review_session8_memory_fraction_spellings_and_limits() -> None:
+    env = explain_text(["vllm serve Qwen/Qwen2.5-7B --gpu-memory-utilization 0.4"]).scan.env
+    assert env.get("mem_fraction") == ["0.4"]
+    # a message showing this process holding the whole GPU rules the cap out
+    full = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+            "23.65 GiB of which 3.06 MiB is free. Including non-PyTorch memory, this process has 23.62 GiB memory in use.")
+    ex = explain_text(["I set gpu_memory_utilization=0.5", full], prior=None)
+    assert all(h.category != "gpu_sharing_limit" or h.score < 1.0 for h in ex.hypotheses)

@@ -33,7 +33,8 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:when(?:ever)?|upon|about|against|regarding)\s+(?:an?\s+|the\s+)?(?:[\w-]+\s+)?"
     r"|\bon an?\s+(?:[\w-]+\s+)?"
     # "only reduced the training batch size on OOM": what a mechanism does upon one
-    r"|\b(?:reduc\w+|halv\w+|retr\w+|skip\w*|restart\w*|shrink\w*|decreas\w+|lower\w*)\b[^.;:!?\n]{0,40}\bon\s+"
+    r"|\b(?:reduc\w+|halv\w+|retr\w+|skip\w*|restart\w*|shrink\w*|decreas\w+|lower\w*)\b"
+    r"(?:(?!\b(?:still|again|but|die[sd]?|dying|fail\w*|crash\w*|kill\w*|stops?|stopped|error)\b)[^.;:!?\n]){0,40}\bon\s+"
     # what a kind of thing does, in a relative clause: "batch sizes that succeed or lead to CUDA OOM"
     r"|\b(?:that|which)\s+(?:\w+\s+){0,3}?(?:lead|leads|cause|causes|result|results|trigger|triggers)\s+(?:to\s+|in\s+)?(?:an?\s+)?(?:CUDA\s+|GPU\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
@@ -43,9 +44,9 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:no|without|never)\s+(?:an?\s+|single\s+)?[\w-]+\s+"
     # a purpose: "num_kv_blocks = 10 # Low cache size to trigger OOM quickly" (a test that provokes one);
     # what a situation can do to anyone: "resuming from a checkpoint can get a user out of memory"
-    r"|\bto (?:trigger|provoke|induce|force|simulate)\s+(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
-    r"|\b(?:would|could|might|may|will|can)\s+(?:get|put|drive|push|run)\s+(?:an?\s+|the\s+|your\s+)?(?:user|users|you|one|job|process|GPU|card)\s+)$")
-_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what|Hint)[\"']?\s*[:=(]\s*[\"']$")
+    r"|(?:#[^#\n]{0,60}|\bin order |\bdeliberately |\bon purpose )\bto (?:trigger|provoke|induce|force|simulate|cause)\s+(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
+    r"|\b(?:would|could|might|may|can)\s+(?:get|put|drive|push)\s+(?:an?\s+|the\s+)?(?:user|users|you|people|someone|anyone)\s+)$")
+_ERROR_VALUE = re.compile(r"(?:Error|Exception|error|msg|message|reason|what|Hint|detail|stderr)[\"']?\s*[:=(]\s*[\"']$")
 _QUOTES = "\"'`\u201c\u2018"
 _CLOSE = {"\u201c": "\u201d", "\u2018": "\u2019"}
 # generic_oom ("out of memory" or "OOM" with no known source) is a failure only in an error's words.
@@ -177,11 +178,12 @@ def is_mention(line: str, start: int, end: int) -> bool:
             or ((lit := _SOURCE_LITERAL_LINE.match(line)) is not None and lit.end() <= start
                 and line.find(line[lit.end() - 1], lit.end(), start) < 0)):  # inside that first literal, not a JSON value after a key
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
-    if _KWARG_IN_CALL.search(before):
+    if start <= 120 and _KWARG_IN_CALL.search(line[:start]):
         return True  # a keyword argument of a call in code: 'patch.object(ce, "read_log_tail", return_value="Traceback: OOM")'
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
-    if _COMMON_ERROR_BEFORE.search(before) and not _FIRST_PERSON.search(before):
+    wide = line[max(0, start - 200):start]
+    if _COMMON_ERROR_BEFORE.search(wide) and not _FIRST_PERSON.search(wide):
         return True  # an explainer's "a common error encountered is the OutOfMemoryError: ..." (not "I got the common error")
     # a short quotation that holds the match: "`CUDA out of memory`", "'GPU OOM' errors"
     qm = _QUOTE_OPEN.search(before)
@@ -251,11 +253,15 @@ _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU
 # A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
 # regression: "since this commit training fails with CUDA out of memory")
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
-_COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
-                                  r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\b[^.!?]{0,40}$")
-# Inside a call's parentheses, the string value of a keyword argument (logfmt's 'err="..."' has no call
-# around it, asyncio's 'exception=OutOfMemoryError(...)' no keyword inside).
-_KWARG_IN_CALL = re.compile(r"\w\([^()\n]{0,60}\b[A-Za-z_]\w*=[rbfuRBFU]?[\"'][^\"'\n]{0,40}$")
+_COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
+                                  r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"
+                                  r"(?:encountered|(?:people|users|you|developers|many|we)\s+(?:\w+\s+)?(?:encounter|see|get|hit|face|run into|meet))\b[^.!?]{0,80}$")
+# A source line that is a call, and the string value of one of its keyword arguments: a test's mock
+# ('patch.object(ce, "read_log_tail", return_value="Traceback: OOM"),'). Not an object's repr in a log
+# ('ERROR ... HTTPException(status_code=500, detail=\'CUDA out of memory ...\')', 'Result(error=...)':
+# the line does not start with the call, or the keyword names an error), not logfmt's 'err="..."'.
+_KWARG_IN_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\([^()\n]{0,60}\b(?!(?:error|err|detail|message|msg|stderr|stdout|reason|exception|exc|output|log|text|what)=)"
+                            r"[A-Za-z_]\w*=[rbfuRBFU]?[\"'][^\"'\n]{0,40}$")
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me)\b")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
                           r"(?:fix|fixes|prevents?|avoids?|resolves?|address(?:es)?|reduces?|adds?|handles?|removes?)\b")

@@ -303,9 +303,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # A share of the GPU the job set for itself, with its value: TensorFlow's per_process_gpu_memory_fraction
     # and Merlin's TF_MEMORY_ALLOCATION, JAX's XLA_PYTHON_CLIENT_MEM_FRACTION, PyTorch's
     # set_per_process_memory_fraction, vLLM's gpu_memory_utilization, SGLang's mem_fraction_static.
-    "mem_fraction": re.compile(r"\b(?:per_process_gpu_memory_fraction|gpu_memory_fraction|XLA_PYTHON_CLIENT_MEM_FRACTION|"
-                               r"TF_MEMORY_ALLOCATION|set_per_process_memory_fraction|gpu_memory_utilization|mem_fraction_static)\b"
-                               r"[\"'`\]]{0,2}\s{0,3}(?:=|:|\(|\s(?:of|to|at|between))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
+    # (the command-line spellings too: vLLM's --gpu-memory-utilization 0.4, SGLang's --mem-fraction-static 0.5)
+    "mem_fraction": re.compile(r"\b(?:per_process_gpu_memory_fraction|gpu_memory_fraction|gpu-memory-fraction|XLA_PYTHON_CLIENT_MEM_FRACTION|"
+                               r"TF_MEMORY_ALLOCATION|set_per_process_memory_fraction|gpu_memory_utilization|gpu-memory-utilization|"
+                               r"mem_fraction_static|mem-fraction-static)\b"
+                               r"[\"'`\]]{0,2}(?:\s{0,3}(?:=|:|\()|\s(?:of|to|at|between)|(?=\s))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
@@ -339,8 +341,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b|"
                                # co-tenants named as such: "multiple instances of the same pipeline ... on the same GPU",
                                # "each container is using ~600MB", "every process's CUDA context" (session 8, round w1)
-                               r"\b(?:multiple|several|many|two|three|\d+)\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas)\b[^.\n]{0,80}\b(?:same|one|single)\s+(?:physical\s+)?(?:GPU|card|device)\b|"
-                               r"\b(?:each|every)\s+(?:\w+\s+)?(?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
+                               r"\b(?:multiple|several|many|two|three|\d+)\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas)\b[^.\n]{0,80}\b(?:same|one|single) (?:physical )?(?:GPU|card|device)\b|"
+                               r"\b(?:each|every) (?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
                                r"(?![^.\n]{0,40}\b(?:its own|per) (?:GPU|card|device)\b))"
                                # the same in Chinese reports: occupied (by others), not released, another process, the same card
                                r"|被(?:他人|别人|其他\w{0,4})占用|(?:显存|GPU|gpu|内存)\S{0,6}(?:没有|没|未)(?:得到|被)?释放|(?:其他|其它|别的)(?:进程|程序|任务)|同一(?:个|张|块)?(?:GPU|gpu|卡|显卡)"),
@@ -396,12 +398,15 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "smi_process": ("MiB",),
     "smi_used_free": ("MiB",),
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
-    "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization"),
+    "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization", "gpu-memory-utilization"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory",),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
-                     "instances", "jobs", "containers", "pods", "workers", "tasks", "replicas", "each", "every",
+                     "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
+                     "one physical", "single gpu", "single card", "single device", "single physical", "each container", "each pod",
+                     "each process", "each worker", "each instance", "every container", "every pod", "every process", "every worker",
+                     "every instance",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
@@ -435,7 +440,11 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b" ops ", b" nodes ", b"imultaneous", b"ame time", b"oncurrent", b"ernels", b"otebooks", b"cripts", b"rocesses",
     b"nstances", b"jobs", "占用".encode(), "释放".encode(), "进程".encode(), "程序".encode(), "任务".encode(),
     "同一".encode(), b"ccupied", b"usy GPU", b"usy gpu", b"verlap", b"GPU=", b"gpu=",
-    b"ontainers", b"pods", b"Pods", b"orkers", b"tasks", b"Tasks", b"eplicas", b"each", b"Each", b"every", b"Every",
+    # co-tenants (session 8): the GPU they share, or "each container ..."; not the bare words, which a log's
+    # every line may hold (a review timed 'each'/'tasks' on every line: 23 MB in 4.4 s against 0.2 s)
+    b"ame card", b"ame device", b"ame physical", b"ne GPU", b"ne gpu", b"ne card", b"ne device", b"ne physical",
+    b"ingle GPU", b"ingle gpu", b"ingle card", b"ingle device", b"ingle physical",
+    *(f"{a} {n}".encode() for a in ("ach", "very") for n in ("container", "pod", "process", "worker", "instance")),
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
@@ -605,7 +614,7 @@ _WARN_NOT_FAILURE = frozenset({"generic_oom", "tensorrt_oom"})
 # Python's warnings module ("graph.py:744: UserWarning: Plan failed with a cudnnException: ...
 # CUDNN_STATUS_NOT_SUPPORTED"): cuDNN tried a plan, fell back, and the step went on. Not for the driver's
 # "UserWarning: CUDA initialization: ..." (CUDA is then unusable: a report's real failure).
-_PY_WARNING = re.compile(r"^\s*\S+\.py:\d+: \w*Warning: ")
+_PY_WARNING = re.compile(r"^(?:\s{0,40}\[rank\d+\]:?)?[^\n:]{0,300}?\.py:\d+: \w*Warning: ")  # bounded: no backtracking over a long run of blanks
 _PY_WARNING_NOT_FAILURE = frozenset({"cublas_cudnn", "generic_oom", "tensorrt_oom"})
 # A Chinese/Japanese clause that says what may happen, what a word means, or that a person killed the job.
 _CJK_NOT_REPORT = re.compile(CJK_HEDGE + r"|(?<!と)表示(?!され)|手动|按了|kill -9|[Cc]trl|場合|かもしれ")

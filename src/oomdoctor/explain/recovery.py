@@ -18,6 +18,9 @@ from oomdoctor.explain.patterns import TF_NOT_A_FAILURE, classify_line
 # within this many lines after the event's last repeat, in the same log.
 RECOVERY_WINDOW = 300
 RECOVERY_BEFORE = 5  # fairseq logs "attempting to recover from OOM" in the same instant, just before the message
+# Only a line that announces the recovery of the OOM that follows may come before it; a skipped TensorRT
+# tactic or a quoted fallback line before an OOM says nothing of that OOM (review, session 8).
+_ANNOUNCES = re.compile(r"attempting to recover from OOM")
 
 
 # TensorFlow's stream executor logs a device allocation it could not make at INFO level ("I
@@ -98,18 +101,36 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
         shape = _loop_shape(ln)
         head, body = shape.split("|", 1)
         if len(body) >= 4 and any(c.isalpha() for c in body) and shape in before and head == own:
-            return e.count == 1 or _quiet_after(e, scan, n)
+            return e.count == 1 or _repeats_went_on(e, scan, n, before, got[1])
     return False
 
 
-def _quiet_after(e: OomEvent, scan: LogScan, n: int) -> bool:
-    """After the event's last repeat the log goes on (a non-blank line within LOOP_LINES) with no error."""
+_MEMORY_WORDS = re.compile(r"(?i)out of memory|\bOOM|memory")
+
+
+def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:
+    """A repeated OOM of a loop: between the repeats some item of the loop succeeded (a loop line not
+    followed by the OOM: "* Trying batch size 192... Ok"), and after the last repeat the log goes on with a
+    line that is no OOM's own advice, and no error. A loop whose every item failed (each "Testing N" line
+    followed by the OOM) did not go on."""
     last = e.last_line or e.line
+    oom_shape = _loop_shape(e.text.split("\n", 1)[0])
+    between = after_first[:max(0, last - (e.line + n) - 1)]
+    succeeded = False
+    for i, ln in enumerate(between):
+        if _loop_shape(ln) in before:
+            nxt = next((x for x in between[i + 1:] + [e.text] if x.strip()), "")
+            if _loop_shape(nxt) != oom_shape:
+                succeeded = True
+                break
+    if not succeeded:
+        return False
     got = _around(e, scan, last, last + n)
     if got is None:
         return False
     after = [ln for ln in got[1][:LOOP_LINES] if ln.strip()]
-    return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in after)
+    return (any(not _MEMORY_WORDS.search(ln) for ln in after)
+            and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in after))
 
 
 def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
@@ -118,7 +139,7 @@ def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[Oo
         end = e.last_line or e.line
         # a traceback that begins after the recovery line is a new, uncaught failure
         tb = e.details.get("traceback_line", 0)
-        if any(m.source == e.source and (m.last_line or m.line) >= e.line - RECOVERY_BEFORE
+        if any(m.source == e.source and (m.last_line or m.line) >= e.line - (RECOVERY_BEFORE if _ANNOUNCES.search(m.text) else 0)
                and m.line <= end + RECOVERY_WINDOW and not (tb and (m.last_line or m.line) < tb <= e.line)
                for m in markers):
             out.append(e)

@@ -47,15 +47,21 @@ def _only_guessed(line: str) -> bool:
     before a guess about its cause ("fails with a memory error, possibly fragmentation?") is not."""
     g = _GUESS.search(line)
     return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
+def _only_queried(line: str) -> bool:
+    """Every memory word of the line is inside a failed query of the memory's figures."""
+    spans = [m.span() for m in _MEMORY_QUERY.finditer(line)]
+    return bool(spans) and all(any(a <= m.start() and m.end() <= b for a, b in spans) for m in MEMORY_WORD.finditer(line))
+
+
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
 # A tool that could not read the memory's figures ("ERROR: GPU[0] : Unable to get GPU memory use.",
 # rocm-smi on a healthy card): a query that failed, not memory that ran out.
-_MEMORY_QUERY = re.compile(r"(?i)\b(?:get|gett?ing|read|reading|query|querying|retriev\w*|display\w*|fetch\w*|obtain\w*)\s+"
+_MEMORY_QUERY = re.compile(r"(?i)\b(?:unable to|failed to|fails to|could ?not|cannot|can't|couldn't)\s+(?:get|read|query|retrieve|display|fetch|obtain)\s+"
                            r"(?:the\s+)?(?:GPU\s+|device\s+|VRAM\s+|CPU\s+)?memory\s+(?:use|usage|info|information|stats|"
                            r"statistics|size|total|clock|type|vendor|partition)\b")
 # A failure word that is denied in its clause: "... but do not cause job to fail", "it never crashed",
 # "without failing" (a change that keeps jobs alive, not a job that failed).
-_DENIED_BEFORE = re.compile(r"(?i)(?:\bnot|\bnever|n't|\bwithout)(?:\s+[\w-]+){0,3}\s+$")
+_DENIED_BEFORE = re.compile(r"(?i)(?:\bnot|\bnever|n't|\bwithout)(?:\s+(?!(?:sure|know|knowing|clear|understand|certain|why|what|how|if|whether|idea|but)\b)[\w-]+){0,3}\s+$")
 # A hypothetical in the same clause: "a batch can ... OOM", "this would fail" (not "will": bug reports say
 # what the program will do, "Trainer will crash with a CUDA Memory Exception"); not "can't"/"cannot" and
 # not across "but" or a comma ("I can load it, but training fails with OOM" is a report). The same right
@@ -105,7 +111,7 @@ def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, st
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
-                    or _only_guessed(line) or _MEMORY_QUERY.search(line)
+                    or _only_guessed(line) or _only_queried(line)
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or _judged(line)):

@@ -328,11 +328,13 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "list what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv); kill "
               "leftovers, and give each worker its own GPU (torch.cuda.set_device(local_rank) before any CUDA call)")
     shares = [float(v) for v in env.get("mem_fraction", [])]
-    if shares and min(shares) <= MEM_FRACTION_CAP:
+    T, P = ev.numbers.get("total_bytes"), ev.numbers.get("process_bytes")
+    if shares and shares[-1] <= MEM_FRACTION_CAP and not (T and P and P >= 0.9 * T):
+        # (the last value the text sets; not where the message shows this process holding the whole GPU)
         # the job capped its own share of the GPU: the cap, not the card, is what ran out (a fraction near 1
         # is the usual default headroom and says nothing)
         b.add("gpu_sharing_limit", 1.6 if numeric else 2.6, f"the text sets the job's share of the GPU to "
-              f"{min(shares):g} ('{env['mem_fraction'][0]}' in the memory-fraction setting): the cap, not the GPU, "
+              f"{shares[-1]:g} ('{env['mem_fraction'][-1]}' in the memory-fraction setting): the cap, not the GPU, "
               "is what ran out", "raise the fraction (or drop the cap) when nothing else shares the GPU, or lower "
               "the job's need to fit its share")
     if env.get("leak_words"):
