@@ -39,8 +39,9 @@ VOCAB = 3000
 # leak_in_code on prose (session 8: out of fold on dev, 100 leak answers for 76 leaks among the texts
 # answered from words or a bare OOM line; 17 true_capacity reports read as leaks, 8 the other way).
 # Chosen by nested selection out of fold on dev (bench/explain_prior_bias.py, 831 reports: 605 -> 616
-# right first; each outer fold chose leak -1.0, four of five true_capacity +1.0), and on round w's 74 dev
-# reports with the prior fitted without them: 47 -> 49.
+# right first; each outer fold chose leak -1.0, four of five true_capacity +1.0). Figures that used the
+# shift chosen on all of dev (bench/explain_cv.py 604 -> 613; round w 47 -> 49, which was part of that dev)
+# are not out of sample for the choice; round x, collected after it, went 15 -> 14 of 25 on arrival.
 PRIOR_BIAS = {"leak_in_code": -1.0, "true_capacity": 1.0}
 DOCS_VOCAB = 300  # the documentation model: DOCS_MIN (rank.py) was chosen out of fold at this size
 CATEGORIES = [c for c in C.CATEGORIES]
