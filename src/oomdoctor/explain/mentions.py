@@ -255,7 +255,7 @@ _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
 _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
                                   r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"
-                                  r"(?:encountered|(?:people|users|you|developers|many|we)\s+(?:\w+\s+)?(?:encounter|see|get|hit|face|run into|meet))\b[^.!?]{0,80}$")
+                                  r"(?:encountered|(?:people|users|you|developers|many)\s+(?:\w+\s+)?(?:encounter|see|get|hit|face|run into|meet))\b[^.!?]{0,80}$")
 # A source line that is a call, and the string value of one of its keyword arguments: a test's mock
 # ('patch.object(ce, "read_log_tail", return_value="Traceback: OOM"),'). Not an object's repr in a log
 # ('ERROR ... HTTPException(status_code=500, detail=\'CUDA out of memory ...\')', 'Result(error=...)':

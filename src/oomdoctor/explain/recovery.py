@@ -84,8 +84,8 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     before the OOM, numbers aside ("Testing 0 02" ... "Testing 1 03"), and no error: the job went on to
     its next item (Real-ESRGAN's per-image loop). Another rank's line, a shell prompt or an access log
     does not count. A loop that printed the same OOM again (a batch-size probe: "Trying batch size 256...
-    Failed (CUDA out of memory...)" twice) went on after the first and printed more, and no error, after
-    the last: the same OOM as the log's last word is the job's failure."""
+    Failed (CUDA out of memory...)" twice) went on only as _repeats_went_on says: an item succeeded
+    between the repeats and the log goes on, with no error, after the last."""
     if e.kind not in _LOOP_KINDS or "traceback_line" in e.details or _RAISED.search(e.text):
         return False
     n = e.text.count("\n")

@@ -47,10 +47,6 @@ def _only_guessed(line: str) -> bool:
     before a guess about its cause ("fails with a memory error, possibly fragmentation?") is not."""
     g = _GUESS.search(line)
     return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
-def _only_queried(line: str) -> bool:
-    """Every memory word of the line is inside a failed query of the memory's figures."""
-    spans = [m.span() for m in _MEMORY_QUERY.finditer(line)]
-    return bool(spans) and all(any(a <= m.start() and m.end() <= b for a, b in spans) for m in MEMORY_WORD.finditer(line))
 
 
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
@@ -59,6 +55,14 @@ _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|f
 _MEMORY_QUERY = re.compile(r"(?i)\b(?:unable to|failed to|fails to|could ?not|cannot|can't|couldn't)\s+(?:get|read|query|retrieve|display|fetch|obtain)\s+"
                            r"(?:the\s+)?(?:GPU\s+|device\s+|VRAM\s+|CPU\s+)?memory\s+(?:use|usage|info|information|stats|"
                            r"statistics|size|total|clock|type|vendor|partition)\b")
+
+
+def _only_queried(line: str) -> bool:
+    """Every memory word of the line is inside a failed query of the memory's figures."""
+    spans = [m.span() for m in _MEMORY_QUERY.finditer(line)]
+    return bool(spans) and all(any(a <= m.start() and m.end() <= b for a, b in spans) for m in MEMORY_WORD.finditer(line))
+
+
 # A failure word that is denied in its clause: "... but do not cause job to fail", "it never crashed",
 # "without failing" (a change that keeps jobs alive, not a job that failed).
 _DENIED_BEFORE = re.compile(r"(?i)(?:\bnot|\bnever|n't|\bwithout)(?:\s+(?!(?:sure|know|knowing|clear|understand|certain|why|what|how|if|whether|idea|but)\b)[\w-]+){0,3}\s+$")
