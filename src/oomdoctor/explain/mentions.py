@@ -250,8 +250,6 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
 # placeholder). A plain indented quoted message is not enough: a JSON array or a notebook's "traceback"
 # list holds the real message that way.
 _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
-# A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
-# regression: "since this commit training fails with CUDA out of memory")
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
 _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
                                   r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"
@@ -262,7 +260,8 @@ _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+
 # the line does not start with the call, or the keyword names an error), not logfmt's 'err="..."'.
 _KWARG_IN_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\([^()\n]{0,60}\b(?!(?:error|err|detail|message|msg|stderr|stdout|reason|exception|exc|output|log|text|what)=)"
                             r"[A-Za-z_]\w*=[rbfuRBFU]?[\"'][^\"'\n]{0,40}$")
-_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|we|my|our|me)\b")
+# A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
+# regression: "since this commit training fails with CUDA out of memory")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
                           r"(?:fix|fixes|prevents?|avoids?|resolves?|address(?:es)?|reduces?|adds?|handles?|removes?)\b")
 # right after the match, in the same clause: "Out Of Memory (OOM) errors may occur if ...", "OOM can happen"

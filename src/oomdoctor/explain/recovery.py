@@ -13,6 +13,7 @@ import re
 from oomdoctor.explain.events import LogScan, OomEvent
 from oomdoctor.explain.kinds import RECOVERY_ALONE
 from oomdoctor.explain.patterns import TF_NOT_A_FAILURE, classify_line
+from oomdoctor.explain.reported import MEMORY_WORD
 
 # A caught OOM: a recovery line (batch-size finder, "attempting to recover from OOM", a skipped batch)
 # within this many lines after the event's last repeat, in the same log.
@@ -105,9 +106,6 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     return False
 
 
-_MEMORY_WORDS = re.compile(r"(?i)out of memory|\bOOM|memory")
-
-
 def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:
     """A repeated OOM of a loop: between the repeats some item of the loop succeeded (a loop line not
     followed by the OOM: "* Trying batch size 192... Ok"), and after the last repeat the log goes on with a
@@ -129,7 +127,7 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
     if got is None:
         return False
     after = [ln for ln in got[1][:LOOP_LINES] if ln.strip()]
-    return (any(not _MEMORY_WORDS.search(ln) for ln in after)
+    return (any(not MEMORY_WORD.search(ln) for ln in after)
             and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in after))
 
 

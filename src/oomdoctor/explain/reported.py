@@ -42,11 +42,16 @@ _MAX_LINE = 2000
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
 
 
+def _memory_words_within(line: str, spans: list[tuple[int, int]]) -> bool:
+    """There are spans, and every memory word of the line lies inside one of them."""
+    return bool(spans) and all(any(a <= m.start() and m.end() <= b for a, b in spans) for m in MEMORY_WORD.finditer(line))
+
+
 def _only_guessed(line: str) -> bool:
     """Every memory word of the line is inside an asked guess ("Perhaps out of memory?"); a failure told
     before a guess about its cause ("fails with a memory error, possibly fragmentation?") is not."""
     g = _GUESS.search(line)
-    return g is not None and all(g.start() <= m.start() and m.end() <= g.end() for m in MEMORY_WORD.finditer(line))
+    return _memory_words_within(line, [g.span()] if g else [])
 
 
 _NEGATED = re.compile(r"(?i)\bnot (?:a|an) (?:failure|error)\b|\bno (?:errors?|failures?)\b")
@@ -59,8 +64,7 @@ _MEMORY_QUERY = re.compile(r"(?i)\b(?:unable to|failed to|fails to|could ?not|ca
 
 def _only_queried(line: str) -> bool:
     """Every memory word of the line is inside a failed query of the memory's figures."""
-    spans = [m.span() for m in _MEMORY_QUERY.finditer(line)]
-    return bool(spans) and all(any(a <= m.start() and m.end() <= b for a, b in spans) for m in MEMORY_WORD.finditer(line))
+    return _memory_words_within(line, [m.span() for m in _MEMORY_QUERY.finditer(line)])
 
 
 # A failure word that is denied in its clause: "... but do not cause job to fail", "it never crashed",
