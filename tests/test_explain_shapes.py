@@ -1119,3 +1119,32 @@ def test_review_session8_memory_fraction_spellings_and_limits() -> None:
             "23.65 GiB of which 3.06 MiB is free. Including non-PyTorch memory, this process has 23.62 GiB memory in use.")
     ex = explain_text(["I set gpu_memory_utilization=0.5", full], prior=None)
     assert all(h.category != "gpu_sharing_limit" or h.score < 1.0 for h in ex.hypotheses)
+
+
+# Session 9 (round z, dev halves): a platform's memory-limit message, the shell's word quoted in prose,
+# RMM's device std::bad_alloc.
+def test_memory_limit_exceeded_is_a_host_failure() -> None:
+    # z4_pyxelate_27: a Hugging Face Space's runtime message
+    ex = explain_text(["When I open the link I get the following error:", "Runtime error", "CPU Memory limit exceeded (16GB)"])
+    assert ex.failures and ex.hypotheses[0].category == "host_oom"
+    assert explain_text(["slurmstepd: error: Exceeded job memory limit"]).failures
+    # Slurm's warning on a job that went on (u4_chaosslurm_stepwarn_54), and a limit that is only discussed
+    for lines in (["slurmstepd: Exceeded step memory limit at some point."],
+                  ["kernel flags are set than SLURM uses to determine if requested memory has been exceeded."]):
+        assert not explain_text(lines).failures, lines
+
+
+def test_the_shells_killed_quoted_in_prose_is_a_host_kill() -> None:
+    # z4_torch2trt_428 (Jetson Nano 4GB)
+    for line in ('The system gives a hint of "killed".', "the terminal shows \u201cKilled\u201d and nothing else"):
+        ex = explain_text([line])
+        assert ex.failures and ex.hypotheses[0].category == "host_oom", line
+    # a word quoted in docs is no report
+    assert not explain_text(['The status "killed" means the kernel stopped the process; see the FAQ.']).failures
+
+
+def test_rmm_bad_alloc_naming_cuda_is_device_memory() -> None:
+    # z2_bertopic_922: cuML through RMM; not the host's std::bad_alloc
+    line = "[ GPU Bertopic] std::bad_alloc: out_of_memory: CUDA error"
+    assert classify_line(line) == "rmm_oom"
+    assert classify_line("RuntimeError: std::bad_alloc") == "host_alloc"

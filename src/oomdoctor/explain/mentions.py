@@ -280,7 +280,7 @@ _REPORTED_BEFORE = re.compile(
     r"|\b(?:say(?:s|ing)?|with (?:the |this |an? )?(?:message|error|exception)|throws?|threw|thrown|raises?|raised|"
     r"shows?|showed|gives?|gave|returns?|returned|fails? with|failed with|crash(?:es|ed)? with|died with|"
     r"exit(?:s|ed)? with|printed|prints|reports?|reported|following error|error (?:is|was)|message (?:is|was)))"
-    r"\s*(?:an?\s+|the\s+)?(?:error|exception|message)?\s*[:,-]?\s*$")
+    r"\s*(?:an?\s+|the\s+)?(?:error|exception|message|hint\s+of)?\s*[:,-]?\s*$")
 
 
 def docs_clause(line: str, start: int) -> bool:

@@ -91,7 +91,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # ONNX Runtime's arena (core/framework/bfc_arena.cc AllocateRawInternal).
     ("ort_oom", r"Failed to allocate memory for requested buffer of size \d+"),
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
-    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory"),
+    # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
+    # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory|std::bad_alloc: (?:out_of_memory: )?CUDA error"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
     ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
@@ -139,6 +141,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  # a report of the shell's word: "fails ... with message `killed`", "shows killed in line 163",
                  # "the process got killed" (not "killed by me/Ctrl-C": a person's SIGKILL is no OOM)
                  r"|\b(?:with (?:the )?(?:message|output|error)|shows?|showed|prints?|printed|says?|just says)\s*:?\s*[`'\"]?[Kk]illed\b"
+                 # the shell's word quoted in prose: 'gives a hint of "killed"', 'the terminal shows “Killed”' (session 9, z4)
+                 r"|(?<=[`'\"“])[Kk]illed(?=[`'\"”])"
                  # "it ends with Killed error again", "still get killed"
                  r"|\b(?:ends?|ended|ending|exits?|exited|dies|died|stops?|stopped|terminat(?:es|ed)|fails?|failed|crash(?:es|ed)?) with\s+"
                  r"(?:an?\s+|the\s+)?[`'\"]?Killed\b|\b(?:I|we|it) (?:still |always )?get(?:s)? killed\b"
@@ -206,7 +210,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
     "ort_oom": ("requested buffer of size",),
-    "rmm_oom": ("rmm::", "RMM failure"),
+    "rmm_oom": ("rmm::", "RMM failure", "bad_alloc: "),
     "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle"),
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),

@@ -26,7 +26,7 @@ MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CU
                      r"|显存|内存|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
 _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns? through|used up|ate up|maxed out|filled up|fills up|blew up|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
-                      r"exception|error|exhausted|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
+                      r"exception|error|exhausted|(?:limit|quota) exceeded|exceeded (?:\w+ ){0,2}(?:memory|limit|quota)(?![^.\n]{0,30}\bat some point)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # What a words-only leaning needs (rank._words_only): the text speaks of memory or of a failure (a
