@@ -1148,3 +1148,15 @@ def test_rmm_bad_alloc_naming_cuda_is_device_memory() -> None:
     line = "[ GPU Bertopic] std::bad_alloc: out_of_memory: CUDA error"
     assert classify_line(line) == "rmm_oom"
     assert classify_line("RuntimeError: std::bad_alloc") == "host_alloc"
+
+
+def test_srun_out_of_memory_and_thc_legacy_shapes() -> None:
+    # z9_tusas_slurm_oomkill: srun's line is the kill; slurmstepd's own line stays to the word model, as HPC
+    # docs quote it in full (dev benign p5_sigma2_memsettings_oomkill)
+    assert classify_line("srun: error: nid001277: tasks 1-3: Out Of Memory") == "kernel_oom"
+    assert classify_line("slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0.") != "kernel_oom"
+    # z9_reid_test_batch: PyTorch <= 0.4's THC check, the same error as "cuda runtime error (2)"
+    assert classify_line("THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1512386481460/work/torch/lib/THC/generic/"
+                         "THCStorage.cu line=58 error=2 : out of memory") == "torch_oom_legacy"
+    assert classify_line("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=265 error=77 : "
+                         "an illegal memory access was encountered") != "torch_oom_legacy"

@@ -72,7 +72,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;"),
     ("mps_oom", r"MPS backend out of memory"),
     # THC era (<= 0.4): "cuda runtime error (2) : out of memory at .../THCStorage.cu" (§4.5).
-    ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory"),
+    # the same error as THC's check prints it (PyTorch <= 0.4): "THCudaCheck FAIL file=.../THCStorage.cu line=58
+    # error=2 : out of memory" (session 9, round z9)
+    ("torch_oom_legacy", r"cuda runtime error \(2\) ?: ?out of memory|THCudaCheck FAIL file=\S+ line=\d+ error=2 ?: ?out of memory"),
     # TensorFlow: ResourceExhaustedError / "OOM when allocating tensor" (tf BFC allocator),
     # and the StreamExecutor line "failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY"
     # (TensorFlow-ROCm: "... from device: hipError_t(1002)", HIP's out-of-memory code then).
@@ -121,7 +123,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # the /dev/shm segment (NCCL docs, troubleshooting: "Docker ... --shm-size / --ipc=host").
     ("nccl_system_error", r"unhandled system error"),
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
-    ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint"),
+    # srun's report of its tasks' kill ("srun: error: nid001277: tasks 1-3: Out Of Memory", session 9, round z9).
+    # Not slurmstepd's "Detected 1 oom_kill event": HPC docs quote it in full (dev benign p5_sigma2_memsettings_oomkill),
+    # and as a strong kind it would pass the documentation gate; the word model already reads it as host_oom.
+    ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint|"
+                   r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
     # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
     ("k8s_evicted", r"low on resource: memory"),
@@ -205,7 +211,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "nccl_oom": ("out of memory",),
     "torch_oom": (" out of memory", "Tried to allocate "),
     "mps_oom": ("MPS backend out of memory",),
-    "torch_oom_legacy": ("cuda runtime error (2)",),
+    "torch_oom_legacy": ("cuda runtime error (2)", "error=2"),
     "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "from device: hipError_t(1002)", "ran out of memory trying"),
     "jax_oom": ("Out of memory", "RESOURCE_EXHAUSTED"),
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
@@ -220,7 +226,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "dataloader_killed": ("killed by signal: Killed",),
     "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
     "nccl_system_error": ("unhandled system error",),
-    "kernel_oom": ("of memory: Kill", "oom-kill"),
+    "kernel_oom": ("of memory: Kill", "oom-kill", "Out Of Memory"),
     "k8s_oomkilled": ("OOMKilled",),
     "k8s_evicted": ("low on resource: memory",),
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
