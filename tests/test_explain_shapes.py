@@ -1160,3 +1160,30 @@ def test_srun_out_of_memory_and_thc_legacy_shapes() -> None:
                          "THCStorage.cu line=58 error=2 : out of memory") == "torch_oom_legacy"
     assert classify_line("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=265 error=77 : "
                          "an illegal memory access was encountered") != "torch_oom_legacy"
+
+
+def test_session9_recovered_shapes() -> None:
+    # round z10 dev benign: each a job that caught the memory shortage and went on
+    for lines in (
+            # z10_torch2trt_tactic_insufficient_706: TensorRT 7's builder, at ERROR level, then the engine is built
+            ["[TensorRT] ERROR: Tactic Device request: 2304MB Available: 1536MB. Device memory is insufficient to use tactic.",
+             "[TensorRT] WARNING: Skipping tactic 3 due to oom error on requested size of 2304 detected for tactic 4."],
+            # z10_detectron2_pastemasks_cpufallback_2936: d2.utils.memory.retry_if_cuda_oom
+            ["[04/19 09:58:05 d2.utils.memory]: Attempting to copy inputs of <function paste_masks_in_image at "
+             "0x7fcfef44fef0> to CPU due to CUDA OOM"],
+            # z10_llamacookbook_metaeval_preempt_801: vLLM's scheduler
+            ["WARNING 10-01 12:00:00 scheduler.py:1089] Sequence group 37 is preempted by PreemptionMode.RECOMPUTE mode "
+             "because there is not enough KV cache space. This can affect the end-to-end performance."]):
+        ex = explain_text(lines)
+        assert not ex.failures and ex.recovered, lines
+
+
+def test_a_change_logs_linked_bug_titles_are_no_failure() -> None:
+    # z10_sparkrapids_changelog_2604_oombugs: a release's table of fixed bugs
+    lines = ["|[#14407](https://github.com/NVIDIA/spark-rapids/issues/14407)|[BUG] Iceberg integration tests fail with "
+             "executor OOM (exit code 137) during GPU write operation|",
+             "- [#123](https://github.com/o/r/pull/123) Fix CUDA out of memory in the shuffle"]
+    assert not explain_text(lines).failures
+    # a report that links an issue in its prose still reports
+    assert explain_text(["Same as [#12](https://github.com/o/r/issues/12): RuntimeError: CUDA out of memory. "
+                         "Tried to allocate 20.00 MiB"]).failures

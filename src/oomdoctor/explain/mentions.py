@@ -171,7 +171,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
     if comment is not None and _HEDGE.search(line, comment.end(), start):
         return True  # "jobs_per_gpu: 1  # If each GPU has large memory, ... (until OOM)": a config's comment
     label = _BOLD_LABEL.match(line)
-    if (_TABLE_ROW.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line)
+    if (_TABLE_ROW.match(line) or _ISSUE_ENTRY.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line)
             or (_SYMPTOM_FIELD.match(line) and not _NAMED_ERROR.search(line))):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
     if (_CODE_SHAPE.search(line) or _THIS_CHANGE.search(line, max(0, start - 200), start) or _STRING_ASSIGNED.search(before)
@@ -216,6 +216,10 @@ _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$"
                         # a whitespace-aligned benchmark row with OOM in two or more cells ("gsplat v0.1.11  n/a
                         # OOM   OOM   OOM"): results, not a failure (a log's one State column is not matched)
                         r"|^.*\S(?:(?:\s{2,}|\s*\|\s*)(?:OOM|oom|out of memory)(?=\s{2,}|\s*\||\s*$)){2,}")
+# A change log's or release note's entry that opens with the linked issue it fixed ("|[#14407](https://github.com/
+# NVIDIA/spark-rapids/issues/14407)|[BUG] ... executor OOM (exit code 137) ...|", "- [#123](...) Fix OOM in ..."): the
+# title of a bug, not this job's failure (session 9, round z10 dev benign).
+_ISSUE_ENTRY = re.compile(r"^\s*(?:\|\s*|[-*+]\s+)\[#\d+\]\(https?://[^)\s]+\)")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
 # A troubleshooting entry's field ("**Symptoms:** Model loading fails or the process is killed"): docs.
 # Only the bold label, and only where the line quotes no error by name (an issue form's "Symptom:" field

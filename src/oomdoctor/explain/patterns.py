@@ -53,6 +53,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"free space in the KV cache, retrying with smaller batch|"
                       # sglang's scheduler retracts requests when decoding runs out of KV cache and goes on
                       r"Decode out of memory happened\. #retracted_reqs|"
+                      # session 9 (round z10, dev): TensorRT 7/8's builder rejecting a tactic ("Tactic Device request:
+                      # 2304MB Available: 1536MB. Device memory is insufficient to use tactic."), Detectron2's
+                      # retry_if_cuda_oom re-running a function on the CPU, vLLM preempting a request for lack of KV cache
+                      r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
+                      r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space|"
                       # a loop that catches the OOM of one input and goes on to the next (esm-fold:
                       # "Failed (CUDA out of memory) on sequence hipAB-900 of length 918.")
                       r"\b[Ff]ailed \((?:CUDA out of memory|[Oo]ut of memory|OOM)\) (?:on (?:sequence|sample|item|input|image|file|batch)\b|to predict batch of size \d)"),
@@ -202,7 +207,8 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                       "size decreased from", "tactics do not have sufficient workspace memory", "Skipping tactic",
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
-                      "Decode out of memory happened"),
+                      "Decode out of memory happened", "insufficient to use tactic", "to CPU due to CUDA OOM",
+                      "preempted by PreemptionMode"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
