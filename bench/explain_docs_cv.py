@@ -31,7 +31,7 @@ SEED = 5
 
 def main() -> int:
     reps = C.load_reports("dev")
-    docs = [b for b in C.load_benign("dev") if b["kind"] in TM.DOCS_KINDS]
+    docs = TM.docs_texts()
     items = ([(TM.model_text(c["text"], tags=False), "report", c) for c in reps]
              + [(TM.model_text(b["text"], tags=False), "docs", b) for b in docs])
     idx = list(range(len(items)))

@@ -1187,3 +1187,48 @@ def test_a_change_logs_linked_bug_titles_are_no_failure() -> None:
     # a report that links an issue in its prose still reports
     assert explain_text(["Same as [#12](https://github.com/o/r/issues/12): RuntimeError: CUDA out of memory. "
                          "Tried to allocate 20.00 MiB"]).failures
+
+
+_PREEMPT = ("WARNING 10-01 12:00:00 scheduler.py:1089] Sequence group 37 is preempted by PreemptionMode.RECOMPUTE mode "
+            "because there is not enough KV cache space. This can affect the end-to-end performance.")
+_D2_FALLBACK = ("[04/19 09:58:05 d2.utils.memory]: Attempting to copy inputs of <function paste_masks_in_image at "
+                "0x7fcfef44fef0> to CPU due to CUDA OOM")
+_TRT_TACTIC = "[TensorRT] ERROR: Tactic Device request: 2304MB Available: 1536MB. Device memory is insufficient to use tactic."
+
+
+def test_review_session9_a_librarys_own_recovery_recovers_no_other_failure() -> None:
+    # the independent review of session 9: each of these is a real failure the new recovery lines had hidden
+    cases = (
+        ["  Last State:     Terminated", "    Reason:       OOMKilled", "    Exit Code:    137", _PREEMPT],
+        ["[12345.678] Out of memory: Killed process 4242 (python3) total-vm:81234567kB, anon-rss:61234567kB", _D2_FALLBACK],
+        ["srun: error: gpu-node-12: task 0: Out Of Memory", _TRT_TACTIC],
+        ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+         "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 10.76 GiB total capacity; 8.95 GiB "
+         "already allocated; 17.06 MiB free; 9.61 GiB reserved in total by PyTorch)", _D2_FALLBACK],
+        ["[TensorRT] ERROR: ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)", _TRT_TACTIC,
+         _TRT_TACTIC, "[TensorRT] ERROR: ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
+         "terminate called after throwing an instance of 'nvinfer1::CudaError'", "Aborted (core dumped)"],
+        # a failure told after the recovery lines: vLLM's abort when swap-mode preemption finds no CPU swap space
+        [_PREEMPT.replace("RECOMPUTE", "SWAP"), "Traceback (most recent call last):",
+         '  File "/workspace/bench.py", line 41, in <module>', "    outputs = llm.generate(prompts, sampling_params)",
+         "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error."],
+    )
+    for lines in cases:
+        assert explain_text(lines).failures, lines
+
+
+def test_review_session9_limits_docs_and_rmm_errors() -> None:
+    for lines in (["The OUT_OF_MEMORY state indicates the job exceeded its memory limit."],
+                  ["Kubernetes restarts containers that exceeded their memory limit."],
+                  ["Memory limit exceeded errors are covered in the FAQ below."],
+                  ["- #1234 Executor OOM (exit code 137) during GPU write"],
+                  ["| #14407 | [BUG] Iceberg tests fail with executor OOM (exit code 137) |"]):
+        assert not explain_text(lines).failures, lines
+    ex = explain_text(["Runtime error", "Memory limit exceeded (16Gi)"])  # Hugging Face Spaces' own wording
+    assert ex.failures and ex.hypotheses[0].category == "host_oom"
+    assert classify_line("slurmstepd: error: Job 4567 exceeded memory limit (17000000 > 16777216), being killed") == "host_alloc"
+    # RMM's CUDA errors that are no shortage stay program errors; its pool limit is a shortage
+    assert classify_line("MemoryError: std::bad_alloc: CUDA error at: /rmm/cuda_memory_resource.hpp:70: "
+                         "cudaErrorIllegalAddress an illegal memory access was encountered") == "cuda_program_error"
+    assert classify_line("MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/rmm/pool_memory_resource.hpp:196: "
+                         "Maximum pool size exceeded") == "rmm_oom"

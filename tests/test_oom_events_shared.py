@@ -93,7 +93,7 @@ def test_secrets_in_log_lines_are_redacted_in_the_fact(tmp_path):
 
 def test_kind_table_covers_every_pattern():
     assert {k for k, _ in oom_patterns.LINE_PATTERNS} == set(KINDS)
-    assert MARKERS == {"vcuda_line", "oom_recovered", "autobatch_settled"}
+    assert MARKERS == {"vcuda_line", "oom_recovered", "autobatch_settled", "oom_caught"}
 
 
 # Lines for kinds the corpus may not hold, so every kind of the table is held to explain's rules.
@@ -119,6 +119,7 @@ EXTRA_LINES = [
     "Epoch 0: Batch size 512 failed, trying batch size 256",
     "Bus error (core dumped)",
     "AutoBatch: Using batch-size 8 for CUDA:0 6.32G/14.75G (43%) \u2705",
+    "[TensorRT] ERROR: Tactic Device request: 2304MB Available: 1536MB. Device memory is insufficient to use tactic.",
 ]
 
 

@@ -31,6 +31,8 @@ KINDS: dict[str, Kind] = {
                           recovery=True),
     "autobatch_settled": Kind(None, False, "YOLO's AutoBatch settling on a batch size (after an OOM: recovered)",
                               recovery=True, alone=False),
+    "oom_caught": Kind(None, False, "a library that met the shortage itself and went on (TensorRT tactic, Detectron2 "
+                       "CPU fallback, vLLM preemption)", recovery=True),
     "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
     "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
     "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),
@@ -77,6 +79,12 @@ GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
 MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
 RECOVERY = frozenset(k for k, v in KINDS.items() if v.recovery)
 RECOVERY_ALONE = frozenset(k for k, v in KINDS.items() if v.recovery and v.alone)
+# Markers that are a recovered OOM by themselves and recover no other event: the library printed no OOM of
+# its own before them, so an OOM line near one is someone else's (another rank's crash, a kill).
+SELF_CONTAINED = frozenset({"oom_caught"})
+# Kills from outside the process: nothing in the job caught them, whatever recovery line is near.
+NEVER_RECOVERED = frozenset({"kernel_oom", "k8s_oomkilled", "k8s_evicted", "exit_137", "dataloader_killed", "ray_oom",
+                             "host_alloc"})
 
 # Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
 # health. Others: the GPU or its firmware stopped responding.

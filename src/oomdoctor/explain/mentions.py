@@ -218,8 +218,9 @@ _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$"
                         r"|^.*\S(?:(?:\s{2,}|\s*\|\s*)(?:OOM|oom|out of memory)(?=\s{2,}|\s*\||\s*$)){2,}")
 # A change log's or release note's entry that opens with the linked issue it fixed ("|[#14407](https://github.com/
 # NVIDIA/spark-rapids/issues/14407)|[BUG] ... executor OOM (exit code 137) ...|", "- [#123](...) Fix OOM in ..."): the
-# title of a bug, not this job's failure (session 9, round z10 dev benign).
-_ISSUE_ENTRY = re.compile(r"^\s*(?:\|\s*|[-*+]\s+)\[#\d+\]\(https?://[^)\s]+\)")
+# title of a bug, not this job's failure (session 9, round z10 dev benign); unlinked too ("- #1234 Executor OOM ...",
+# "| #14407 | [BUG] ... |"), with an issue number of three or more digits.
+_ISSUE_ENTRY = re.compile(r"^\s*(?:\|\s*|[-*+]\s+)(?:\[#\d+\]\(https?://[^)\s]+\)|#\d{3,}\b\s*[|:\-\u2013]?\s)")
 # a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
 # A troubleshooting entry's field ("**Symptoms:** Model loading fails or the process is killed"): docs.
 # Only the bold label, and only where the line quotes no error by name (an issue form's "Symptom:" field

@@ -53,14 +53,16 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"free space in the KV cache, retrying with smaller batch|"
                       # sglang's scheduler retracts requests when decoding runs out of KV cache and goes on
                       r"Decode out of memory happened\. #retracted_reqs|"
-                      # session 9 (round z10, dev): TensorRT 7/8's builder rejecting a tactic ("Tactic Device request:
-                      # 2304MB Available: 1536MB. Device memory is insufficient to use tactic."), Detectron2's
-                      # retry_if_cuda_oom re-running a function on the CPU, vLLM preempting a request for lack of KV cache
-                      r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
-                      r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space|"
                       # a loop that catches the OOM of one input and goes on to the next (esm-fold:
                       # "Failed (CUDA out of memory) on sequence hipAB-900 of length 918.")
                       r"\b[Ff]ailed \((?:CUDA out of memory|[Oo]ut of memory|OOM)\) (?:on (?:sequence|sample|item|input|image|file|batch)\b|to predict batch of size \d)"),
+    # A library that met the shortage itself and went on, printing no OOM of its own first (session 9, round z10
+    # dev): TensorRT 7/8's builder rejecting a tactic ("Tactic Device request: 2304MB Available: 1536MB. Device
+    # memory is insufficient to use tactic."), Detectron2's retry_if_cuda_oom re-running a function on the CPU,
+    # vLLM preempting a request for lack of KV cache. Each is a recovered OOM by itself and recovers no other
+    # event (kinds.SELF_CONTAINED: review, session 9).
+    ("oom_caught", r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
+                   r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space"),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
@@ -100,7 +102,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
     # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
-    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory|std::bad_alloc: (?:out_of_memory: )?CUDA error"),
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}(?:out of memory|Maximum pool size exceeded)|"
+                r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory))"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
     ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
@@ -161,7 +164,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  r"|\bkilled by (?:the )?(?:kernel'?s? |linux )?OOM[- ]killer\b|\bOOM[- ]killer killed\b"
                  r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
-    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b|Cannot allocate memory|"
+    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc(?!: (?:out_of_memory: )?CUDA error)|\bMemoryError\b(?!: std::bad_alloc: (?:out_of_memory: )?CUDA error)|Cannot allocate memory|"
+                   # Slurm's own kill messages, anchored (not "jobs that exceeded their memory limit are killed" in
+                   # docs; review, session 9): "Job 4567 exceeded memory limit (17000000 > 16777216), being killed",
+                   # "error: Exceeded job memory limit" (not the "... at some point" warning); found through their
+                   # "error"/"killed" (the pre-filter's literals)
+                   r"\bexceeded memory limit \(\d+ > \d+\), being killed|\bExceeded (?:job|step) memory limit\b(?! at some point)|"
                    r"session crashed after using all available RAM|"
                    # PyTorch <= 0.4's CPU allocator (TH/THGeneral.cpp): "$ Torch: not enough memory: you tried to
                    # allocate 2GB. Buy new RAM!"
@@ -207,8 +215,8 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                       "size decreased from", "tactics do not have sufficient workspace memory", "Skipping tactic",
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
-                      "Decode out of memory happened", "insufficient to use tactic", "to CPU due to CUDA OOM",
-                      "preempted by PreemptionMode"),
+                      "Decode out of memory happened"),
+    "oom_caught": ("insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
@@ -238,6 +246,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
     "ray_oom": ("OutOfMemoryError", "low on memory", "memory pressure"),
     "host_alloc": ("DefaultCPUAllocator", "bad_alloc", "MemoryError", "Cannot allocate memory", "all available RAM",
+                   "xceeded memory limit", "xceeded job memory limit", "xceeded step memory limit",
                    "Torch: not enough memory"),
     "xid": ("NVRM: Xid",),
     "cuda_program_error": ("illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "device-side assert",

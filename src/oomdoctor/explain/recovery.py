@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.explain.events import LogScan, OomEvent
-from oomdoctor.explain.kinds import RECOVERY_ALONE
+from oomdoctor.explain.kinds import NEVER_RECOVERED, RECOVERY_ALONE, SELF_CONTAINED
 from oomdoctor.explain.patterns import TF_NOT_A_FAILURE, classify_line
 from oomdoctor.explain.reported import MEMORY_WORD
 
@@ -133,13 +133,16 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
 
 def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
     out = []
+    covering = [m for m in markers if m.kind not in SELF_CONTAINED]
     for e in events:
+        if e.kind in NEVER_RECOVERED:
+            continue
         end = e.last_line or e.line
         # a traceback that begins after the recovery line is a new, uncaught failure
         tb = e.details.get("traceback_line", 0)
         if any(m.source == e.source and (m.last_line or m.line) >= e.line - (RECOVERY_BEFORE if _ANNOUNCES.search(m.text) else 0)
                and m.line <= end + RECOVERY_WINDOW and not (tb and (m.last_line or m.line) < tb <= e.line)
-               for m in markers):
+               for m in covering):
             out.append(e)
     # A recovery line with no OOM text before it (Lightning's finder catches the exception silently)
     # is itself the recovered event.

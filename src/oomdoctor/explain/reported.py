@@ -26,7 +26,9 @@ MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CU
                      r"|显存|内存|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
 _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns? through|used up|ate up|maxed out|filled up|fills up|blew up|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
-                      r"exception|error|exhausted|(?:limit|quota) exceeded|exceeded (?:\w+ ){0,2}(?:memory|limit|quota)(?![^.\n]{0,30}\bat some point)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
+                      r"exception|error|exhausted|"
+                      # a platform's message with its limit: Hugging Face Spaces "Memory limit exceeded (16Gi)" (round z4)
+                      r"(?<=[Mm]emory )limit exceeded(?= \(\d)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # What a words-only leaning needs (rank._words_only): the text speaks of memory or of a failure (a
@@ -103,15 +105,21 @@ def _judged(line: str) -> bool:
     return False
 
 
-def failure_statement(samples: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-    """(source, line, text) of the first line that reports a failure, or None."""
+def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int] | None = None) -> tuple[str, int, str] | None:
+    """(source, line, text) of the first line that reports a failure, or None; with `after`, only lines
+    past that line of their source (what comes after a recovered OOM's line)."""
+    after = after or {}
     for source, first, text in samples:
-        m = _TRACEBACK.search(text)
-        if m:
-            return source, first + text.count("\n", 0, m.start()), m.group(0)
+        for m in _TRACEBACK.finditer(text):
+            n = first + text.count("\n", 0, m.start())
+            if n > after.get(source, -1):
+                return source, n, m.group(0)
     for source, first, text in samples:
         prev = ""
         for i, line in enumerate(text.splitlines()):
+            if first + i <= after.get(source, -1):
+                prev = line[:_MAX_LINE].rstrip()
+                continue
             line = line[:_MAX_LINE]
             # prose wrapped mid-sentence is read with the line before it ("such a batch can" + "lock in
             # ... or OOM"): a hypothetical there is one here
