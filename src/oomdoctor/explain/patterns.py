@@ -102,7 +102,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
     # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
-    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}(?:out of memory|Maximum pool size exceeded)|"
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory|"
                 r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory))"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
     ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
@@ -169,7 +169,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                    # docs; review, session 9): "Job 4567 exceeded memory limit (17000000 > 16777216), being killed",
                    # "error: Exceeded job memory limit" (not the "... at some point" warning); found through their
                    # "error"/"killed" (the pre-filter's literals)
-                   r"\bexceeded memory limit \(\d+ > \d+\), being killed|\bExceeded (?:job|step) memory limit\b(?! at some point)|"
+                   r"\bexceeded memory limit \(\d+ > \d+\), being killed|\berror: Exceeded (?:job|step) memory limit\b(?! at some point)|"
                    r"session crashed after using all available RAM|"
                    # PyTorch <= 0.4's CPU allocator (TH/THGeneral.cpp): "$ Torch: not enough memory: you tried to
                    # allocate 2GB. Buy new RAM!"
