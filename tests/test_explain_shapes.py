@@ -1232,3 +1232,49 @@ def test_review_session9_limits_docs_and_rmm_errors() -> None:
                          "cudaErrorIllegalAddress an illegal memory access was encountered") == "cuda_program_error"
     assert classify_line("MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/rmm/pool_memory_resource.hpp:196: "
                          "Maximum pool size exceeded") == "rmm_oom"
+
+
+def test_second_review_session9_recovered_runs_stay_recovered() -> None:
+    # the second independent review of session 9: healthy runs the first review's fixes had turned into failures
+    finder = ["Batch size 16 succeeded, trying batch size 32", "Batch size 32 failed, trying batch size 16",
+              "Finished batch size finder, will continue with full run using batch size 16",
+              "`Trainer.fit` stopped: `max_epochs=10` reached.",
+              "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3b2c1d5e50>",
+              "Traceback (most recent call last):",
+              '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
+              "    self._shutdown_workers()",
+              "AssertionError: can only test a child process"]
+    trt82 = ["[11/05/2022-02:13:32] [W] [TRT] Tactic Device request: 2218MB Available: 2189MB. Device memory is "
+             "insufficient to use tactic.",
+             "[11/05/2022-02:13:32] [W] [TRT] Skipping tactic 3 due to insuficient memory on requested size of 2218 "
+             "detected for tactic 4.",
+             "[11/05/2022-02:13:40] [E] [TRT] Requested amount of GPU memory (4294967296 bytes) could not be allocated. "
+             "There may not be enough free memory for allocation to succeed.",
+             "[11/05/2022-02:13:40] [W] [TRT] Skipping tactic 2 due to oom error on requested size of 4294967296 "
+             "detected for tactic 2.",
+             "[11/05/2022-02:14:47] [I] Engine built in 77.3 sec.",
+             "&&&& PASSED TensorRT.trtexec [TensorRT v8201] # /usr/src/tensorrt/bin/trtexec --onnx=model.onnx"]
+    caught_host = ["step 1200 loss 1.93", "RuntimeError: std::bad_alloc",
+                   "WARNING: out of memory while collating batch 1201, skipping batch", "step 1202 loss 1.91"]
+    wrapper = ["./run.sh: line 12: 48211 Killed                  python train.py --batch-size $BS",
+               "[run.sh] OOM at batch size 64, retrying with batch size 32",
+               "[run.sh] attempt 2: python train.py --batch-size 32", "Training finished. Best val acc 0.912"]
+    for lines in (finder, trt82, caught_host, wrapper):
+        ex = explain_text(lines)
+        assert not ex.failures and ex.recovered, lines
+
+
+def test_second_review_session9_shapes() -> None:
+    # a report's own "exceeded the memory limit" is a failure; a definition or Slurm's warning is not
+    for lines in (["My training job on the cluster exceeded the memory limit after 2 hours and was cancelled."],
+                  ["Our pod exceeded its memory limit during the eval step and Kubernetes restarted it."]):
+        assert explain_text(lines).failures, lines
+    for lines in (["The OUT_OF_MEMORY state indicates the job exceeded its memory limit."],
+                  ["Kubernetes restarts containers that exceeded their memory limit."],
+                  ["slurmstepd: error: Exceeded step memory limit at some point."]):
+        assert not explain_text(lines).failures, lines
+    # RMM's pool limit before its out_of_memory type; NumPy's array allocation failure is the host's
+    assert classify_line("MemoryError: std::bad_alloc: RMM failure at:/rmm/mr/device/pool_memory_resource.hpp:188: "
+                         "Maximum pool size exceeded") == "rmm_oom"
+    assert classify_line("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 32.0 GiB for an array with "
+                         "shape (65536, 65536) and data type float64") == "host_alloc"

@@ -83,8 +83,10 @@ RECOVERY_ALONE = frozenset(k for k, v in KINDS.items() if v.recovery and v.alone
 # its own before them, so an OOM line near one is someone else's (another rank's crash, a kill).
 SELF_CONTAINED = frozenset({"oom_caught"})
 # Kills from outside the process: nothing in the job caught them, whatever recovery line is near.
-NEVER_RECOVERED = frozenset({"kernel_oom", "k8s_oomkilled", "k8s_evicted", "exit_137", "dataloader_killed", "ray_oom",
-                             "host_alloc"})
+# (Not a bare exit 137 / "Killed" line nor a host allocation error: a wrapper script that retries with a
+# smaller batch after its child was killed, or code that catches a MemoryError and goes on, does recover:
+# second review, session 9.)
+NEVER_RECOVERED = frozenset({"kernel_oom", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"})
 
 # Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
 # health. Others: the GPU or its firmware stopped responding.

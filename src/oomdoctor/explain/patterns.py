@@ -45,7 +45,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       # do not have ...", "Skipping tactic 13 due to insufficient memory ...");
                       # DeepSpeed counts the caching allocator's retries (cudaMalloc failed, the cache was
                       # freed, the retry worked): "2 pytorch allocator cache flushes since last step"
-                      r"Some tactics do not have sufficient workspace memory|Skipping tactic (?:0x)?[0-9a-f]+ due to insufficient memory|(?<!\d)\d+ pytorch allocator cache flushes since last step|"
+                      r"Some tactics do not have sufficient workspace memory|Skipping tactic (?:0x)?[0-9a-f]+ due to (?:insufficient memory|insuficient memory|oom error on requested size)|(?<!\d)\d+ pytorch allocator cache flushes since last step|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
@@ -103,7 +103,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
     # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
     ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory|"
-                r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory))"),
+                r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory)"
+                # RMM before out_of_memory existed: RMM_FAIL("Maximum pool size exceeded", rmm::bad_alloc)
+                r"|RMM failure at:?[^\n]{0,200}?(?:Maximum pool size exceeded|Exceeded memory limit))"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
     ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
@@ -164,7 +166,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                  r"|\bkilled by (?:the )?(?:kernel'?s? |linux )?OOM[- ]killer\b|\bOOM[- ]killer killed\b"
                  r"|\b(?:process|script|job|python|training|program|kernel|worker|container|pod|it)\s+(?:was|got|gets|is|getting|being|has been|keeps getting)\s+killed\b(?!\s+(?:by|with)\s+(?:me|the user|hand|ctrl|keyboard|SIGINT|SIGTERM|timeout|the scheduler|slurm))"),
     ("ray_oom", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|killed due to memory pressure \(OOM\)"),
-    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc(?!: (?:out_of_memory: )?CUDA error)|\bMemoryError\b(?!: std::bad_alloc: (?:out_of_memory: )?CUDA error)|Cannot allocate memory|"
+    ("host_alloc", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|std::bad_alloc(?!: (?:out_of_memory: )?(?:CUDA error|RMM failure))|\bMemoryError\b(?!: std::bad_alloc: (?:out_of_memory: )?(?:CUDA error|RMM failure))|_ArrayMemoryError\b|Cannot allocate memory|"
                    # Slurm's own kill messages, anchored (not "jobs that exceeded their memory limit are killed" in
                    # docs; review, session 9): "Job 4567 exceeded memory limit (17000000 > 16777216), being killed",
                    # "error: Exceeded job memory limit" (not the "... at some point" warning); found through their

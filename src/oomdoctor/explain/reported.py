@@ -28,7 +28,11 @@ MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CU
 _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns? through|used up|ate up|maxed out|filled up|fills up|blew up|crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|killed|"
                       r"exception|error|exhausted|"
                       # a platform's message with its limit: Hugging Face Spaces "Memory limit exceeded (16Gi)" (round z4)
-                      r"(?<=[Mm]emory )limit exceeded(?= \(\d)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
+                      r"(?<=[Mm]emory )limit exceeded(?= \(\d)|"
+                      # a report's own words: "my job exceeded the memory limit after 2 hours and was cancelled" (not a
+                      # definition: "jobs that exceeded ...", "indicates the job exceeded ..." (_DEFINES_BEFORE), nor
+                      # Slurm's warning "... at some point"; second review, session 9)
+                      r"(?<!\bthat )(?<!\bwho )(?<!\bwhich )exceeded (?:its |the |my |our |their )?memory limit(?![^.\n]{0,30}\bat some point)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # What a words-only leaning needs (rank._words_only): the text speaks of memory or of a failure (a
@@ -39,6 +43,14 @@ _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns
 LEANING_WORD = re.compile("|".join(f"(?:{p.pattern.removeprefix('(?i)')})" for p in (MEMORY_WORD, _FAILURE))
                           + r"|^Traceback \(most recent call|에러|오류|메모리", re.I | re.M)
 _MAX_LINE = 2000
+# What a definition says before "exceeded": "The OUT_OF_MEMORY state indicates the job exceeded its memory limit."
+_DEFINES_BEFORE = re.compile(r"(?i)\b(?:indicates?|means?|denotes?|signals?|signifies)\b[^.!?\n]{0,60}$")
+# A traceback the program printed and handled (interpreter shutdown, a thread's, a server's request); after
+# recovery lines it is not the job's failure (second review, session 9: Lightning's finder, then DataLoader's
+# "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>" at exit)
+_HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b[^\n]*|^Thread [\w-]+:|Exception in ASGI application)\s*\n\Z", re.M)
+# Slurm's warning on a job that went on (jobacct_gather: page cache counted against the step)
+_SLURM_WARNING = re.compile(r"Exceeded (?:step|job) memory limit at some point")
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -113,6 +125,8 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
         for m in _TRACEBACK.finditer(text):
             n = first + text.count("\n", 0, m.start())
             if n > after.get(source, -1):
+                if after and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start()):
+                    continue
                 return source, n, m.group(0)
     for source, first, text in samples:
         prev = ""
@@ -130,11 +144,13 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
                     or _only_guessed(line) or _only_queried(line)
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
+                    or _SLURM_WARNING.search(line)
                     or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):
                 lo, hi = min(mem.start(), f.start()), max(mem.end(), f.end())
                 if (_COUNTER_AFTER.match(line, hi) or _COUNTER_AFTER.match(line, f.end())
+                        or (f.group(0).lower().startswith("exceeded") and _DEFINES_BEFORE.search(line, max(0, f.start() - 80), f.start()))
                         or _DENIED_BEFORE.search(line, max(0, f.start() - 60), f.start())
                         or _MODAL_BEFORE.search(lead[-200:] + " " + line[max(0, lo - 200):lo]) or MODAL_AFTER.match(line, hi)
                         or _CONDITIONAL.search(line, max(0, lo - 300), lo) or _CONDITIONAL.search(line, max(0, f.start() - 300), f.start()) or _REMEDY_BEFORE.search(lead[-200:] + " " + line[:lo]) or is_mention(line, lo, hi) or is_mention(line, f.start(), f.end())):
