@@ -94,6 +94,11 @@ def test_secrets_in_log_lines_are_redacted_in_the_fact(tmp_path):
 def test_kind_table_covers_every_pattern():
     assert {k for k, _ in oom_patterns.LINE_PATTERNS} == set(KINDS)
     assert MARKERS == {"vcuda_line", "oom_recovered", "autobatch_settled", "oom_caught"}
+    # the recovery flags of the kind table: a library's own recovery line covers no other event; only kills
+    # from outside the process are never recovered
+    from oomdoctor.explain.kinds import NEVER_RECOVERED, SELF_CONTAINED
+    assert SELF_CONTAINED == {"oom_caught"}
+    assert NEVER_RECOVERED == {"kernel_oom", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"}
 
 
 # Lines for kinds the corpus may not hold, so every kind of the table is held to explain's rules.

@@ -24,6 +24,12 @@ class Kind:
     definite: bool = True  # False: the wording does not say which memory ran out
     recovery: bool = False  # a marker that the job caught an OOM and went on
     alone: bool = True  # a recovery marker that is itself a recovered OOM when no OOM text precedes it
+    # a recovery marker that recovers the OOM lines near it (False: the library printed no OOM of its own
+    # before it, so an OOM line near one is someone else's: another rank's crash, a kill)
+    covers: bool = True
+    # an event that a recovery line near it can mark recovered (False: a kill from outside the process,
+    # which nothing in the job caught)
+    recoverable: bool = True
 
 
 KINDS: dict[str, Kind] = {
@@ -32,7 +38,7 @@ KINDS: dict[str, Kind] = {
     "autobatch_settled": Kind(None, False, "YOLO's AutoBatch settling on a batch size (after an OOM: recovered)",
                               recovery=True, alone=False),
     "oom_caught": Kind(None, False, "a library that met the shortage itself and went on (TensorRT tactic, Detectron2 "
-                       "CPU fallback, vLLM preemption)", recovery=True),
+                       "CPU fallback, vLLM preemption)", recovery=True, covers=False),
     "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
     "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
     "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),
@@ -52,14 +58,14 @@ KINDS: dict[str, Kind] = {
     "cuda_driver_oom": Kind("context_or_driver", True, "a CUDA runtime/driver call outside the allocator"),
     "cublas_cudnn": Kind("context_or_driver", True, "cuBLAS/cuDNN (the status decides)"),
     "shm_error": Kind("shm_exhausted", False, "DataLoader shared memory (/dev/shm)"),
-    "dataloader_killed": Kind("host_oom", False, "SIGKILL of a DataLoader worker"),
+    "dataloader_killed": Kind("host_oom", False, "SIGKILL of a DataLoader worker", recoverable=False),
     "bus_error": Kind("shm_exhausted", False, "SIGBUS (in containers most often /dev/shm)", definite=False),
     "nccl_system_error": Kind("shm_exhausted", False, "NCCL's failed system call (in containers: /dev/shm)", definite=False),
-    "kernel_oom": Kind("host_oom", False, "the kernel OOM killer"),
-    "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)"),
-    "k8s_evicted": Kind("host_oom", False, "the kubelet's eviction under node memory pressure"),
+    "kernel_oom": Kind("host_oom", False, "the kernel OOM killer", recoverable=False),
+    "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)", recoverable=False),
+    "k8s_evicted": Kind("host_oom", False, "the kubelet's eviction under node memory pressure", recoverable=False),
     "exit_137": Kind("host_oom", False, "a SIGKILL exit (137, -9, 'Killed')"),
-    "ray_oom": Kind("host_oom", False, "Ray's memory monitor"),
+    "ray_oom": Kind("host_oom", False, "Ray's memory monitor", recoverable=False),
     "host_alloc": Kind("host_oom", False, "a host (CPU) allocation"),
     "xid": Kind("context_or_driver", False, "the NVIDIA driver (Xid; the code decides)"),
     "cuda_program_error": Kind("not_oom", False, "a program error reported by CUDA"),
@@ -79,14 +85,11 @@ GPU_KINDS = frozenset(k for k, v in KINDS.items() if v.gpu)
 MARKERS = frozenset(k for k, v in KINDS.items() if v.category is None)
 RECOVERY = frozenset(k for k, v in KINDS.items() if v.recovery)
 RECOVERY_ALONE = frozenset(k for k, v in KINDS.items() if v.recovery and v.alone)
-# Markers that are a recovered OOM by themselves and recover no other event: the library printed no OOM of
-# its own before them, so an OOM line near one is someone else's (another rank's crash, a kill).
-SELF_CONTAINED = frozenset({"oom_caught"})
-# Kills from outside the process: nothing in the job caught them, whatever recovery line is near.
-# (Not a bare exit 137 / "Killed" line nor a host allocation error: a wrapper script that retries with a
-# smaller batch after its child was killed, or code that catches a MemoryError and goes on, does recover:
-# second review, session 9.)
-NEVER_RECOVERED = frozenset({"kernel_oom", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"})
+SELF_CONTAINED = frozenset(k for k, v in KINDS.items() if v.recovery and not v.covers)
+# (A bare exit 137 / "Killed" line or a host allocation error stays recoverable: a wrapper script that retries
+# with a smaller batch after its child was killed, code that catches a MemoryError and goes on: second
+# review, session 9.)
+NEVER_RECOVERED = frozenset(k for k, v in KINDS.items() if not v.recoverable)
 
 # Xid codes by meaning (environment-facts §9, nverror.h [NVERR]): program faults; memory hardware
 # health. Others: the GPU or its firmware stopped responding.

@@ -171,6 +171,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                    # docs; review, session 9): "Job 4567 exceeded memory limit (17000000 > 16777216), being killed",
                    # "error: Exceeded job memory limit" (not the "... at some point" warning); found through their
                    # "error"/"killed" (the pre-filter's literals)
+                   # (the lookahead: SLURM_MEMORY_WARNING below)
                    r"\bexceeded memory limit \(\d+ > \d+\), being killed|\berror: Exceeded (?:job|step) memory limit\b(?! at some point)|"
                    r"session crashed after using all available RAM|"
                    # PyTorch <= 0.4's CPU allocator (TH/THGeneral.cpp): "$ Torch: not enough memory: you tried to
@@ -307,6 +308,9 @@ EVENT_LITERALS: tuple[bytes, ...] = (
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
+# Slurm's warning on a job that went on (jobacct_gather counts page cache against the step): no host failure
+# (host_alloc's Slurm alternatives exclude it; reported.failure_statement skips its line)
+SLURM_MEMORY_WARNING = re.compile(r"Exceeded (?:step|job) memory limit at some point")
 
 ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # Consumer cards only with "RTX" before the number, as nvidia-smi and torch name them ("NVIDIA GeForce

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.explain.mentions import CJK_HEDGE, GENERAL_STATEMENT, MODAL_AFTER, WARN_LEVEL, is_mention
-from oomdoctor.explain.patterns import _GATED_PATTERNS
+from oomdoctor.explain.patterns import _GATED_PATTERNS, SLURM_MEMORY_WARNING
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
@@ -31,8 +31,8 @@ _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns
                       r"(?<=[Mm]emory )limit exceeded(?= \(\d)|"
                       # a report's own words: "my job exceeded the memory limit after 2 hours and was cancelled" (not a
                       # definition: "jobs that exceeded ...", "indicates the job exceeded ..." (_DEFINES_BEFORE), nor
-                      # Slurm's warning "... at some point"; second review, session 9)
-                      r"(?<!\bthat )(?<!\bwho )(?<!\bwhich )exceeded (?:its |the |my |our |their )?memory limit(?![^.\n]{0,30}\bat some point)|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
+                      # Slurm's warning "... at some point", whose line failure_statement skips; second review, session 9)
+                      r"(?<!\bthat )(?<!\bwho )(?<!\bwhich )exceeded (?:its |the |my |our |their )?memory limit|not (?:be )?possible|not enough|insufficient|(?:could ?not|cannot|can't|unable to) allocate|OOM(?:s|ed|'d|ing)?)(?![A-Za-z0-9_])"
                       # Chinese: reports an error, error, failed, crashed, not enough, blew up (memory)
                       r"|报错|错误|失败|崩溃|不足|不够|爆显存|溢出|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # What a words-only leaning needs (rank._words_only): the text speaks of memory or of a failure (a
@@ -49,8 +49,6 @@ _DEFINES_BEFORE = re.compile(r"(?i)\b(?:indicates?|means?|denotes?|signals?|sign
 # recovery lines it is not the job's failure (second review, session 9: Lightning's finder, then DataLoader's
 # "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>" at exit)
 _HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b[^\n]*|^Thread [\w-]+:|Exception in ASGI application)\s*\n\Z", re.M)
-# Slurm's warning on a job that went on (jobacct_gather: page cache counted against the step)
-_SLURM_WARNING = re.compile(r"Exceeded (?:step|job) memory limit at some point")
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -144,7 +142,7 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
                     or _only_guessed(line) or _only_queried(line)
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
-                    or _SLURM_WARNING.search(line)
+                    or SLURM_MEMORY_WARNING.search(line)
                     or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):
