@@ -71,7 +71,7 @@ REQUIREMENTS: dict[str, bytes] = {
     "TGI capacity": b"Not enough memory to handle",
     "fabric manager": b"system not yet initialized", "torch CUDA init warning": b"CUDA initialization: ",
     "Ray object store": b"exceeds the capacity of /dev/shm", "TF cuDNN init": b"cuDNN failed to initialize",
-    "ONNX Runtime arena": b"requested buffer of size", "XLA request": b"RESOURCE_EXHAUSTED: Failed to allocate request", "kernel assert": b"], thread: [", "YOLO AutoBatch": b"AutoBatch: Using batch-size",
+    "ONNX Runtime arena": b"requested buffer of size", "XLA request": b"RESOURCE_EXHAUSTED: Failed to allocate request", "kernel assert": b"], thread: [", "YOLO AutoBatch": b"AutoBatch: Using batch-size", "Slurm OUT_OF_MEMORY": b"OUT_OF_MEMORY",
 }
 
 # EVENT_LITERALS before this tuning (Hyperscan, one literal per requirement, 3-byte "OOM" and "Xid",

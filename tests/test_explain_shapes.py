@@ -1278,3 +1278,76 @@ def test_second_review_session9_shapes() -> None:
                          "Maximum pool size exceeded") == "rmm_oom"
     assert classify_line("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 32.0 GiB for an array with "
                          "shape (65536, 65536) and data type float64") == "host_alloc"
+
+
+def test_session10_review2_residuals() -> None:
+    # left open by session 9's second review, fixed in session 10
+    # a TensorRT build that fails after skipping tactics is the job's failure, not a recovered OOM
+    trt_failed = ["[05/01/2023-10:00:01] [TRT] [W] Skipping tactic 3 due to insufficient memory on requested size of "
+                  "8589934592 detected for tactic 0x0000000000000004.",
+                  "[05/01/2023-10:00:02] [TRT] [E] 4: [optimizer.cpp::computeCosts::3726] Error Code 4: Internal Error "
+                  "(Could not find any implementation for node /model/Conv due to insufficient workspace. See verbose "
+                  "log for requested sizes.)",
+                  "Building engine failed"]
+    assert explain_text(trt_failed).failures
+    # DeepSpeed's allocator-retry count of rank 0 does not recover rank 1's raised OOM
+    for lines in ([
+            "[1,1]<stderr>:Traceback (most recent call last):",
+            '[1,1]<stderr>:  File "train.py", line 150, in main',
+            "[1,1]<stderr>:    engine.backward(loss)",
+            "[1,1]<stderr>:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total "
+            "capacty of 79.15 GiB of which 1.01 GiB is free.",
+            "[1,0]<stdout>:[2023-06-01 10:00:00,000] [WARNING] [stage3.py:1850:step] 2 pytorch allocator cache flushes "
+            "since last step. this happens when there is high memory pressure and is detrimental to performance.",
+            "[1,0]<stdout>:step 101 loss 2.3"], [
+            "rank1: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 1; 79.15 GiB total "
+            "capacity; 76.00 GiB already allocated; 1.01 GiB free; 77.00 GiB reserved in total by PyTorch)",
+            "rank0: [WARNING] [stage3.py:1850:step] 2 pytorch allocator cache flushes since last step. this happens "
+            "when there is high memory pressure"]):
+        ex = explain_text(lines)
+        assert [e.kind for e in ex.failures] == ["torch_oom"], lines
+    # ... while a rank's own retry count near its own caught, unraised OOM line still reads as recovered
+    own = ["rank0: [WARNING] [stage3.py:1850:step] 3 pytorch allocator cache flushes since last step. this happens "
+           "when there is high memory pressure", "rank0: step 12 loss 2.1"]
+    ex = explain_text(own)
+    assert not ex.failures and ex.recovered
+    # Slurm's OUT_OF_MEMORY job state (seff, sacct) is the cgroup OOM killer; its name in docs is not
+    seff = ["Job ID: 123456", "State: OUT_OF_MEMORY (exit code 0)", "Memory Utilized: 63.98 GB",
+            "Memory Efficiency: 99.97% of 64.00 GB"]
+    sacct = ["       JobID    JobName      State ExitCode     MaxRSS",
+             "------------ ---------- ---------- -------- ----------",
+             "123456.batch      batch OUT_OF_ME+    0:125  62914560K"]
+    for lines in (seff, sacct):
+        ex = explain_text(lines)
+        assert ex.failures and ex.failures[0].kind == "kernel_oom" and ex.hypotheses[0].category == "host_oom", lines
+    assert classify_line("OUT_OF_MEMORY   OOM   Job experienced out of memory error.") != "kernel_oom"
+    # Cloud Run's container limit is the host's memory
+    ex = explain_text(["Memory limit of 512 MiB exceeded with 530 MiB used. Consider increasing the memory limit, see "
+                       "https://cloud.google.com/run/docs/configuring/memory-limits"])
+    assert ex.failures and ex.hypotheses[0].category == "host_oom"
+    # a healthy run whose interpreter swallowed an exception at exit ("Exception ignored in") did not fail
+    healthy = ["Epoch 10/10: 100%|##########| 500/500 [01:00<00:00, 8.3it/s, loss=0.12]",
+               "Training finished. max memory allocated 10.2 GiB",
+               "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>",
+               "Traceback (most recent call last):",
+               '  File "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
+               "    self._shutdown_workers()",
+               "AttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_workers_status'"]
+    assert not explain_text(healthy).failures
+
+
+def test_session10_ceiling_study_shapes() -> None:
+    # what a text-only expert read in dev reports that explain missed (session 10)
+    # Chinese growth: "why does GPU memory keep increasing until it blows up during training"
+    ex = explain_text(["为什么我在训练的时候显存会一直增加到爆了"])
+    assert ex.hypotheses and ex.hypotheses[0].category == "leak_in_code"
+    assert not explain_text(["显存一直是 10GB，训练正常"]).hypotheses or \
+        explain_text(["显存一直是 10GB，训练正常"]).hypotheses[0].category != "leak_in_code"
+    # a driver that failed first is the incident, not the illegal address that follows it
+    lines = ["error in modulated_deformable_im2col_cuda: CUDA driver version is insufficient for CUDA runtime version",
+             "Traceback (most recent call last):", '  File "dcn_v2.py", line 135, in forward',
+             "    if offset_mean > 100:", "RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert explain_text(lines).hypotheses[0].category == "context_or_driver"
+    # ... while the illegal address alone, or before a driver message, stays a program error
+    assert explain_text(lines[1:]).hypotheses[0].category == "not_oom"
+    assert explain_text(lines[1:] + lines[:1]).hypotheses[0].category == "not_oom"

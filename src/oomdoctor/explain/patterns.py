@@ -137,7 +137,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # Not slurmstepd's "Detected 1 oom_kill event": HPC docs quote it in full (dev benign p5_sigma2_memsettings_oomkill),
     # and as a strong kind it would pass the documentation gate; the word model already reads it as host_oom.
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint|"
-                   r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"),
+                   r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory|"
+                   # Slurm's job state after the cgroup OOM killer (session 10): seff's "State: OUT_OF_MEMORY (exit
+                   # code 0)", a sacct row's state before its exit code ("OUT_OF_ME+    0:125"); not the state's
+                   # name in docs ("OUT_OF_MEMORY  OOM  Job experienced out of memory error")
+                   r"\bState: OUT_OF_MEMORY\b|\bOUT_OF_ME(?:MORY|\+)\s+\d+:\d+\b"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
     # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
     ("k8s_evicted", r"low on resource: memory"),
@@ -243,7 +247,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "dataloader_killed": ("killed by signal: Killed",),
     "bus_error": ("Bus error", "bus error", "SIGBUS", "-7"),
     "nccl_system_error": ("unhandled system error",),
-    "kernel_oom": ("of memory: Kill", "oom-kill", "Out Of Memory"),
+    "kernel_oom": ("of memory: Kill", "oom-kill", "Out Of Memory", "OUT_OF_ME"),
     "k8s_oomkilled": ("OOMKilled",),
     "k8s_evicted": ("low on resource: memory",),
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
@@ -290,7 +294,7 @@ _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
 # each log and around events only.
 EVENT_LITERALS: tuple[bytes, ...] = (
     # issue 17's shapes were placed one by one where the Teddy model leaves no position to verify on
-    # the three log shapes (tests/test_prefilter_engine.py); 63 literals (Teddy's limit is 64).
+    # the three log shapes (tests/test_prefilter_engine.py); 64 literals, Teddy's limit: no slot is left.
     b'</torch_', b'all available RAM', b'y leak', b'rmm::', b'access fault', b'ailed, trying batch size',
     b'DSO version', b'f memory', b'resource: memory', b'No available memory for ', b'UT OF MEMORY', b'ared memory',
     b'te memory', b'UAllocator: not enough m', b'mount of GPU memory (', b'f Memory', b'Free memory on device ',
@@ -305,6 +309,8 @@ EVENT_LITERALS: tuple[bytes, ...] = (
     b'AutoBatch: Using',
     b'system not yet initialized', b'CUDA initialization: ', b'capacity of /dev/shm', b'cuDNN failed to initialize', b'equested buffer of size', b'], thread: [',
     b'ESOURCE_EXHAUSTED: Failed to allocate request',
+    # session 10: Slurm's OUT_OF_MEMORY job state (seff, sacct); the 64th, Teddy's last slot
+    b'OUT_OF_ME',
 )
 SIDE_LITERALS: tuple[bytes, ...] = (b"OOM",)  # shorter than 4 bytes: its own pass (see above)
 ENV_BYTES = 8 << 20
@@ -350,7 +356,10 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          r"|memory[^.\n]{0,40}?\b(?:balloon\w*|piles? up|piling up|creeps? up|never goes down|keeps? going up|"
                          r"more and more|larger and larger|bigger and bigger|higher and higher)\b"
                          # the comparative: "the more time I train the model the larger memory is occupied"
-                         r"|\bthe (?:more|longer)\b[^.\n]{0,60}\bthe (?:more|larger|bigger|higher)\b[^.\n]{0,15}\bmemory"),
+                         r"|\bthe (?:more|longer)\b[^.\n]{0,60}\bthe (?:more|larger|bigger|higher)\b[^.\n]{0,15}\bmemory"
+                         # Chinese: (video) memory keeps / steadily / more and more increasing ("显存会一直增加到爆了";
+                         # session 10, the text-only expert reading of dev reports)
+                         r"|(?:显存|内存)[^。！？\n]{0,12}?(?:一直|不断|持续|逐渐|慢慢|越来越)(?:在)?(?:增加|增长|上涨|上升|变大|升高|多|大|高)"),
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
@@ -431,7 +440,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization", "gpu-memory-utilization"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
-    "growth": ("memory",),
+    "growth": ("memory", "显存", "内存"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
@@ -457,6 +466,7 @@ MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction"}  # a s
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
 } | {
+    "一直".encode(), "不断".encode(), "持续".encode(), "逐渐".encode(), "慢慢".encode(), "越来越".encode(),
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
     b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"ile up", b"reeps", b"reep up", b"goes down",
     b"released", b"freed", b"cleared", b"xtra ", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",

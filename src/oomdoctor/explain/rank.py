@@ -376,7 +376,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
 
     def rank(i: int) -> tuple[float, int]:
         top = max(boards[i].scores.values(), default=0.0)
-        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0) + (1.5 if _sticky(events[i]) else 0.0), i)
+        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0) + (1.5 if _incident(events[i], events) else 0.0), i)
 
     p = max(range(len(events)), key=rank)
     final = Board()
@@ -397,6 +397,17 @@ def _sticky(ev: OomEvent) -> bool:
     fails too (cuBLAS handle creation, allocations), so the program error is the incident, not those."""
     return ev.kind == "cuda_program_error" and ("ssert" in ev.text or "llegal" in ev.text.lower()
                                                   or "ILLEGAL" in ev.text)
+
+
+def _incident(ev: OomEvent, events: list[OomEvent]) -> bool:
+    """The error the later ones follow from: a sticky program error (_sticky), unless the driver failed before
+    it, then that driver error ("CUDA driver version is insufficient for CUDA runtime version", then an
+    illegal address: nothing on the GPU could work; session 10)."""
+    def driver_before(e: OomEvent) -> bool:
+        return any(d.kind == "driver_error" and d.source == e.source and d.line < e.line for d in events)
+    if ev.kind == "driver_error":
+        return any(_sticky(e) and e.source == ev.source and e.line > ev.line for e in events)
+    return _sticky(ev) and not driver_before(ev)
 
 
 def _merge(into: Board, b: Board, w: float) -> None:

@@ -131,6 +131,31 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
             and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in after))
 
 
+# DeepSpeed's count of the caching allocator's own retries (cudaMalloc failed, the cache was freed, the retry
+# worked): a step that went on. It catches nothing, so an OOM raised as an exception near it (another rank's,
+# printed in the same log) is not recovered by it (review-2 residual, session 9).
+_ALLOCATOR_RETRIES = re.compile(r"pytorch allocator cache flushes since last step")
+# mpirun/Horovod's "[1,0]<stderr>:" in front of each line: whose line it is (with _WHO's rank prefixes)
+_MPI_WHO = re.compile(r"^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
+
+
+def _who(line: str) -> str:
+    mpi = _MPI_WHO.match(line)
+    if mpi:
+        return "rank" + mpi.group(1)
+    who = _WHO.match(line)
+    return re.sub(r"\s+", "", who.group(0)).rstrip(":|") if who else ""
+
+
+def _covers(m: OomEvent, e: OomEvent) -> bool:
+    """A recovery line can speak for this OOM: not another rank's or process's line (both prefixed, differently),
+    and not an allocator's retry count beside an OOM that was raised."""
+    mw, ew = _who(m.text), _who(e.text)
+    if mw and ew and mw != ew:
+        return False
+    return not (_ALLOCATOR_RETRIES.search(m.text) and ("traceback_line" in e.details or _RAISED.search(e.text)))
+
+
 def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[OomEvent]:
     out = []
     covering = [m for m in markers if m.kind not in SELF_CONTAINED]
@@ -142,6 +167,7 @@ def recovered_events(events: list[OomEvent], markers: list[OomEvent]) -> list[Oo
         tb = e.details.get("traceback_line", 0)
         if any(m.source == e.source and (m.last_line or m.line) >= e.line - (RECOVERY_BEFORE if _ANNOUNCES.search(m.text) else 0)
                and m.line <= end + RECOVERY_WINDOW and not (tb and (m.last_line or m.line) < tb <= e.line)
+               and _covers(m, e)
                for m in covering):
             out.append(e)
     # A recovery line with no OOM text before it (Lightning's finder catches the exception silently)

@@ -21,7 +21,10 @@ _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
 # A memory word: OOM as people write it (also as a verb), memory of any kind, an allocation.
 # Word edges are ASCII ones, so that a word next to CJK text counts ("cuda out of memory가 뜨는").
 MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CUDA|device|V?RAM|host|system|cpu|shared)?[ _-]?memory|"
-                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions)|leak(?:s|ed|ing)?)(?![A-Za-z0-9_])"
+                     r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions)|leak(?:s|ed|ing)?|"
+                     # TensorRT's builder out of device memory for a layer: "Could not find any implementation for
+                     # node ... due to insufficient workspace" (after skipped tactics: the build failed; session 10)
+                     r"(?<=insufficient )workspace)(?![A-Za-z0-9_])"
                      # Chinese reports: video memory, memory
                      r"|显存|内存|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
@@ -29,6 +32,8 @@ _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns
                       r"exception|error|exhausted|"
                       # a platform's message with its limit: Hugging Face Spaces "Memory limit exceeded (16Gi)" (round z4)
                       r"(?<=[Mm]emory )limit exceeded(?= \(\d)|"
+                      # Google Cloud Run's: "Memory limit of 512 MiB exceeded with 530 MiB used" (session 10)
+                      r"(?<=[Mm]emory )limit of \d+(?:\.\d+)? ?[KMGT]i?B exceeded(?= with \d)|"
                       # a report's own words: "my job exceeded the memory limit after 2 hours and was cancelled" (not a
                       # definition: "jobs that exceeded ...", "indicates the job exceeded ..." (_DEFINES_BEFORE), nor
                       # Slurm's warning "... at some point", whose line failure_statement skips; second review, session 9)
@@ -49,6 +54,10 @@ _DEFINES_BEFORE = re.compile(r"(?i)\b(?:indicates?|means?|denotes?|signals?|sign
 # recovery lines it is not the job's failure (second review, session 9: Lightning's finder, then DataLoader's
 # "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>" at exit)
 _HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b[^\n]*|^Thread [\w-]+:|Exception in ASGI application)\s*\n\Z", re.M)
+# Python's report of an exception it swallowed (in __del__, a weakref callback, at interpreter exit) and went
+# on from: never the job's failure, markers or not (a healthy run ending in DataLoader's
+# "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>"; review-2 residual, session 9)
+_IGNORED_TB = re.compile(r"^Exception ignored in\b[^\n]*\s*\n\Z", re.M)
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -123,7 +132,8 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
         for m in _TRACEBACK.finditer(text):
             n = first + text.count("\n", 0, m.start())
             if n > after.get(source, -1):
-                if after and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start()):
+                if _IGNORED_TB.search(text, max(0, m.start() - 300), m.start()) or (
+                        after and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
                     continue
                 return source, n, m.group(0)
     for source, first, text in samples:

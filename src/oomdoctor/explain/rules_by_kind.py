@@ -23,7 +23,7 @@ from oomdoctor.units import format_bytes as fb
 # the GPU's: "quickly ran through the 32GB RAM on my Linux PC", "ran out of system memory".
 _HOST_MEMORY = re.compile(r"(?i)\b(?:(?:system|host|cpu|physical) (?:memory|ram)|ram|swap)\b|内存"
                           # a container platform's limit (Hugging Face Spaces: "Memory limit exceeded (16Gi)")
-                          r"|^\W{0,4}memory limit exceeded \(\d")
+                          r"|^\W{0,4}memory limit exceeded \(\d|^\W{0,4}memory limit of \d+(?:\.\d+)? ?[KMGT]i?B exceeded with \d")
 _GPU_MEMORY = re.compile(r"(?i)\b(?:vram|gpu|cuda|device memory|graphics)\b|显存")
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
