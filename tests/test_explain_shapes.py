@@ -1351,3 +1351,36 @@ def test_session10_ceiling_study_shapes() -> None:
     # ... while the illegal address alone, or before a driver message, stays a program error
     assert explain_text(lines[1:]).hypotheses[0].category == "not_oom"
     assert explain_text(lines[1:] + lines[:1]).hypotheses[0].category == "not_oom"
+
+
+def test_session10_round_aa_shapes() -> None:
+    # source code quoted in docs and snapshots (round aa3, dev): a class definition, a literal tested in code,
+    # a docstring's words, are no failure
+    for lines in (["class OutOfMemoryError(MemoryError):", '    """Out-of-memory error.', "", "    Args:"],
+                  ["        and (", '            "RuntimeError: cuda runtime error (2) : out of memory" in exception.args[0]',
+                   '            or "CUDA out of memory." in exception.args[0]', "        )"],
+                  ["def test_alloc_tensor_raises_out_of_memory():", '    """Out-of-memory exceptions may be raised from VM',
+                   "", "    This is a regression test.  In previous implementations, the Relax",
+                   "    VM would segfault if the built-in function",
+                   '    "vm.builtin.alloc_storage" was unable to allocate the requested', "    buffer.", '    """'],
+                  ["    ) -> None:", '        """', "        Log memory snapshot in the event of CUDA OOM.", '        """',
+                   "        logger.info("]):
+        assert not explain_text(lines).failures, lines
+    # ... while the same message as the program printed it stays a failure
+    assert classify_line("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:844") \
+        == "torch_oom_legacy"
+    assert classify_line("MemoryError") == "host_alloc"
+    # HIP without a code object for the card, TensorFlow's cuDNN driver diagnosis: the driver/runtime
+    for line in ('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
+                 "2018-03-23 11:55:55.959970: E tensorflow/stream_executor/cuda/cuda_dnn.cc:393] possibly insufficient "
+                 "driver version: 384.69.0"):
+        assert classify_line(line) == "driver_error", line
+    # a handle's teardown status after a failed creation is a consequence, not the incident
+    tf = ["2018-03-23 11:55:55.959752: E tensorflow/stream_executor/cuda/cuda_dnn.cc:385] could not create cudnn handle: "
+          "CUDNN_STATUS_NOT_INITIALIZED",
+          "2018-03-23 11:55:55.959970: E tensorflow/stream_executor/cuda/cuda_dnn.cc:393] possibly insufficient driver "
+          "version: 384.69.0",
+          "2018-03-23 11:55:55.959998: E tensorflow/stream_executor/cuda/cuda_dnn.cc:352] could not destroy cudnn handle: "
+          "CUDNN_STATUS_BAD_PARAM", "Aborted (core dumped)"]
+    ex = explain_text(tf)
+    assert "destroy" not in ex.primary.text and ex.hypotheses[0].category == "context_or_driver"

@@ -39,6 +39,8 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:that|which)\s+(?:\w+\s+){0,3}?(?:lead|leads|cause|causes|result|results|trigger|triggers)\s+(?:to\s+|in\s+)?(?:an?\s+)?(?:CUDA\s+|GPU\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
+    # a class definition: "class OutOfMemoryError(MemoryError):" (CuPy's memory.pyx; session 10, aa3 dev)
+    r"|(?-i:^\s*(?:cdef\s+|cpdef\s+)?class\s+\w+\s*\([^\n]{0,60})"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
     # "no late-epoch OOM", "without a single OOM": a negation with one word between
     r"|\b(?:no|without|never)\s+(?:an?\s+|single\s+)?[\w-]+\s+"
@@ -178,6 +180,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
             or ((lit := _SOURCE_LITERAL_LINE.match(line)) is not None and lit.end() <= start
                 and line.find(line[lit.end() - 1], lit.end(), start) < 0)):  # inside that first literal, not a JSON value after a key
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
+    if any(m.start(2) <= start and end <= m.end(2) for m in _MEMBERSHIP_TEST.finditer(line)):
+        return True  # a literal tested against an exception in code: '"... out of memory" in exception.args[0]'
     if start <= 120 and _KWARG_IN_CALL.search(line[:start]):
         return True  # a keyword argument of a call in code: 'patch.object(ce, "read_log_tail", return_value="Traceback: OOM")'
     if _MECHANISM_AFTER.match(line, end):
@@ -255,6 +259,9 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
 # placeholder). A plain indented quoted message is not enough: a JSON array or a notebook's "traceback"
 # list holds the real message that way.
 _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
+# A string literal tested for membership in code: 'if "out of memory" in str(e):', '"RuntimeError: cuda runtime
+# error (2) : out of memory" in exception.args[0]' (torchtnt's OOM helper; session 10, aa3 dev)
+_MEMBERSHIP_TEST = re.compile(r"""([\"\'])([^\"\'\n]{1,300})\1\s+(?:not\s+)?in\s+(?:str\(|repr\()?[A-Za-z_][\w.]*""")
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
 _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
                                   r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"

@@ -202,6 +202,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                      # started without the NVIDIA runtime: the device, not its memory
                      r"CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
                      r"cudaErrorDevicesUnavailable|CUDA_ERROR_CONTEXT_ALREADY_IN_USE|NVRM: API mismatch|"
+                     # TensorFlow's cuDNN handle diagnosis (cuda_dnn.cc) and HIP's runtime without a code object for
+                     # the card (a ROCm build without its gfx target; HSA_OVERRIDE_GFX_VERSION): session 10, aa5 dev
+                     r"possibly insufficient driver version|hipErrorNoBinaryForGpu|"
                      r"could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]"),
     # tkestack gpu-manager / vcuda-controller hook library lines [TKEHIJ].
     ("vcuda_line", r"\bvcuda\b|hijack_call\.c|cuda-control"),
@@ -266,7 +269,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                      "InitializationError", "InsufficientDriver", "unsatisfied condition: cuda>=", "DSO version",
                      "cuInit", "cudaSuccess (", "initialize NVML: Unknown", "but source was compiled", "NO_DEVICE", "NoDevice",
                      "not yet initialized", "SystemNotReady", "CUDA initialization: ", "DevicesUnavailable",
-                     "CONTEXT_ALREADY_IN_USE", "NVRM: API mismatch", "could not select device driver"),
+                     "CONTEXT_ALREADY_IN_USE", "NVRM: API mismatch", "could not select device driver", "insufficient driver version", "NoBinaryForGpu"),
     "vcuda_line": ("vcuda", "hijack_call.c", "cuda-control"),
     "no_space": ("No space left on device",),
     "leak_report": ("emory leak",),

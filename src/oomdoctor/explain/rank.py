@@ -9,6 +9,7 @@ plausible cause still shows up second. Pure: no I/O.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -376,7 +377,8 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
 
     def rank(i: int) -> tuple[float, int]:
         top = max(boards[i].scores.values(), default=0.0)
-        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0) + (1.5 if _incident(events[i], events) else 0.0), i)
+        return (top + (1.0 if events[i].kind in _GPU_KINDS else 0.0) + (1.5 if _incident(events[i], events) else 0.0)
+                - (2.0 if _TEARDOWN.search(events[i].text) else 0.0), i)
 
     p = max(range(len(events)), key=rank)
     final = Board()
@@ -397,6 +399,11 @@ def _sticky(ev: OomEvent) -> bool:
     fails too (cuBLAS handle creation, allocations), so the program error is the incident, not those."""
     return ev.kind == "cuda_program_error" and ("ssert" in ev.text or "llegal" in ev.text.lower()
                                                   or "ILLEGAL" in ev.text)
+
+
+# A library's status from tearing down what failed to come up ("could not destroy cudnn handle:
+# CUDNN_STATUS_BAD_PARAM" after "could not create cudnn handle"): a consequence, never the incident (session 10)
+_TEARDOWN = re.compile(r"(?i)\b(?:could not|failed to|unable to) destroy\b|\b(?:cudnn|cublas)Destroy\b")
 
 
 def _incident(ev: OomEvent, events: list[OomEvent]) -> bool:

@@ -58,6 +58,7 @@ _HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b
 # on from: never the job's failure, markers or not (a healthy run ending in DataLoader's
 # "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>"; review-2 residual, session 9)
 _IGNORED_TB = re.compile(r"^Exception ignored in\b[^\n]*\s*\n\Z", re.M)
+_TRIPLE_QUOTE = re.compile(r'"""|\'\'\'')
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -138,14 +139,17 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
                 return source, n, m.group(0)
     for source, first, text in samples:
         prev = ""
+        in_doc = False  # inside a docstring of pasted source: what code says of a failure, not one that happened
         for i, line in enumerate(text.splitlines()):
-            if first + i <= after.get(source, -1):
+            was_doc, in_doc = in_doc, in_doc ^ bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
+            if first + i <= after.get(source, -1) or was_doc:
                 prev = line[:_MAX_LINE].rstrip()
                 continue
             line = line[:_MAX_LINE]
             # prose wrapped mid-sentence is read with the line before it ("such a batch can" + "lock in
             # ... or OOM"): a hypothetical there is one here
-            lead = prev if line.lstrip()[:1].isalnum() and prev[-1:].isalpha() else ""
+            # (a wrapped line may open with a quoted name: '"vm.builtin.alloc_storage" was unable to allocate')
+            lead = prev if (line.lstrip()[:1].isalnum() or line.lstrip()[:1] in "\"'`") and prev[-1:].isalpha() else ""
             prev = line.rstrip()
             mem = MEMORY_WORD.search(line)
             if (mem is None or GENERAL_STATEMENT.search(line) or _NEGATED.search(line) or _ZH_NOT_REPORT.search(line)
