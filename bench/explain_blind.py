@@ -4,7 +4,9 @@ bench/explain_blind_reading.jsonl holds, for 220 dev reports drawn at random (se
 reports of 2026-11-26 (batch "random-dev") and for the 60 dev reports of the fourth session's fresh
 batches (m1-m6, batch "fresh-m", read before any rule was written from them), the top two causes an expert reader gave from the text alone (a language-model
 helper told to read each text as an experienced ML/GPU engineer, with no search, no link, no label, no
-file name that hints at the case, and nothing else from the repository). Dev only: no test text was
+file name that hints at the case, and nothing else from the repository), and (batch "random-dev-s10",
+session 10, 2026-11-27) 150 reports drawn at random (seed 20261127) from the 950 dev reports of that day,
+read the same way by two such helpers, 75 each, who also gave a probability for their first answer. Dev only: no test text was
 shown to anyone. The reader may have met some of these public threads before (training data), so this
 is an upper reference for what the text says, not a peer tool. This script compares it with explain
 on the same reports (explain's dev figure is in-sample: its rules were written from dev; on the fresh

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -1319,8 +1320,8 @@ def test_session10_review2_residuals() -> None:
              "123456.batch      batch OUT_OF_ME+    0:125  62914560K"]
     for lines in (seff, sacct):
         ex = explain_text(lines)
-        assert ex.failures and ex.failures[0].kind == "kernel_oom" and ex.hypotheses[0].category == "host_oom", lines
-    assert classify_line("OUT_OF_MEMORY   OOM   Job experienced out of memory error.") != "kernel_oom"
+        assert ex.failures and ex.failures[0].kind == "slurm_oom_state" and ex.hypotheses[0].category == "host_oom", lines
+    assert classify_line("OUT_OF_MEMORY   OOM   Job experienced out of memory error.") != "slurm_oom_state"
     # Cloud Run's container limit is the host's memory
     ex = explain_text(["Memory limit of 512 MiB exceeded with 530 MiB used. Consider increasing the memory limit, see "
                        "https://cloud.google.com/run/docs/configuring/memory-limits"])
@@ -1370,11 +1371,11 @@ def test_session10_round_aa_shapes() -> None:
     assert classify_line("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:844") \
         == "torch_oom_legacy"
     assert classify_line("MemoryError") == "host_alloc"
-    # HIP without a code object for the card, TensorFlow's cuDNN driver diagnosis: the driver/runtime
-    for line in ('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
-                 "2018-03-23 11:55:55.959970: E tensorflow/stream_executor/cuda/cuda_dnn.cc:393] possibly insufficient "
-                 "driver version: 384.69.0"):
-        assert classify_line(line) == "driver_error", line
+    # HIP without a code object for the card: the driver/runtime; TensorFlow's guess after any cuDNN handle
+    # failure is no driver failure of its own (review, session 10)
+    assert classify_line('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"') == "driver_error"
+    assert classify_line("2018-03-23 11:55:55.959970: E tensorflow/stream_executor/cuda/cuda_dnn.cc:393] possibly "
+                         "insufficient driver version: 384.69.0") is None
     # a handle's teardown status after a failed creation is a consequence, not the incident
     tf = ["2018-03-23 11:55:55.959752: E tensorflow/stream_executor/cuda/cuda_dnn.cc:385] could not create cudnn handle: "
           "CUDNN_STATUS_NOT_INITIALIZED",
@@ -1384,3 +1385,46 @@ def test_session10_round_aa_shapes() -> None:
           "CUDNN_STATUS_BAD_PARAM", "Aborted (core dumped)"]
     ex = explain_text(tf)
     assert "destroy" not in ex.primary.text and ex.hypotheses[0].category == "context_or_driver"
+
+
+_REVIEW10 = Path(__file__).parent / "fixtures" / "review10"
+
+
+def _review10(name: str):
+    return explain_text((_REVIEW10 / f"{name}.log").read_text(encoding="utf-8").splitlines())
+
+
+def test_session10_review_quoted_errors_in_prose_stay_failures() -> None:
+    # the independent review of session 10: a quoted message followed by "in <word>" is prose, not code
+    assert [e.kind for e in _review10("q1").failures] == ["torch_oom"]
+    assert [e.kind for e in _review10("q5").failures] == ["exit_137"]
+    # a triple quote used as a fence, or a cut prompt template, opens no docstring
+    for name in ("fence_single", "fourquotes", "prompt_unclosed"):
+        assert _review10(name).failures, name
+
+
+def test_session10_review_recovery_prefixes() -> None:
+    # grep -n line numbers and clock times are no rank prefixes: the finder still recovers the OOM
+    for name in ("grepn", "hhmm_finder"):
+        ex = _review10(name)
+        assert not ex.failures and ex.recovered, name
+    # Horovod's gloo prefix "[1]<stderr>:" is a rank: rank 0's finder line does not recover rank 1's OOM
+    assert [e.kind for e in _review10("hvd_gloo").failures] == ["torch_oom"]
+
+
+def test_session10_review_categories() -> None:
+    # a level of memory is no growth; a negated growth neither (Chinese)
+    assert _review10("zh2").hypotheses[0].category != "leak_in_code"
+    assert _review10("zh3").hypotheses[0].category == "true_capacity"
+    assert _review10("zh6").hypotheses[0].category == "other_process"
+    assert _review10("zh7").hypotheses[0].category == "true_capacity"
+    # a device OOM before TensorFlow's cuDNN handle failure stays the incident
+    ex = _review10("tf1_internal")
+    assert ex.primary.kind == "tf_oom" and ex.hypotheses[0].category in ("other_process", "true_capacity")
+    # "insufficient workspace permissions" is no memory
+    assert not _review10("ws_perm").failures
+    # Slurm's OUT_OF_MEMORY state in sacct -P, scontrol and the job mail; Cloud Run's line after a timestamp
+    for name in ("sacct_p", "scontrol", "slurm_mail"):
+        ex = _review10(name)
+        assert ex.failures[0].kind == "slurm_oom_state" and ex.hypotheses[0].category == "host_oom", name
+    assert _review10("cloudrun_real").hypotheses[0].category == "host_oom"

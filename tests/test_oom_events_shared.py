@@ -98,7 +98,7 @@ def test_kind_table_covers_every_pattern():
     # from outside the process are never recovered
     from oomdoctor.explain.kinds import NEVER_RECOVERED, SELF_CONTAINED
     assert SELF_CONTAINED == {"oom_caught"}
-    assert NEVER_RECOVERED == {"kernel_oom", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"}
+    assert NEVER_RECOVERED == {"kernel_oom", "slurm_oom_state", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"}
 
 
 # Lines for kinds the corpus may not hold, so every kind of the table is held to explain's rules.
@@ -116,6 +116,7 @@ EXTRA_LINES = [
     "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, MMU Fault",
     "I1122 vcuda hijack_call.c:120 loaded",
     "Killed",
+    "State: OUT_OF_MEMORY (exit code 0)",
     "Warning  Evicted  2m  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi, available: 52Mi.",
     "RuntimeError: rmm::out_of_memory: RMM failure at:/rmm/mr/device/cuda_memory_resource.hpp:70: out of memory",
     "RuntimeError: NCCL Error 2: unhandled system error",

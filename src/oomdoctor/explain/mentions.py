@@ -261,7 +261,10 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
 _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
 # A string literal tested for membership in code: 'if "out of memory" in str(e):', '"RuntimeError: cuda runtime
 # error (2) : out of memory" in exception.args[0]' (torchtnt's OOM helper; session 10, aa3 dev)
-_MEMBERSHIP_TEST = re.compile(r"""([\"\'])([^\"\'\n]{1,300})\1\s+(?:not\s+)?in\s+(?:str\(|repr\()?[A-Za-z_][\w.]*""")
+# Code only: the literal opens the line or follows a keyword or bracket, and the right side is a call or an
+# attribute/index ("in str(e)", "in exception.args[0]"), not prose ('I get "CUDA out of memory" in epoch 2').
+_MEMBERSHIP_TEST = re.compile(r"""(?:^\s*|\b(?:if|elif|and|or|not|assert|return|while|any|all)\s+\(?|[(\[,=]\s*)"""
+                              r"""([\"\'])([^\"\'\n]{1,300})\1\s+(?:not\s+)?in\s+(?:(?:str|repr)\(|[A-Za-z_]\w*(?:[.\[(]|\s*[:)]|\s*$))""")
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
 _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
                                   r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"

@@ -93,7 +93,7 @@ WORDS_ONLY_MIN = 0.2
 # reports, 310 texts; recovered logs no longer learnt as documentation): 7 / 5 / 5 / 3 / 0 reports silenced at
 # 0.9 / 0.95 / 0.97 / 0.98 / 0.99 (6 / 5 / 5 / 3 / 0 answered right), 152 / 130 / 117 / 110 / 98 recognised: kept.
 DOCS_MIN = 0.95
-DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure"})
+DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state"})
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
 # pattern names it, so doctor's oom_events never hold it.
 REPORTED_KIND = "reported_failure"

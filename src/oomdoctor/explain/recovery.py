@@ -136,7 +136,10 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
 # printed in the same log) is not recovered by it (review-2 residual, session 9).
 _ALLOCATOR_RETRIES = re.compile(r"pytorch allocator cache flushes since last step")
 # mpirun/Horovod's "[1,0]<stderr>:" in front of each line: whose line it is (with _WHO's rank prefixes)
-_MPI_WHO = re.compile(r"^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
+# (Horovod's gloo launcher: "[1]<stderr>:")
+_MPI_WHO = re.compile(r"^\s*\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+# srun -l's task label ("0: ..."), not a grep -n line number ("1412:WARNING") or a clock ("10:59:59")
+_SRUN_LABEL = re.compile(r"^\s*\d{1,4}:(?=\s)")
 
 
 def _who(line: str) -> str:
@@ -144,7 +147,9 @@ def _who(line: str) -> str:
     if mpi:
         return "rank" + mpi.group(1)
     who = _WHO.match(line)
-    return re.sub(r"\s+", "", who.group(0)).rstrip(":|") if who else ""
+    if who is None or (who.group(0).strip()[:1].isdigit() and not _SRUN_LABEL.match(line)):
+        return ""
+    return re.sub(r"\s+", "", who.group(0)).rstrip(":|")
 
 
 def _covers(m: OomEvent, e: OomEvent) -> bool:

@@ -24,7 +24,7 @@ MEMORY_WORD = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:OOM(?:s|ed|'d|ing)?|(?:GPU|CU
                      r"V?RAM|HBM|allocat(?:e|es|ed|ing|ion|ions)|leak(?:s|ed|ing)?|"
                      # TensorRT's builder out of device memory for a layer: "Could not find any implementation for
                      # node ... due to insufficient workspace" (after skipped tactics: the build failed; session 10)
-                     r"(?<=insufficient )workspace)(?![A-Za-z0-9_])"
+                     r"(?<=due to insufficient )workspace)(?![A-Za-z0-9_])"
                      # Chinese reports: video memory, memory
                      r"|显存|内存|(?<![A-Za-z0-9_.])OOM(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
 # A failure word: what happened, in the past or present (not "may fail", which is_mention skips).
@@ -33,7 +33,7 @@ _FAILURE = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:r[au]ns? out|running out|r[au]ns
                       # a platform's message with its limit: Hugging Face Spaces "Memory limit exceeded (16Gi)" (round z4)
                       r"(?<=[Mm]emory )limit exceeded(?= \(\d)|"
                       # Google Cloud Run's: "Memory limit of 512 MiB exceeded with 530 MiB used" (session 10)
-                      r"(?<=[Mm]emory )limit of \d+(?:\.\d+)? ?[KMGT]i?B exceeded(?= with \d)|"
+                      r"(?<=[Mm]emory )limit of \d+(?:\.\d+)? ?[KMGT](?:i?B)? exceeded(?= with \d)|"
                       # a report's own words: "my job exceeded the memory limit after 2 hours and was cancelled" (not a
                       # definition: "jobs that exceeded ...", "indicates the job exceeded ..." (_DEFINES_BEFORE), nor
                       # Slurm's warning "... at some point", whose line failure_statement skips; second review, session 9)
@@ -59,6 +59,9 @@ _HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b
 # "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>"; review-2 residual, session 9)
 _IGNORED_TB = re.compile(r"^Exception ignored in\b[^\n]*\s*\n\Z", re.M)
 _TRIPLE_QUOTE = re.compile(r'"""|\'\'\'')
+# the line a docstring follows: a def or class header, or the close of a def's wrapped signature ("    ) -> None:");
+# a triple quote anywhere else (a fence around a pasted error, a prompt template cut mid-string) opens nothing
+_DEF_LINE = re.compile(r"^\s*(?:(?:async\s+)?def\s|class\s)[^#\n]*:\s*$|^\s*\)(?:\s*->\s*[^:\n]+)?:\s*$")
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -141,7 +144,12 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
         prev = ""
         in_doc = False  # inside a docstring of pasted source: what code says of a failure, not one that happened
         for i, line in enumerate(text.splitlines()):
-            was_doc, in_doc = in_doc, in_doc ^ bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
+            was_doc = in_doc
+            odd = bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
+            if in_doc:
+                in_doc = not odd
+            elif odd and _DEF_LINE.match(prev) and _TRIPLE_QUOTE.match(line.lstrip()):
+                in_doc = True
             if first + i <= after.get(source, -1) or was_doc:
                 prev = line[:_MAX_LINE].rstrip()
                 continue

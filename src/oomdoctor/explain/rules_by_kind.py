@@ -23,7 +23,7 @@ from oomdoctor.units import format_bytes as fb
 # the GPU's: "quickly ran through the 32GB RAM on my Linux PC", "ran out of system memory".
 _HOST_MEMORY = re.compile(r"(?i)\b(?:(?:system|host|cpu|physical) (?:memory|ram)|ram|swap)\b|内存"
                           # a container platform's limit (Hugging Face Spaces: "Memory limit exceeded (16Gi)")
-                          r"|^\W{0,4}memory limit exceeded \(\d|^\W{0,4}memory limit of \d+(?:\.\d+)? ?[KMGT]i?B exceeded with \d")
+                          r"|^\W{0,4}memory limit exceeded \(\d|\bmemory limit of \d+(?:\.\d+)? ?[KMGT](?:i?B)? exceeded with \d")
 _GPU_MEMORY = re.compile(r"(?i)\b(?:vram|gpu|cuda|device memory|graphics)\b|显存")
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
@@ -184,9 +184,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
               "host or the container's cgroup [PTDL]", HOST_FIX)
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit (env-facts §6)", SHM_FIX)
-    elif k in ("kernel_oom", "k8s_oomkilled", "ray_oom", "host_alloc", "k8s_evicted"):
-        w = {"kernel_oom": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6, "k8s_evicted": 3.2}[k]
+    elif k in ("kernel_oom", "slurm_oom_state", "k8s_oomkilled", "ray_oom", "host_alloc", "k8s_evicted"):
+        w = {"kernel_oom": 3.5, "slurm_oom_state": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6, "k8s_evicted": 3.2}[k]
         b.add("host_oom", w, {"kernel_oom": "the kernel OOM killer killed a process (host or cgroup RAM exhausted)",
+                              "slurm_oom_state": "Slurm ended the job OUT_OF_MEMORY: the cgroup OOM killer killed a task "
+                                                 "(the job's host RAM limit, --mem)",
                               "k8s_oomkilled": "Kubernetes reports OOMKilled: the container hit its memory limit",
                               "k8s_evicted": "the kubelet evicted the pod because the node ran low on memory",
                               "ray_oom": "Ray's memory monitor killed the task: the node ran low on RAM",
