@@ -1428,3 +1428,10 @@ def test_session10_review_categories() -> None:
         ex = _review10(name)
         assert ex.failures[0].kind == "slurm_oom_state" and ex.hypotheses[0].category == "host_oom", name
     assert _review10("cloudrun_real").hypotheses[0].category == "host_oom"
+
+
+def test_session10_denied_growth_is_no_leak() -> None:
+    ex = explain_text(["GPU memory does not keep increasing, it stays at 20G, but the first batch fails with CUDA out of memory."])
+    assert ex.hypotheses[0].category != "leak_in_code"
+    ex = explain_text(["GPU memory keeps increasing every epoch until CUDA out of memory."])
+    assert ex.hypotheses[0].category == "leak_in_code"

@@ -355,7 +355,9 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"[\"'`\]]{0,2}(?:\s{0,3}(?:=|:|\()|\s(?:of|to|at|between)|(?=\s))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
-    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
+    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?"
+                         # not denied: "GPU memory does not keep increasing, it stays at 20G" (review, session 10)
+                         r"(?<!\bnot )(?<!n't )(?<!\bnot keep )(?<!n't keep )(?<!\bnever )(?<!\bno longer )\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
                          r"|memory[^.\n]{0,30}from \S+ ?G\w* to \S+ ?G"
                          # the verb first, or a growth that has its own word: "increases the memory used
