@@ -1435,3 +1435,38 @@ def test_session10_denied_growth_is_no_leak() -> None:
     assert ex.hypotheses[0].category != "leak_in_code"
     ex = explain_text(["GPU memory keeps increasing every epoch until CUDA out of memory."])
     assert ex.hypotheses[0].category == "leak_in_code"
+
+
+_REVIEW10B = Path(__file__).parent / "fixtures" / "review10b"
+
+
+def _review10b(name: str):
+    return explain_text((_REVIEW10B / f"{name}.log").read_text(encoding="utf-8").splitlines())
+
+
+def test_session10_second_review() -> None:
+    # the second independent review of session 10 (of the first review's fixes)
+    # a quoted error followed by "in <file or word>" in prose stays the job's failure
+    for name in ("p1", "p2", "p3", "p4"):
+        assert [e.kind for e in _review10b(name).failures] == ["torch_oom"], name
+    # ... and a literal tested in code is a mention, also before and/or/else and in a notebook's JSON
+    for name in ("k4", "k7", "k8", "nb1"):
+        assert not _review10b(name).failures, name
+    # Chinese growth verbs; a two-character denial is no growth
+    for name in ("zh_1", "zh_2"):
+        assert _review10b(name).hypotheses[0].category == "leak_in_code", name
+    for name in ("zh_5", "zh_6"):
+        assert _review10b(name).hypotheses[0].category != "leak_in_code", name
+    # a fence ends a cut docstring; wrapped and commented signatures and raw docstrings open one
+    assert _review10b("u2").failures
+    for name in ("d1", "d2", "d3", "d7"):
+        assert not _review10b(name).failures, name
+    # one rank in two spellings is one rank; srun -l's label before torchrun's keeps the local ranks apart
+    for name in ("r13", "r15"):
+        ex = _review10b(name)
+        assert not ex.failures and ex.recovered, name
+    assert [e.kind for e in _review10b("r7").failures] == ["torch_oom"]
+    # sacct's truncated state anywhere in the row, ExitCode before State, Snakemake's status line
+    for name in ("s2", "s3", "s6"):
+        ex = _review10b(name)
+        assert ex.failures[0].kind == "slurm_oom_state" and ex.hypotheses[0].category == "host_oom", name

@@ -161,6 +161,10 @@ def is_mention(line: str, start: int, end: int) -> bool:
     before = line[max(0, start - 80):start]
     if _cjk_general_clause(line, start, end):
         return True
+    if _SHELL_COMMAND.match(line) or _CODE_COMMENT.search(line, 0, start):
+        return True  # a command typed at a prompt (grep's pattern), a C/C++/Go/JS comment ("///< Out of memory")
+    if _TABLE_LITERAL.search(line, max(0, start - 300), start) and _TABLE_LITERAL_END.match(line, end):
+        return True  # the first literal of a struct/table row in code: '{"cudaMalloc failed: out of memory", true},'
     if _ADVICE_BEFORE.search(before) or _line_says_no_failure(line, start, end):
         return True
     if _CONDITIONAL.search(line[max(0, start - 80):end + 30]):
@@ -261,10 +265,15 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
 _SOURCE_LITERAL_LINE = re.compile(r"^\s*(?:[fF][rR]?|[rR][fF])[\"\']|^\s+[rbuRBU]?[\"\'](?=[^\"\'\n]*\{[A-Za-z_][\w.\[\]()]*\})")
 # A string literal tested for membership in code: 'if "out of memory" in str(e):', '"RuntimeError: cuda runtime
 # error (2) : out of memory" in exception.args[0]' (torchtnt's OOM helper; session 10, aa3 dev)
-# Code only: the literal opens the line or follows a keyword or bracket, and the right side is a call or an
-# attribute/index ("in str(e)", "in exception.args[0]"), not prose ('I get "CUDA out of memory" in epoch 2').
-_MEMBERSHIP_TEST = re.compile(r"""(?:^\s*|\b(?:if|elif|and|or|not|assert|return|while|any|all)\s+\(?|[(\[,=]\s*)"""
-                              r"""([\"\'])([^\"\'\n]{1,300})\1\s+(?:not\s+)?in\s+(?:(?:str|repr)\(|[A-Za-z_]\w*(?:[.\[(]|\s*[:)]|\s*$))""")
+# Code only: the literal follows a keyword or an opening bracket, or opens an indented continuation line, and
+# the right side is an expression that ends there ("in str(e):", "in exception.args[0]", "in msg or ...", "in
+# line and not retried:"), not prose ('I get "CUDA out of memory" in epoch 2', '"..." in trainer.py line 120',
+# a quoted error at the start of an unindented line; second review, session 10). A notebook's JSON escapes
+# the quotes (\"...\").
+_MEMBERSHIP_TEST = re.compile(r"""(?:^\s{4,}|\b(?:if|elif|and|or|not|assert|return|while|any|all)\s+\(?|[(\[]\s*)\\?"""
+                              r"""([\"\'])([^\"\'\n]{1,300}?)\\?\1\s+(?:not\s+)?in\s+"""
+                              r"""[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]\n]{0,40}\]|\([^()\n]{0,40}\))*"""
+                              r"""(?=\s*(?:$|[:)\],]|\\n|\b(?:and|or|else|if|for)\b))""")
 # An explainer naming the error as a kind people meet: "a common error encountered is the OutOfMemoryError".
 _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+)?(?:very\s+|most\s+|really\s+)?(?:common|frequent|typical|classic|well[- ]known)\s+"
                                   r"(?:[\w-]+\s+){0,2}?(?:errors?|issues?|problems?|exceptions?|failures?|pitfalls?)\s+(?:that\s+)?"
@@ -286,6 +295,13 @@ _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR
 MODAL_AFTER = re.compile(r"(?i)(?:(?! - | \u2014 )[^.!?;:,\n`\"]){0,40}?\b(?:may|might|can|could|would|should)\b"
                          r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
 _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
+# Session 10 (round aa8/aa9 dev, source code snapshots): a shell prompt's command line, a comment of C-family
+# code (not a URL's "//": a colon precedes it), the first literal of a table row in Go/C/C++ ("{" then a
+# string then ","; a JSON object's first string is a key, followed by ":")
+_SHELL_COMMAND = re.compile(r"^\s*\$ \S")
+_CODE_COMMENT = re.compile(r"(?:^|[\s;{}])(?:///?<?|/\*\*?)\s")
+_TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
+_TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;]*$")
 _KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")

@@ -102,7 +102,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
     # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
-    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)|RMM failure at:?[^\n]{0,200}out of memory|"
+    # (the exception's name as raised or printed, "rmm::out_of_memory: ..." / "instance of 'rmm::out_of_memory'",
+    # not a type in code: "<rmm::out_of_memory>", "RMM_FAIL(msg, rmm::out_of_memory);"; session 10, aa8 dev)
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)(?=[:'\"]|\s*$)|RMM failure at:?[^\n]{0,200}out of memory|"
                 r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory)"
                 # RMM before out_of_memory existed: RMM_FAIL("Maximum pool size exceeded", rmm::bad_alloc)
                 r"|RMM failure at:?[^\n]{0,200}?(?:Maximum pool size exceeded|Exceeded memory limit))"),
@@ -143,8 +145,11 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # "JobState=OUT_OF_MEMORY", the mail's "Failed, Run time 01:10:40, OUT_OF_MEMORY"; not the state's name in docs
     # ("OUT_OF_MEMORY  OOM  Job experienced out of memory error"). Its own kind: Slurm tutorials show this output,
     # so the documentation gate judges it (rank.DOCS_WEAK_KINDS; review, session 10).
-    ("slurm_oom_state", r"\bState: OUT_OF_MEMORY\b|\bJobState=OUT_OF_MEMORY\b|\bOUT_OF_ME(?:MORY|\+)\s+\d+:\d+\b|"
-                        r"\|OUT_OF_MEMORY\|\d+:\d+\b|\bRun time [\d:-]+, OUT_OF_MEMORY\b"),
+    # (sacct's column truncation "OUT_OF_ME+" is its output wherever the column stands; Snakemake's "SLURM status
+    # is: 'OUT_OF_MEMORY'"; second review, session 10)
+    ("slurm_oom_state", r"\bState: OUT_OF_MEMORY\b|\bJobState=OUT_OF_MEMORY\b|\bOUT_OF_ME\+|\bOUT_OF_MEMORY\s+\d+:\d+\b|"
+                        r"\d+:\d+\s+OUT_OF_MEMORY\b|\|OUT_OF_MEMORY\|\d+:\d+\b|\bRun time [\d:-]+, OUT_OF_MEMORY\b|"
+                        r"SLURM status is:? ?[\"']?OUT_OF_MEMORY\b"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
     # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
     ("k8s_evicted", r"low on resource: memory"),
@@ -370,7 +375,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          # Chinese: (video) memory keeps / steadily / more and more increasing ("显存会一直增加到爆了";
                          # session 10, the text-only expert reading of dev reports)
                          # (a growth verb, not a level: "显存一直大于20G" / "持续高位" is none; not negated: review, session 10)
-                         r"|(?:显存|内存)[^。！？\n]{0,12}?(?<!没有)(?<!没)(?<!不)(?:(?:一直|不断|持续|逐渐|慢慢)在?(?:增加|增长|上涨|上升|变大|升高)|越来越(?:多|大|高))"),
+                         r"|(?:显存|内存)[^。！？\n不没未非]{0,12}?(?:(?:一直|不断|持续|逐渐|慢慢|不停)(?:在|地|不停地?)?(?:往上)?(?:增加|增长|增大|上涨|涨|上升|变大|升高)|越来越(?:多|大|高))"),
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"
@@ -477,7 +482,7 @@ MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction"}  # a s
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
 } | {
-    "一直".encode(), "不断".encode(), "持续".encode(), "逐渐".encode(), "慢慢".encode(), "越来越".encode(),
+    "一直".encode(), "不断".encode(), "持续".encode(), "逐渐".encode(), "慢慢".encode(), "越来越".encode(), "不停".encode(),
     b"ncreas", b"NCREAS", b"grow", b"Grow", b"climb", b"Climb", b"keep", b"Keep", b"rise", b"rising", b"Rising",
     b"ccumulat", b"from ", b"From ", b"alloon", b"iling up", b"iles up", b"ile up", b"reeps", b"reep up", b"goes down",
     b"released", b"freed", b"cleared", b"xtra ", b"leftover", b"zombie", b"rphan", b"other ", b"revious ", b"econd ", b"ackground ",

@@ -143,13 +143,23 @@ _SRUN_LABEL = re.compile(r"^\s*\d{1,4}:(?=\s)")
 
 
 def _who(line: str) -> str:
-    mpi = _MPI_WHO.match(line)
-    if mpi:
-        return "rank" + mpi.group(1)
-    who = _WHO.match(line)
-    if who is None or (who.group(0).strip()[:1].isdigit() and not _SRUN_LABEL.match(line)):
-        return ""
-    return re.sub(r"\s+", "", who.group(0)).rstrip(":|")
+    """The launcher prefixes in front of a line, in order and normalised ("[rank: 0]" and "[rank0]:" are one
+    rank; srun -l's "0: " before torchrun's "[default3]:" keeps both); "" where there is none."""
+    parts: list[str] = []
+    pos = 0
+    for _ in range(3):
+        rest = line[pos:]
+        mpi = _MPI_WHO.match(rest)
+        who = None if mpi else _WHO.match(rest)
+        if mpi:
+            parts.append("rank" + mpi.group(1))
+            pos += mpi.end()
+        elif who is not None and (not who.group(0).strip()[:1].isdigit() or _SRUN_LABEL.match(rest)):
+            parts.append(re.sub(r"[^a-z0-9]", "", who.group(0).lower()))
+            pos += who.end()
+        else:
+            break
+    return "|".join(parts)
 
 
 def _covers(m: OomEvent, e: OomEvent) -> bool:

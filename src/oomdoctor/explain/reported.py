@@ -61,7 +61,10 @@ _IGNORED_TB = re.compile(r"^Exception ignored in\b[^\n]*\s*\n\Z", re.M)
 _TRIPLE_QUOTE = re.compile(r'"""|\'\'\'')
 # the line a docstring follows: a def or class header, or the close of a def's wrapped signature ("    ) -> None:");
 # a triple quote anywhere else (a fence around a pasted error, a prompt template cut mid-string) opens nothing
-_DEF_LINE = re.compile(r"^\s*(?:(?:async\s+)?def\s|class\s)[^#\n]*:\s*$|^\s*\)(?:\s*->\s*[^:\n]+)?:\s*$")
+_DEF_LINE = re.compile(r"^\s*(?:(?:async\s+)?def\s|class\s)[^#\n]*:\s*(?:#[^\n]*)?$"
+                       # the end of a wrapped signature: "    ) -> None:", "            attention_mask=None):"
+                       r"|^\s*\)(?:\s*->\s*[^:\n]+)?:\s*$|^\s+[\w=.,*\[\]\s:|'\"]*\)(?:\s*->\s*[^:\n]+)?:\s*(?:#[^\n]*)?$")
+_DOC_OPEN = re.compile(r'[rRuU]?(?:"""|\'\'\')')
 # A program's guess, asked ("was sent SIGKILL! Perhaps out of memory?", gunicorn for any SIGKILL of a
 # worker): where the scanner found no failure line in it, the guess alone reports none.
 _GUESS = re.compile(r"(?i)\b(?:perhaps|maybe|possibly|probably)\b[^.!?\n]{0,80}\?")
@@ -147,8 +150,8 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
             was_doc = in_doc
             odd = bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
             if in_doc:
-                in_doc = not odd
-            elif odd and _DEF_LINE.match(prev) and _TRIPLE_QUOTE.match(line.lstrip()):
+                in_doc = not odd and not line.lstrip().startswith("```")  # a fence ends a pasted, cut docstring
+            elif odd and _DEF_LINE.match(prev) and _DOC_OPEN.match(line.lstrip()):
                 in_doc = True
             if first + i <= after.get(source, -1) or was_doc:
                 prev = line[:_MAX_LINE].rstrip()
