@@ -1470,3 +1470,24 @@ def test_session10_second_review() -> None:
     for name in ("s2", "s3", "s6"):
         ex = _review10b(name)
         assert ex.failures[0].kind == "slurm_oom_state" and ex.hypotheses[0].category == "host_oom", name
+
+
+def test_session10_source_snapshot_shapes() -> None:
+    # source code from repository snapshots (rounds aa8/aa9, dev): identifiers and literals of code, comments,
+    # commands at a prompt are no failures
+    for line in ("        cuMemAllocResult  = CUDA_ERROR_OUT_OF_MEMORY;", "\t\tc.State.OOMKilled = true", "      OOMKilled:",
+                 "  always_throw_memory_resource<rmm::out_of_memory> oom_mr;",
+                 "      RMM_FAIL(msg.c_str(), rmm::out_of_memory);",
+                 "    HIPRTC_ERROR_OUT_OF_MEMORY = 1,  ///< Out of memory",
+                 '\t\t{"cudaMalloc failed: out of memory", true},',
+                 '$ grep -rn -E "oom-kill|Killed process|out of memory|OOM" --include=*.go .'):
+        assert classify_line(line) is None, line
+    assert not explain_text(['      auto const msg = std::string("Maximum pool size exceeded (failed to allocate ") +']).failures
+    # ... while the same words as programs print them stay failures
+    for line, kind in (("RuntimeError: rmm::out_of_memory: RMM failure at:/rmm/mr/device/cuda_memory_resource.hpp:70: "
+                        "out of memory", "rmm_oom"),
+                       ("    Reason:       OOMKilled", "k8s_oomkilled"),
+                       ('{"level":"error","msg":"cudaMalloc failed: out of memory"}', "generic_oom"),
+                       ("2018-07-10 18:02:33.100000: E tensorflow/stream_executor/cuda/cuda_driver.cc:903] failed to "
+                        "allocate 10.76G (11550726144 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY", "tf_oom")):
+        assert classify_line(line) == kind, line

@@ -161,6 +161,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
     before = line[max(0, start - 80):start]
     if _cjk_general_clause(line, start, end):
         return True
+    if _identifier_in_code(line, start, end):
+        return True  # 'cuMemAllocResult = CUDA_ERROR_OUT_OF_MEMORY;', 'c.State.OOMKilled = true', a schema's "OOMKilled:"
     if _SHELL_COMMAND.match(line) or _CODE_COMMENT.search(line, 0, start):
         return True  # a command typed at a prompt (grep's pattern), a C/C++/Go/JS comment ("///< Out of memory")
     if _TABLE_LITERAL.search(line, max(0, start - 300), start) and _TABLE_LITERAL_END.match(line, end):
@@ -257,7 +259,10 @@ _STRING_ASSIGNED = re.compile(r"\b[A-Za-z_]\w*(?:\s*=\s*[rbfuRBFU]?(?:\"\"\"|\'\
                               # (a test's fixture; dev benign t5_torchtnt_test_oom_source)
                               # (spaced as code: logfmt's 'err=RuntimeError("...")' and asyncio's 'exception=OutOfMemoryError(...)'
                               # report the failure)
-                              r"|\b[A-Za-z_]\w* = [\w.]*(?:Error|Exception)\(\s*[rbfuRBFU]?[\"\'][^\"\'\n]*$")
+                              r"|\b[A-Za-z_]\w* = [\w.]*(?:Error|Exception)\(\s*[rbfuRBFU]?[\"\'][^\"\'\n]*$"
+                              # a message built in C++/Go code: 'auto const msg = std::string("Maximum pool size exceeded
+                              # (failed to allocate "', 'err := errors.New("out of memory")' (session 10, aa8 dev)
+                              r"|\b[A-Za-z_]\w*\s*:?= (?:std::string|fmt\.Sprintf|fmt\.Errorf|errors\.New)\(\s*\"[^\"\n]*$")
 # A continuation line of source code that is a string literal: '                f"Not enough memory to handle
 # {len(batch.input_ids)} prefill tokens. "' (an f-string, or an indented literal with a {name}
 # placeholder). A plain indented quoted message is not enough: a JSON array or a notebook's "traceback"
@@ -299,6 +304,18 @@ _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 # code (not a URL's "//": a colon precedes it), the first literal of a table row in Go/C/C++ ("{" then a
 # string then ","; a JSON object's first string is a key, followed by ":")
 _SHELL_COMMAND = re.compile(r"^\s*\$ \S")
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w:]*")
+
+
+def _identifier_in_code(line: str, start: int, end: int) -> bool:
+    """The match is one identifier (a constant, a type, a field) in a line of code: a C-family statement
+    (the line ends with ";"), a field access ("c.State.OOMKilled"), or a key that a schema defines
+    ("      OOMKilled:" alone on its line). A log prints the constant inside a sentence or after a colon."""
+    if not _IDENTIFIER.fullmatch(line, start, end):
+        return False
+    tail = line[end:].rstrip()
+    return (line.rstrip().endswith(";") or (start > 0 and line[start - 1] == "." and line[start - 2:start - 1].isalnum())
+            or (tail == ":" and line[:start].strip() == "" and start > 0))
 _CODE_COMMENT = re.compile(r"(?:^|[\s;{}])(?:///?<?|/\*\*?)\s")
 _TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
 _TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
