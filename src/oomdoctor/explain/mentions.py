@@ -314,8 +314,9 @@ def _identifier_in_code(line: str, start: int, end: int) -> bool:
     if not _IDENTIFIER.fullmatch(line, start, end):
         return False
     tail = line[end:].rstrip()
-    return (line.rstrip().endswith(";") or (start > 0 and line[start - 1] == "." and line[start - 2:start - 1].isalnum())
-            or (tail == ":" and line[:start].strip() == "" and start > 0))
+    # (a field assigned or compared, not a raised exception's qualified name: "numpy.core._exceptions._ArrayMemoryError: ...")
+    field = start > 1 and line[start - 1] == "." and line[start - 2].isalnum() and re.match(r"\s*(?:[=!<>]=?|\)|,|$)", tail) is not None
+    return line.rstrip().endswith(";") or field or (tail == ":" and line[:start].strip() == "" and start > 0)
 _CODE_COMMENT = re.compile(r"(?:^|[\s;{}])(?:///?<?|/\*\*?)\s")
 _TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
 _TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
