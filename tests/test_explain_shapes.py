@@ -1491,3 +1491,28 @@ def test_session10_source_snapshot_shapes() -> None:
                        ("2018-07-10 18:02:33.100000: E tensorflow/stream_executor/cuda/cuda_driver.cc:903] failed to "
                         "allocate 10.76G (11550726144 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY", "tf_oom")):
         assert classify_line(line) == kind, line
+
+
+_REVIEW10C = Path(__file__).parent / "fixtures" / "review10c"
+
+
+def _review10c(name: str):
+    return explain_text((_REVIEW10C / f"{name}.log").read_text(encoding="utf-8").splitlines())
+
+
+def test_session10_third_review_real_failures_stay_failures() -> None:
+    # the third independent review of session 10: the code-shape rules must not hide what programs print
+    for name, kind in (("a01_rmm_terminate", "rmm_oom"), ("a02_rmm_bracket", "rmm_oom"), ("a04_rmm_paren", "rmm_oom"),
+                       ("a05_rmm_html", "rmm_oom"), ("a07_rmm_comma", "rmm_oom"), ("a06_torch_dollar", "host_alloc"),
+                       ("a11_semicolon_k8s", "k8s_oomkilled"), ("a15_slashes_sep", "torch_oom"),
+                       ("b02_ort_cudnn", "cublas_cudnn"), ("b04_tf_primaryctx", "cuda_driver_oom"),
+                       ("b17_cudnn_status_semicolon", "cublas_cudnn")):
+        assert kind in [e.kind for e in _review10c(name).failures], name
+    # the same process with a longer or shorter launcher prefix; two local ranks behind one srun task label
+    for name in ("w01_srun_rank_mixed", "w06_pid_ip"):
+        ex = _review10c(name)
+        assert not ex.failures and ex.recovered, name
+    assert [e.kind for e in _review10c("w02_srun_diff_default").failures] == ["torch_oom"]
+    # C++ code stays a mention
+    for line in ("                throw rmm::out_of_memory(res.second);", "  catch (rmm::out_of_memory const& e) {"):
+        assert classify_line(line) is None, line

@@ -39,6 +39,8 @@ _ADVICE_BEFORE = re.compile(
     r"|\b(?:that|which)\s+(?:\w+\s+){0,3}?(?:lead|leads|cause|causes|result|results|trigger|triggers)\s+(?:to\s+|in\s+)?(?:an?\s+)?(?:CUDA\s+|GPU\s+)?"
     # source code quoted by grep or docs: the message is an argument, not something that happened
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
+    # C++ code: "throw rmm::out_of_memory(...)", "catch (...)" (not CNTK's log "About to throw exception '...'")
+    r"|(?-i:\b(?:throw\s+[\w:]+\(|catch\s*\()[^\n]{0,60})"
     # a class definition: "class OutOfMemoryError(MemoryError):" (CuPy's memory.pyx; session 10, aa3 dev)
     r"|(?-i:^\s*(?:cdef\s+|cpdef\s+)?class\s+\w+\s*\([^\n]{0,60})"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
@@ -303,8 +305,10 @@ _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 # Session 10 (round aa8/aa9 dev, source code snapshots): a shell prompt's command line, a comment of C-family
 # code (not a URL's "//": a colon precedes it), the first literal of a table row in Go/C/C++ ("{" then a
 # string then ","; a JSON object's first string is a key, followed by ":")
-_SHELL_COMMAND = re.compile(r"^\s*\$ \S")
+# (not TH's own "$ Torch: not enough memory: ..." : a "$ Word:" opens a message; third review, session 10)
+_SHELL_COMMAND = re.compile(r"^\s*\$ (?![A-Z][\w ]{0,20}:)\S")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w:]*")
+_CODE_BEFORE = re.compile(r"(?: = |\(|, |\breturn |\bcase )\s*$")
 
 
 def _identifier_in_code(line: str, start: int, end: int) -> bool:
@@ -315,9 +319,15 @@ def _identifier_in_code(line: str, start: int, end: int) -> bool:
         return False
     tail = line[end:].rstrip()
     # (a field assigned or compared, not a raised exception's qualified name: "numpy.core._exceptions._ArrayMemoryError: ...")
-    field = start > 1 and line[start - 1] == "." and line[start - 2].isalnum() and re.match(r"\s*(?:[=!<>]=?|\)|,|$)", tail) is not None
-    return line.rstrip().endswith(";") or field or (tail == ":" and line[:start].strip() == "" and start > 0)
-_CODE_COMMENT = re.compile(r"(?:^|[\s;{}])(?:///?<?|/\*\*?)\s")
+    field = start > 1 and line[start - 1] == "." and line[start - 2].isalnum() and re.match(r"\s*(?:[=!<>]=?|\)|,)", tail) is not None
+    # a statement: the identifier is assigned, passed or returned, spaced as code ("x = CONST;", "f(CONST);"), not a
+    # log's "...: CUDA_ERROR_OUT_OF_MEMORY;" or ONNX Runtime's "failure 3: CUBLAS_STATUS_ALLOC_FAILED ; GPU=0 ; ...;"
+    # nor logfmt's "reason=OOMKilled;" (third review, session 10)
+    statement = line.rstrip().endswith(";") and _CODE_BEFORE.search(line, max(0, start - 40), start) is not None
+    return statement or field or (tail == ":" and line[:start].strip() == "" and start > 0)
+# (at the line's start or after a statement's end, or a member's doxygen "///<" anywhere; not "train // epoch 3
+# // step 1200 // RuntimeError: ..." used as a separator in a log: third review, session 10)
+_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<")
 _TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
 _TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")

@@ -102,9 +102,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # RAPIDS RMM (cuDF, cuML, Spark RAPIDS): rmm::out_of_memory / "Device allocation of N bytes failed".
     # RMM's out_of_memory is a std::bad_alloc whose text names CUDA: "std::bad_alloc: out_of_memory: CUDA error at:
     # .../cuda_memory_resource.hpp" (device memory, not the host's; session 9, round z2)
-    # (the exception's name as raised or printed, "rmm::out_of_memory: ..." / "instance of 'rmm::out_of_memory'",
-    # not a type in code: "<rmm::out_of_memory>", "RMM_FAIL(msg, rmm::out_of_memory);"; session 10, aa8 dev)
-    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)(?=[:'\"]|\s*$)|RMM failure at:?[^\n]{0,200}out of memory|"
+    # (the exception's name as raised or printed, not a type in code: "<rmm::out_of_memory>", "RMM_FAIL(msg,
+    # rmm::out_of_memory);", "catch (rmm::out_of_memory const& e)"; session 10, aa8 dev, and its third review)
+    ("rmm_oom", r"rmm::(?:bad_alloc|out_of_memory)(?!\s*(?:>|\(|&(?![#\w])|const\b|\)\s*;))|RMM failure at:?[^\n]{0,200}out of memory|"
                 r"std::bad_alloc: (?:out_of_memory: (?:CUDA error|RMM failure)|CUDA error at:?[^\n]{0,200}?(?:cudaErrorMemoryAllocation|out of memory)"
                 # RMM before out_of_memory existed: RMM_FAIL("Maximum pool size exceeded", rmm::bad_alloc)
                 r"|RMM failure at:?[^\n]{0,200}?(?:Maximum pool size exceeded|Exceeded memory limit))"),
@@ -375,7 +375,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          # Chinese: (video) memory keeps / steadily / more and more increasing ("显存会一直增加到爆了";
                          # session 10, the text-only expert reading of dev reports)
                          # (a growth verb, not a level: "显存一直大于20G" / "持续高位" is none; not negated: review, session 10)
-                         r"|(?:显存|内存)[^。！？\n不没未非]{0,12}?(?:(?:一直|不断|持续|逐渐|慢慢|不停)(?:在|地|不停地?)?(?:往上)?(?:增加|增长|增大|上涨|涨|上升|变大|升高)|越来越(?:多|大|高))"),
+                         r"|(?:显存|内存)(?:(?!不会|不是|不再|并不|并非|没|未)[^。！？\n]){0,12}?(?:(?:一直|不断|持续|逐渐|慢慢|不停)(?:在|地|不停地?)?(?:往上)?(?:增加|增长|增大|上涨|涨|上升|变大|升高)|越来越(?:多|大|高))"),
     # What people write when memory belongs to someone else: memory not released by an earlier run,
     # leftover/zombie processes, every worker or rank landing on GPU 0.
     "other_holder": re.compile(r"(?i)\b(?:memory (?:is |was |were |are )?(?:still )?not (?:being )?(?:released|freed)|"

@@ -155,7 +155,9 @@ def _who(line: str) -> str:
             parts.append("rank" + mpi.group(1))
             pos += mpi.end()
         elif who is not None and (not who.group(0).strip()[:1].isdigit() or _SRUN_LABEL.match(rest)):
-            parts.append(re.sub(r"[^a-z0-9]", "", who.group(0).lower()))
+            label = re.sub(r"[^a-z0-9]", "", who.group(0).lower())
+            pid = re.match(r"pid\d+", label)  # Ray's "(pid=4242, ip=10.0.0.5)" and "(pid=4242)": one process
+            parts.append(pid.group(0) if pid else label)
             pos += who.end()
         else:
             break
@@ -166,7 +168,8 @@ def _covers(m: OomEvent, e: OomEvent) -> bool:
     """A recovery line can speak for this OOM: not another rank's or process's line (both prefixed, differently),
     and not an allocator's retry count beside an OOM that was raised."""
     mw, ew = _who(m.text), _who(e.text)
-    if mw and ew and mw != ew:
+    # (one chain may be shorter: srun -l's "0: " alone is still that task's line; third review, session 10)
+    if mw and ew and not (mw + "|").startswith(ew + "|") and not (ew + "|").startswith(mw + "|"):
         return False
     return not (_ALLOCATOR_RETRIES.search(m.text) and ("traceback_line" in e.details or _RAISED.search(e.text)))
 
