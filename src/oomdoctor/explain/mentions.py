@@ -302,34 +302,36 @@ _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR
 MODAL_AFTER = re.compile(r"(?i)(?:(?! - | \u2014 )[^.!?;:,\n`\"]){0,40}?\b(?:may|might|can|could|would|should)\b"
                          r"(?!['\u2019]t| not| be (?:due|caused|because|related))")
 _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
-# Session 10 (round aa8/aa9 dev, source code snapshots): a shell prompt's command line, a comment of C-family
-# code (not a URL's "//": a colon precedes it), the first literal of a table row in Go/C/C++ ("{" then a
-# string then ","; a JSON object's first string is a key, followed by ":")
-# (not TH's own "$ Torch: not enough memory: ..." : a "$ Word:" opens a message; third review, session 10)
+# Session 10 (rounds aa8/aa9 dev, source files of repository snapshots, and the third review of them):
+# - a command typed at a shell prompt (grep's pattern), not TH's own "$ Torch: not enough memory: ..." (a
+#   "$ Word:" opens a message);
+# - a C-family comment at the line's start or after a statement's end, or a member's doxygen "///<" anywhere;
+#   not a URL's "//", nor "train // epoch 3 // step 1200 // RuntimeError: ..." used as a separator in a log;
+# - the first literal of a table row in Go/C/C++ code ("{" then a string then ","; a JSON object's first
+#   string is a key, followed by ":").
 _SHELL_COMMAND = re.compile(r"^\s*\$ (?![A-Z][\w ]{0,20}:)\S")
+_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<")
+_TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
+_TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w:]*")
+# what code puts before a value in a statement: "x = CONST;", "f(CONST);", "g(a, CONST);", "return CONST;"
 _CODE_BEFORE = re.compile(r"(?: = |\(|, |\breturn |\bcase )\s*$")
+# what follows a field that code assigns, compares or passes: "c.State.OOMKilled = true", "(s.OOMKilled)"
+_FIELD_USE = re.compile(r"\s*(?:[=!<>]=?|\)|,)")
 
 
 def _identifier_in_code(line: str, start: int, end: int) -> bool:
     """The match is one identifier (a constant, a type, a field) in a line of code: a C-family statement
-    (the line ends with ";"), a field access ("c.State.OOMKilled"), or a key that a schema defines
-    ("      OOMKilled:" alone on its line). A log prints the constant inside a sentence or after a colon."""
+    spaced as code, a field access, or a key that a schema defines ("      OOMKilled:" alone on its line).
+    A log prints the constant after a colon ("...: CUDA_ERROR_OUT_OF_MEMORY;", ONNX Runtime's "failure 3:
+    CUBLAS_STATUS_ALLOC_FAILED ; GPU=0 ; ...;", logfmt's "reason=OOMKilled;"), and a raised exception's
+    qualified name ends in a colon ("numpy.core._exceptions._ArrayMemoryError: ...")."""
     if not _IDENTIFIER.fullmatch(line, start, end):
         return False
     tail = line[end:].rstrip()
-    # (a field assigned or compared, not a raised exception's qualified name: "numpy.core._exceptions._ArrayMemoryError: ...")
-    field = start > 1 and line[start - 1] == "." and line[start - 2].isalnum() and re.match(r"\s*(?:[=!<>]=?|\)|,)", tail) is not None
-    # a statement: the identifier is assigned, passed or returned, spaced as code ("x = CONST;", "f(CONST);"), not a
-    # log's "...: CUDA_ERROR_OUT_OF_MEMORY;" or ONNX Runtime's "failure 3: CUBLAS_STATUS_ALLOC_FAILED ; GPU=0 ; ...;"
-    # nor logfmt's "reason=OOMKilled;" (third review, session 10)
     statement = line.rstrip().endswith(";") and _CODE_BEFORE.search(line, max(0, start - 40), start) is not None
+    field = start > 1 and line[start - 1] == "." and line[start - 2].isalnum() and _FIELD_USE.match(tail) is not None
     return statement or field or (tail == ":" and line[:start].strip() == "" and start > 0)
-# (at the line's start or after a statement's end, or a member's doxygen "///<" anywhere; not "train // epoch 3
-# // step 1200 // RuntimeError: ..." used as a separator in a log: third review, session 10)
-_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<")
-_TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
-_TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _HEDGE = re.compile(r"(?i)\b(?:if|can|may|might|could|should|would|until)\b")
 _IF_CLAUSE = re.compile(r"(?i)(?:^|[.!?;]\s+|\b)(?:if|when(?:ever)?|in case|unless|once)\b[^.!?;]*$")
 _KIND_PLURAL = re.compile(r"(?i)\s*(?:errors|exceptions|issues|problems|messages|failures)\b")

@@ -410,11 +410,9 @@ def _incident(ev: OomEvent, events: list[OomEvent]) -> bool:
     """The error the later ones follow from: a sticky program error (_sticky), unless the driver failed before
     it, then that driver error ("CUDA driver version is insufficient for CUDA runtime version", then an
     illegal address: nothing on the GPU could work; session 10)."""
-    def driver_before(e: OomEvent) -> bool:
-        return any(d.kind == "driver_error" and d.source == e.source and d.line < e.line for d in events)
     if ev.kind == "driver_error":
         return any(_sticky(e) and e.source == ev.source and e.line > ev.line for e in events)
-    return _sticky(ev) and not driver_before(ev)
+    return _sticky(ev) and not any(d.kind == "driver_error" and d.source == ev.source and d.line < ev.line for d in events)
 
 
 def _merge(into: Board, b: Board, w: float) -> None:

@@ -135,9 +135,10 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
 # worked): a step that went on. It catches nothing, so an OOM raised as an exception near it (another rank's,
 # printed in the same log) is not recovered by it (review-2 residual, session 9).
 _ALLOCATOR_RETRIES = re.compile(r"pytorch allocator cache flushes since last step")
-# mpirun/Horovod's "[1,0]<stderr>:" in front of each line: whose line it is (with _WHO's rank prefixes)
-# (Horovod's gloo launcher: "[1]<stderr>:")
+# mpirun/Horovod's "[1,0]<stderr>:" (gloo: "[1]<stderr>:") in front of each line: whose line it is, with
+# _WHO's rank prefixes
 _MPI_WHO = re.compile(r"^\s*\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+_RAY_PID = re.compile(r"pid\d+")  # Ray's "(pid=4242, ip=10.0.0.5)" and "(pid=4242)": one process
 # srun -l's task label ("0: ..."), not a grep -n line number ("1412:WARNING") or a clock ("10:59:59")
 _SRUN_LABEL = re.compile(r"^\s*\d{1,4}:(?=\s)")
 
@@ -156,7 +157,7 @@ def _who(line: str) -> str:
             pos += mpi.end()
         elif who is not None and (not who.group(0).strip()[:1].isdigit() or _SRUN_LABEL.match(rest)):
             label = re.sub(r"[^a-z0-9]", "", who.group(0).lower())
-            pid = re.match(r"pid\d+", label)  # Ray's "(pid=4242, ip=10.0.0.5)" and "(pid=4242)": one process
+            pid = _RAY_PID.match(label)
             parts.append(pid.group(0) if pid else label)
             pos += who.end()
         else:
