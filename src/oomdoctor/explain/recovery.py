@@ -73,10 +73,40 @@ _WHO = re.compile(r"^\s*(?:\[(?:rank|default|worker|pid|GPU|gpu|cuda|TP|DP|PP)[^
 _NOT_LOOP = re.compile(r"^\s*(?:\$ |PS [^>]*>|>>> |% )|\b(?:GET|POST|PUT|HTTP/\d)\b|\|\s*[45]\d\d\s*\|")
 
 
+# mpirun/Horovod's "[1,0]<stderr>:" (gloo: "[1]<stderr>:") in front of each line: whose line it is, with
+# _WHO's rank prefixes
+_MPI_WHO = re.compile(r"^\s*\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+_RAY_PID = re.compile(r"pid\d+")  # Ray's "(pid=4242, ip=10.0.0.5)" and "(pid=4242)": one process
+# srun -l's task label ("0: ..."), not a grep -n line number ("1412:WARNING") or a clock ("10:59:59")
+_SRUN_LABEL = re.compile(r"^\s*\d{1,4}:(?=\s)")
+
+
+def _prefix(line: str) -> tuple[str, int]:
+    """Whose line it is: the launcher prefixes in front of it, in order and normalised ("[rank: 0]" and
+    "[rank0]:" are one rank; srun -l's "0: " before torchrun's "[default3]:" keeps both; "" where there is
+    none), and where the line's own text starts."""
+    parts: list[str] = []
+    pos = 0
+    for _ in range(3):
+        rest = line[pos:]
+        mpi = _MPI_WHO.match(rest)
+        who = None if mpi else _WHO.match(rest)
+        if mpi:
+            parts.append("rank" + mpi.group(1))
+            pos += mpi.end()
+        elif who is not None and (not who.group(0).strip()[:1].isdigit() or _SRUN_LABEL.match(rest)):
+            label = re.sub(r"[^a-z0-9]", "", who.group(0).lower())
+            pid = _RAY_PID.match(label)
+            parts.append(pid.group(0) if pid else label)
+            pos += who.end()
+        else:
+            break
+    return "/".join(parts), pos
+
+
 def _loop_shape(line: str) -> str:
-    who = _WHO.match(line)
-    head = who.group(0).strip() if who else ""
-    return head + "|" + _DIGITS_RUN.sub("#", line[who.end() if who else 0:].strip())
+    head, start = _prefix(line)
+    return head + "|" + _DIGITS_RUN.sub("#", line[start:].strip())
 
 
 def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
@@ -93,8 +123,7 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     got = _around(e, scan, e.line, e.line + n)
     if got is None:
         return False
-    who = _WHO.match(e.text)
-    own = who.group(0).strip() if who else ""
+    own = _prefix(e.text)[0]
     before = {_loop_shape(ln) for ln in got[0][-LOOP_LINES:]}
     for ln in got[1][:LOOP_LINES]:
         if _LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln):
@@ -135,42 +164,12 @@ def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after
 # worked): a step that went on. It catches nothing, so an OOM raised as an exception near it (another rank's,
 # printed in the same log) is not recovered by it (review-2 residual, session 9).
 _ALLOCATOR_RETRIES = re.compile(r"pytorch allocator cache flushes since last step")
-# mpirun/Horovod's "[1,0]<stderr>:" (gloo: "[1]<stderr>:") in front of each line: whose line it is, with
-# _WHO's rank prefixes
-_MPI_WHO = re.compile(r"^\s*\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
-_RAY_PID = re.compile(r"pid\d+")  # Ray's "(pid=4242, ip=10.0.0.5)" and "(pid=4242)": one process
-# srun -l's task label ("0: ..."), not a grep -n line number ("1412:WARNING") or a clock ("10:59:59")
-_SRUN_LABEL = re.compile(r"^\s*\d{1,4}:(?=\s)")
-
-
-def _who(line: str) -> str:
-    """The launcher prefixes in front of a line, in order and normalised ("[rank: 0]" and "[rank0]:" are one
-    rank; srun -l's "0: " before torchrun's "[default3]:" keeps both); "" where there is none."""
-    parts: list[str] = []
-    pos = 0
-    for _ in range(3):
-        rest = line[pos:]
-        mpi = _MPI_WHO.match(rest)
-        who = None if mpi else _WHO.match(rest)
-        if mpi:
-            parts.append("rank" + mpi.group(1))
-            pos += mpi.end()
-        elif who is not None and (not who.group(0).strip()[:1].isdigit() or _SRUN_LABEL.match(rest)):
-            label = re.sub(r"[^a-z0-9]", "", who.group(0).lower())
-            pid = _RAY_PID.match(label)
-            parts.append(pid.group(0) if pid else label)
-            pos += who.end()
-        else:
-            break
-    return "|".join(parts)
-
-
 def _covers(m: OomEvent, e: OomEvent) -> bool:
     """A recovery line can speak for this OOM: not another rank's or process's line (both prefixed, differently),
     and not an allocator's retry count beside an OOM that was raised."""
-    mw, ew = _who(m.text), _who(e.text)
+    mw, ew = _prefix(m.text)[0], _prefix(e.text)[0]
     # (one chain may be shorter: srun -l's "0: " alone is still that task's line; third review, session 10)
-    if mw and ew and not (mw + "|").startswith(ew + "|") and not (ew + "|").startswith(mw + "|"):
+    if mw and ew and not (mw + "/").startswith(ew + "/") and not (ew + "/").startswith(mw + "/"):
         return False
     return not (_ALLOCATOR_RETRIES.search(m.text) and ("traceback_line" in e.details or _RAISED.search(e.text)))
 

@@ -50,10 +50,9 @@ LEANING_WORD = re.compile("|".join(f"(?:{p.pattern.removeprefix('(?i)')})" for p
 _MAX_LINE = 2000
 # What a definition says before "exceeded": "The OUT_OF_MEMORY state indicates the job exceeded its memory limit."
 _DEFINES_BEFORE = re.compile(r"(?i)\b(?:indicates?|means?|denotes?|signals?|signifies)\b[^.!?\n]{0,60}$")
-# A traceback the program printed and handled (interpreter shutdown, a thread's, a server's request); after
-# recovery lines it is not the job's failure (second review, session 9: Lightning's finder, then DataLoader's
-# "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>" at exit)
-_HANDLED_TB = re.compile(r"(?:Exception ignored in\b[^\n]*|Exception in thread\b[^\n]*|^Thread [\w-]+:|Exception in ASGI application)\s*\n\Z", re.M)
+# A traceback the program printed and handled (a thread's, a server's request); after recovery lines it is not
+# the job's failure (second review, session 9). Python's "Exception ignored in" is never one: _IGNORED_TB.
+_HANDLED_TB = re.compile(r"(?:Exception in thread\b[^\n]*|^Thread [\w-]+:|Exception in ASGI application)\s*\n\Z", re.M)
 # Python's report of an exception it swallowed (in __del__, a weakref callback, at interpreter exit) and went
 # on from: never the job's failure, markers or not (a healthy run ending in DataLoader's
 # "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ ...>"; review-2 residual, session 9)

@@ -26,6 +26,17 @@ _HOST_MEMORY = re.compile(r"(?i)\b(?:(?:system|host|cpu|physical) (?:memory|ram)
                           r"|^\W{0,4}memory limit exceeded \(\d|\bmemory limit of \d+(?:\.\d+)? ?[KMGT](?:i?B)? exceeded with \d")
 _GPU_MEMORY = re.compile(r"(?i)\b(?:vram|gpu|cuda|device memory|graphics)\b|显存")
 
+# Host-side failures that name their cause: (weight, evidence) for host_oom.
+_HOST_FAILURES: dict[str, tuple[float, str]] = {
+    "kernel_oom": (3.5, "the kernel OOM killer killed a process (host or cgroup RAM exhausted)"),
+    "slurm_oom_state": (3.5, "Slurm ended the job OUT_OF_MEMORY: the cgroup OOM killer killed a task (the job's host RAM "
+                             "limit, --mem)"),
+    "k8s_oomkilled": (3.5, "Kubernetes reports OOMKilled: the container hit its memory limit"),
+    "k8s_evicted": (3.2, "the kubelet evicted the pod because the node ran low on memory"),
+    "ray_oom": (3.0, "Ray's memory monitor killed the task: the node ran low on RAM"),
+    "host_alloc": (2.6, "a host (CPU) allocation failed"),
+}
+
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
 
@@ -184,15 +195,9 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
               "host or the container's cgroup [PTDL]", HOST_FIX)
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit (env-facts §6)", SHM_FIX)
-    elif k in ("kernel_oom", "slurm_oom_state", "k8s_oomkilled", "ray_oom", "host_alloc", "k8s_evicted"):
-        w = {"kernel_oom": 3.5, "slurm_oom_state": 3.5, "k8s_oomkilled": 3.5, "ray_oom": 3.0, "host_alloc": 2.6, "k8s_evicted": 3.2}[k]
-        b.add("host_oom", w, {"kernel_oom": "the kernel OOM killer killed a process (host or cgroup RAM exhausted)",
-                              "slurm_oom_state": "Slurm ended the job OUT_OF_MEMORY: the cgroup OOM killer killed a task "
-                                                 "(the job's host RAM limit, --mem)",
-                              "k8s_oomkilled": "Kubernetes reports OOMKilled: the container hit its memory limit",
-                              "k8s_evicted": "the kubelet evicted the pod because the node ran low on memory",
-                              "ray_oom": "Ray's memory monitor killed the task: the node ran low on RAM",
-                              "host_alloc": "a host (CPU) allocation failed"}[k], HOST_FIX)
+    elif k in _HOST_FAILURES:
+        w, why = _HOST_FAILURES[k]
+        b.add("host_oom", w, why, HOST_FIX)
         if d.get("shmem_rss_bytes", 0) >= GIB:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
