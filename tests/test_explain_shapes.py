@@ -1516,3 +1516,40 @@ def test_session10_third_review_real_failures_stay_failures() -> None:
     # C++ code stays a mention
     for line in ("                throw rmm::out_of_memory(res.second);", "  catch (rmm::out_of_memory const& e) {"):
         assert classify_line(line) is None, line
+
+
+def test_session11_round_ab_source_shapes() -> None:
+    # source quoted by repository snapshots (round ab1, dev): an indented comment, git grep over a revision,
+    # a test's name as the first literal of a call
+    for lines in (["        except RuntimeError as e:",
+                   "            # Handles Case A: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED (Close to OOM) &",
+                   "            # Case B: CUDA out of memory (OOM)",
+                   '            if "CUBLAS_STATUS_NOT_INITIALIZED" in repr(e) or "OutOfMemory" in repr(e):'],
+                  ["HEAD:ts/async_service.py:56:            # Case B: CUDA out of memory (OOM)",
+                   'HEAD:ts/async_service.py:60:                logging.exception("Load model %s cuda OOM exception", model_name)'],
+                  ['TEST_CASE("ScratchAllocator reports OOM at capacity", "[memory][object][scratch]")', "{"],
+                  ['    logger.error("CUDA out of memory while loading %s", name)']):
+        assert not explain_text(lines).failures, lines
+    # ... while a program's own output of the same words stays a failure: an exception's repr, a logger's
+    # "file:line" prefix with the exception's class, a Markdown heading over a pasted error
+    for lines in (["OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; "
+                   "6.80 GiB already allocated; 3.06 MiB free; 6.90 GiB reserved in total by PyTorch)')"],
+                  ["train.py:120: RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total "
+                   "capacity; 6.80 GiB already allocated; 3.06 MiB free; 6.90 GiB reserved in total by PyTorch)"],
+                  ["# CUDA out of memory when training", "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]):
+        assert explain_text(lines).failures, lines
+
+
+def test_session11_said_fallback_is_a_recovery() -> None:
+    # bio_embeddings logs the OOM of a batch and says on the same line how it goes on (round ab3, dev)
+    line = ("ERROR:bio_embeddings.embed.embedder_interfaces:Error processing batch of 3 sequences: CUDA out of memory. "
+            "Tried to allocate 972.00 MiB (GPU 1; 7.80 GiB total capacity; 4.91 GiB already allocated; 717.31 MiB free; "
+            "4.92 GiB reserved in total by PyTorch). You might want to consider adjusting the `batch_size` parameter. "
+            "Will try to embed each sequence in the set individually on the GPU.")
+    ex = explain_text([line])
+    assert not ex.failures and ex.recovered
+    # a raised OOM after the fallback is still the job's failure
+    ex = explain_text([line, "Traceback (most recent call last):", '  File "embed.py", line 9, in <module>',
+                       "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB (GPU 1; 7.80 GiB total "
+                       "capacity; 6.91 GiB already allocated; 17.31 MiB free; 6.92 GiB reserved in total by PyTorch)"])
+    assert ex.failures

@@ -190,7 +190,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True  # a format string or grep of source ('"Out of memory error on GPU %d"'), a PR's own words
     if any(m.start(2) <= start and end <= m.end(2) for m in _MEMBERSHIP_TEST.finditer(line)):
         return True  # a literal tested against an exception in code: '"... out of memory" in exception.args[0]'
-    if start <= 120 and _KWARG_IN_CALL.search(line[:start]):
+    if start <= 120 and (_KWARG_IN_CALL.search(line[:start]) or _FIRST_ARG_LITERAL.search(line[:start])):
         return True  # a keyword argument of a call in code: 'patch.object(ce, "read_log_tail", return_value="Traceback: OOM")'
     if _MECHANISM_AFTER.match(line, end):
         return True  # the name of a mechanism about OOMs: "OOM backoff logic", "the OOM memory summary"
@@ -251,7 +251,8 @@ _REGEX_AROUND = re.compile(r"\.[*+]\s*$")
 # a line of a source or docs file (a warning or error printed at run time names its class there,
 # ": UserWarning:", ": RuntimeError:"; grep of a log file quotes what happened and is left alone).
 _CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za-z])|<t[dh]\b"
-                         r"|^\s*(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
+                         # (git grep over a revision prefixes it: "HEAD:ts/async_service.py:55:", "3f2a9c1:src/x.cc:12:")
+                         r"|^\s*(?:(?:HEAD|[0-9a-f]{7,40}|v?\d+(?:\.\d+)+)(?:[~^]\d*)*:)?(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
                          r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*[\w.]*(?:Warning|Error|Exception)\b)")
 # The message as a string value in code: 'expect="""Error preparing computation: Out of memory allocating',
 # 'msg = "CUDA out of memory"'. Only a triple-quoted value or an assignment spaced as code is: logfmt
@@ -291,6 +292,11 @@ _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+
 # the line does not start with the call, or the keyword names an error), not logfmt's 'err="..."'.
 _KWARG_IN_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\([^()\n]{0,60}\b(?!(?:error|err|detail|message|msg|stderr|stdout|reason|exception|exc|output|log|text|what)=)"
                             r"[A-Za-z_]\w*=[rbfuRBFU]?[\"'][^\"'\n]{0,40}$")
+# The first argument of a call that opens a line of code, a string literal: a test's name ('TEST_CASE("ScratchAllocator
+# reports OOM at capacity", "[memory]")', 'it("throws on OOM", ...)'), a log call's format ('logger.error("CUDA out of
+# memory, ...")'). Not an exception's repr, which a log prints whole ("OutOfMemoryError('CUDA out of memory. ...')").
+_FIRST_ARG_LITERAL = re.compile(r"^\s*(?:[A-Za-z_][\w.:]*\.)?(?![\w]*(?:Error|Exception|Warning|Exit|Interrupt|Failure)\()"
+                                r"[A-Za-z_]\w*\(\s*[rbfuRBFU]?[\"'][^\"'\n]{0,100}$")
 # A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
 # regression: "since this commit training fails with CUDA out of memory")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
@@ -310,7 +316,10 @@ _TRAILING_COMMENT = re.compile(r"\S\s+#\s")
 # - the first literal of a table row in Go/C/C++ code ("{" then a string then ","; a JSON object's first
 #   string is a key, followed by ":").
 _SHELL_COMMAND = re.compile(r"^\s*\$ (?![A-Z][\w ]{0,20}:)\S")
-_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<")
+# Session 11 (round ab dev, TorchServe's worker source): an indented "#" comment in Python or shell source
+# ("            # Case B: CUDA out of memory (OOM)"); a traceback shows the line that raised, never a comment, and
+# a prompt or a Markdown heading starts the line.
+_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<|^\s{2,}#\s")
 _TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
 _TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w:]*")

@@ -49,6 +49,10 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
+                      # a library that says on the OOM's own line how it goes on (bio_embeddings: "... CUDA out of
+                      # memory. Tried to allocate ... Will try to embed each sequence in the set individually on the
+                      # GPU."; session 11, round ab dev)
+                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,300}\b[Ww]ill try (?:again\b|to [^\n.]{0,80}?\b(?:individually|one by one|separately|on (?:the )?CPU\b|with (?:a )?smaller))|"
                       # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
                       r"free space in the KV cache, retrying with smaller batch|"
                       # sglang's scheduler retracts requests when decoding runs out of KV cache and goes on
@@ -230,7 +234,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # tests reject almost all of them in a few microseconds, where running the regexes cost ~100 us a
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
-    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall",
+    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall", "ill try ",
                       "size decreased from", "tactics do not have sufficient workspace memory", "Skipping tactic",
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
