@@ -1553,3 +1553,16 @@ def test_session11_said_fallback_is_a_recovery() -> None:
                        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB (GPU 1; 7.80 GiB total "
                        "capacity; 6.91 GiB already allocated; 17.31 MiB free; 6.92 GiB reserved in total by PyTorch)"])
     assert ex.failures
+
+
+def test_session11_allocated_floor_of_own_share() -> None:
+    # a message cut before its reserve still says the job's tensors hold under a tenth of the GPU: the job could
+    # not have filled it, so the numbers no longer speak for true_capacity (dev e1_transformerlm_21, every rank's
+    # torch.load onto GPU 0, is answered other_process with it)
+    def capacity_score(allocated: str) -> float:
+        lines = ["  File \"lm/main.py\", line 136, in load_model",
+                 "    optimizer.load_state_dict(torch.load(optimizer_path))",
+                 "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.17 GiB total capacity; "
+                 f"{allocated} already allocated; 17.19 MiB f"]
+        return {h.category: h.score for h in explain_text(lines).hypotheses}["true_capacity"]
+    assert capacity_score("962.69 MiB") < capacity_score("10.62 GiB") - 1.0

@@ -120,6 +120,10 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         return
     own = R if R is not None else P
     own_share = own / T if own is not None and T else None
+    # A message cut before its reserve (or one that prints none) still says what this job's tensors hold: a
+    # floor of its own share, enough to tell a job that could not have filled the GPU (session 11, dev
+    # e1_transformerlm_21: 0.94 GiB allocated of 11.17 GiB, every rank's torch.load on GPU 0)
+    least_share = own_share if own_share is not None else (A / T if A is not None and T else None)
     if (U is not None and X is not None and U >= X and U >= 128 * 1024**2 and U > FRAG_RATIO_MAX * X
             and T and U < FRAG_SHARE_MIN * T):
         # Many times the request cached and still no block for it: the cache is mostly where this
@@ -163,7 +167,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               _capacity_fix(None, F, None, T))
     else:
         # True capacity means this job's own footprint is what fills the GPU (docs/contracts.md §2).
-        w = 2.2 if own_share is None or own_share >= 0.5 else 0.8
+        w = 2.2 if least_share is None or least_share >= 0.5 else 0.8
         left = f" but only {fb(F)} is free" if F is not None else ""
         cached = f" and {fb(U)} is cached unallocated" if U is not None else ""
         if U is not None:
