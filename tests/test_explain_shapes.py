@@ -1566,3 +1566,33 @@ def test_session11_allocated_floor_of_own_share() -> None:
                  f"{allocated} already allocated; 17.19 MiB f"]
         return {h.category: h.score for h in explain_text(lines).hypotheses}["true_capacity"]
     assert capacity_score("962.69 MiB") < capacity_score("10.62 GiB") - 1.0
+
+
+def test_session11_framework_pool_starves_handles() -> None:
+    # a cuBLAS/cuDNN handle that fails next to TensorFlow's start-up pool named in the text (round ac1 dev)
+    lines = ["Whenever I try to train a linear regression network with this dataset, it gives me a CUDA error saying "
+             "CUBLAS_STATUS_ALLOC_FAILED. I suspect it's not because I'm using too much memory, as when it does "
+             "occasionally work, it always maxes out my gpu memory usage, no matter what size the network is.",
+             "Looking online I found a solution by changing the allow_growth option to True. I added this line to my code;",
+             "    regressor._session_options.gpu_options.allow_growth = True"]
+    assert explain_text(lines).hypotheses[0].category == "gpu_sharing_limit"
+    # ... not when the text says the setting did not help
+    denied = lines[:1] + ["I already set gpu_options.allow_growth = True but still get the same error."]
+    assert explain_text(denied).hypotheses[0].category != "gpu_sharing_limit"
+    # a status in Markdown emphasis keeps its name ("_Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR_")
+    ex = explain_text(['boiling down to "_Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR_".'])
+    assert ex.primary is not None and ex.primary.details["status"] == "CUDNN_STATUS_INTERNAL_ERROR"
+
+
+def test_session11_round_ac_docs_shapes() -> None:
+    # round ac4 / w7 dev: an alert rule's query and its templated description, a README's footnote
+    for lines in (["    - alert: KubernetesContainerOomKiller",
+                   "      expr: '(kube_pod_container_status_restarts_total - kube_pod_container_status_restarts_total offset 10m "
+                   ">= 1) and ignoring (reason) min_over_time(kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"}"
+                   "[10m]) == 1'",
+                   "        description: \"Container {{ $labels.container }} in pod {{ $labels.namespace }}/{{ $labels.pod }} has "
+                   "been OOMKilled {{ $value }} times in the last 10 minutes.\\n  VALUE = {{ $value }}\""],
+                  ["[^1]: transformers OOM for any batch size > 1"]):
+        assert not explain_text(lines).failures, lines
+    # ... while kubectl's own report of the container stays a failure
+    assert explain_text(["    Last State:     Terminated", "      Reason:       OOMKilled", "      Exit Code:    137"]).failures

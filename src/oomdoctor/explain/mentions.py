@@ -251,6 +251,12 @@ _REGEX_AROUND = re.compile(r"\.[*+]\s*$")
 # a line of a source or docs file (a warning or error printed at run time names its class there,
 # ": UserWarning:", ": RuntimeError:"; grep of a log file quotes what happened and is left alone).
 _CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za-z])|<t[dh]\b"
+                         # a Go/Jinja/Helm template's placeholder: an alert rule's "... has been OOMKilled {{ $value }}
+                         # times" (session 11, round ac4 dev); a Markdown footnote's definition ("[^1]: transformers
+                         # OOM for any batch size > 1", a README's note under a table)
+                         r"|\{\{-?\s*[$.]\w|^\s*\[\^\w+\]:\s"
+                         # a Prometheus rule's query ("expr: '... last_terminated_reason{reason="OOMKilled"}[10m]) == 1'")
+                         r"|^\s*(?:-\s*)?expr:\s"
                          # (git grep over a revision prefixes it: "HEAD:ts/async_service.py:55:", "3f2a9c1:src/x.cc:12:")
                          r"|^\s*(?:(?:HEAD|[0-9a-f]{7,40}|v?\d+(?:\.\d+)+)(?:[~^]\d*)*:)?(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
                          r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*[\w.]*(?:Warning|Error|Exception)\b)")

@@ -362,6 +362,12 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"TF_MEMORY_ALLOCATION|set_per_process_memory_fraction|gpu_memory_utilization|gpu-memory-utilization|"
                                r"mem_fraction_static|mem-fraction-static)\b"
                                r"[\"'`\]]{0,2}(?:\s{0,3}(?:=|:|\()|\s(?:of|to|at|between)|(?=\s))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
+    # A framework's own start-up pool named in the text (TensorFlow's allow_growth / set_memory_growth, JAX's
+    # XLA_PYTHON_CLIENT_PREALLOCATE, Theano's gpuarray.preallocate / lib.cnmem), kept with the rest of its line
+    # up to 60 characters, where rules_by_kind.POOL_DENIED finds "still", "did not help". A cuDNN/cuBLAS handle
+    # that cannot be created next to such a pool is the pool's limit (session 11, round ac1 dev).
+    "pool_setting": re.compile(r"(?:allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
+                               r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,60}"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?"
@@ -459,6 +465,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "smi_used_free": ("MiB",),
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization", "gpu-memory-utilization"),
+    "pool_setting": ("allow_growth", "memory_growth", "ALLOW_GROWTH", "PREALLOCATE", "preallocate", "cnmem"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory", "显存", "内存"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
@@ -480,7 +487,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
-MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction"}  # a setting quoted in docs is no machine fact
+MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting"}  # a setting quoted in docs is no machine fact
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
 # them (lowered, "growth" needs "memory" and one of these).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
@@ -605,7 +612,7 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             nums["requested_bytes"] = int(m.group(1))
     elif kind == "cublas_cudnn":
-        m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_([A-Z_]+)", text)
+        m = re.search(r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CNMEM)_STATUS_([A-Z_]*[A-Z])", text)  # not Markdown's "_..._"
         if m is None and "cuDNN failed to initialize" in text:
             det["status"] = "CUDNN_STATUS_NOT_INITIALIZED"
         if m is None and "cublas runtime error : resource allocation failed" in text:

@@ -135,6 +135,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
     elif k == "cublas_cudnn":
         status = d.get("status", "")
+        _pool_limit(status, env, b)
         if status.endswith("ALLOC_FAILED"):
             b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
                   "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
@@ -290,6 +291,24 @@ def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:
 
 LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.item()), outputs appended to "
             "lists (append .detach().cpu()), evaluation without torch.no_grad(), hidden states not detached")
+
+
+# A start-up pool named and then said not to help: "allow_growth = True but still the same error".
+POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|not (?:help|work|fix|solve)|same (?:error|issue|problem)|"
+                         r"without (?:success|luck)|nothing changed)\b")
+
+
+def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
+    """A cuDNN/cuBLAS handle or workspace that could not be had while the text names the framework's own
+    start-up pool (TensorFlow takes nearly all of the GPU unless allow_growth is set; JAX 75%; Theano's
+    gpuarray.preallocate): the libraries allocate outside that pool, so the pool's share, not the job, is what
+    left them no room. In dev such reports were fixed by allow_growth / a smaller preallocation (session 11)."""
+    said = [v for v in env.get("pool_setting", []) if not POOL_DENIED.search(v)]
+    if said and status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")):
+        b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool ('{said[0][:60]}'): "
+              "cuDNN/cuBLAS allocate outside the pool that TensorFlow/JAX/Theano take at start-up, so its share leaves "
+              "them no room", "let the pool grow instead of taking the GPU at start-up (TF_FORCE_GPU_ALLOW_GROWTH=true, "
+              "XLA_PYTHON_CLIENT_PREALLOCATE=false, a smaller gpuarray.preallocate)")
 
 
 def leak_rules(readings: dict[str, list[tuple[float, int]]], b: Board, env: dict[str, list[str]] | None = None) -> None:
