@@ -1579,6 +1579,16 @@ def test_session11_framework_pool_starves_handles() -> None:
     # ... not when the text says the setting did not help
     denied = lines[:1] + ["I already set gpu_options.allow_growth = True but still get the same error."]
     assert explain_text(denied).hypotheses[0].category != "gpu_sharing_limit"
+    # TensorFlow 1.x found the card empty before it took its pool: the handle failure is the pool's, not another
+    # process's (round ac1 dev, studioml)
+    tf = ["2017-09-15 14:20:25.128326: I tensorflow/core/common_runtime/gpu/gpu_device.cc:955] Found device 0 with properties:",
+          "name: GeForce GTX 1050 Ti", "Total memory: 3.94GiB", "Free memory: 3.90GiB",
+          "2017-09-15 14:20:28.430411: E tensorflow/stream_executor/cuda/cuda_dnn.cc:371] could not create cudnn handle: "
+          "CUDNN_STATUS_INTERNAL_ERROR"]
+    assert explain_text(tf).hypotheses[0].category == "gpu_sharing_limit"
+    # ... while a card found mostly taken at start-up is another process's
+    taken = tf[:3] + ["Free memory: 310.50MiB"] + tf[4:]
+    assert explain_text(taken).hypotheses[0].category == "other_process"
     # a status in Markdown emphasis keeps its name ("_Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR_")
     ex = explain_text(['boiling down to "_Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR_".'])
     assert ex.primary is not None and ex.primary.details["status"] == "CUDNN_STATUS_INTERNAL_ERROR"

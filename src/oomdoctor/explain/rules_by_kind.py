@@ -303,8 +303,19 @@ def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
     start-up pool (TensorFlow takes nearly all of the GPU unless allow_growth is set; JAX 75%; Theano's
     gpuarray.preallocate): the libraries allocate outside that pool, so the pool's share, not the job, is what
     left them no room. In dev such reports were fixed by allow_growth / a smaller preallocation (session 11)."""
+    if not status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")):
+        return
+    from oomdoctor.explain.patterns import sizes_in
+
+    tot = sizes_in(" ".join(env.get("tf_total_memory", [])[:1]))
+    free = sizes_in(" ".join(env.get("tf_free_memory", [])[:1]))
+    if tot and free and free[0] >= 0.9 * tot[0]:
+        # TensorFlow 1.x found the card all but empty before it took its pool: no other process filled it
+        b.add("gpu_sharing_limit", 2.0, f"{status} although TensorFlow found {fb(free[0])} of {fb(tot[0])} free at start-up: "
+              "its own pool took the card and left the library's handle no room",
+              "TF_FORCE_GPU_ALLOW_GROWTH=true (or gpu_options.allow_growth = True)")
     said = [v for v in env.get("pool_setting", []) if not POOL_DENIED.search(v)]
-    if said and status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")):
+    if said:
         b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool ('{said[0][:60]}'): "
               "cuDNN/cuBLAS allocate outside the pool that TensorFlow/JAX/Theano take at start-up, so its share leaves "
               "them no room", "let the pool grow instead of taking the GPU at start-up (TF_FORCE_GPU_ALLOW_GROWTH=true, "
