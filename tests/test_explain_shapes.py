@@ -1606,3 +1606,31 @@ def test_session11_round_ac_docs_shapes() -> None:
         assert not explain_text(lines).failures, lines
     # ... while kubectl's own report of the container stays a failure
     assert explain_text(["    Last State:     Terminated", "      Reason:       OOMKilled", "      Exit Code:    137"]).failures
+
+
+def _review11(name: str):
+    import json
+    from pathlib import Path
+
+    part, key = name.split(":", 1)
+    cases = json.loads((Path(__file__).parent / "fixtures" / "review11" / f"{part}.json").read_text(encoding="utf-8"))
+    return explain_text(cases[key]["lines"])
+
+
+def test_session11_review_regressions_fixed() -> None:
+    # the independent reviews of session 11: a reporter's plan ("I will try to run it on the CPU"), a retry loop that
+    # gives up, a repro's annotated comment, an exception's repr without an Error suffix, a log prefixed by a pid or
+    # an address, all stay failures
+    for name in ("a:g_prose_will_try_again", "a:g_prose_same_line_will_try_cpu", "a:g_prose_will_try_smaller",
+                 "a:g_retry_wrapper_final_fail", "a:a_indented_comment_annotated_output", "a:a_indented_comment_arrow",
+                 "b:issue_tb_then_prose_will_try_cpu", "b:issue_tb_then_prose_will_try_smaller", "b:prose_only_crash_will_try_again",
+                 "b:prose_only_oom_will_try_cpu", "b:autobatch_userloop_printexc", "b:retry_wrapper_final_fail",
+                 "b:repro_comment_indented_only_evidence", "b:repro_comment_indented_oomhere", "b:repr_Some",
+                 "b:repr_EnforceNotMet", "b:repr_onnx_Fail", "b:repr_ResourceExhausted_google", "b:pid_prefix", "b:ip_prefix"):
+        assert _review11(name).failures, name
+    # a pool setting said not to help (on its line or another) does not make the pool the answer
+    for name in ("a:h_even_with_persists", "a:h_next_line_denial", "a:h_not_working", "a:h_code_sets_allow_growth_ampere"):
+        assert _review11(name).hypotheses[0].category != "gpu_sharing_limit", name
+    # a small holding that asks for most of the card is still the job's own need, not fragmentation
+    for name in ("a:i_cut_impossible_frag", "a:i_cut_impossible_frag_noprose", "a:i_title_cut_big_request"):
+        assert _review11(name).hypotheses[0].category == "true_capacity", name

@@ -165,7 +165,7 @@ def is_mention(line: str, start: int, end: int) -> bool:
         return True
     if _identifier_in_code(line, start, end):
         return True  # 'cuMemAllocResult = CUDA_ERROR_OUT_OF_MEMORY;', 'c.State.OOMKilled = true', a schema's "OOMKilled:"
-    if _SHELL_COMMAND.match(line) or _CODE_COMMENT.search(line, 0, start):
+    if _SHELL_COMMAND.match(line) or _CODE_COMMENT.search(line, 0, start) or (_HASH_COMMENT.match(line) and not _ANNOTATION.search(line)):
         return True  # a command typed at a prompt (grep's pattern), a C/C++/Go/JS comment ("///< Out of memory")
     if _TABLE_LITERAL.search(line, max(0, start - 300), start) and _TABLE_LITERAL_END.match(line, end):
         return True  # the first literal of a struct/table row in code: '{"cudaMalloc failed: out of memory", true},'
@@ -257,8 +257,9 @@ _CODE_SHAPE = re.compile(r"%[-+#0]*\d*(?:\.\d+)?(?:ll|l|z|h|j)?[dsuxXfi](?![A-Za
                          r"|\{\{-?\s*[$.]\w|^\s*\[\^\w+\]:\s"
                          # a Prometheus rule's query ("expr: '... last_terminated_reason{reason="OOMKilled"}[10m]) == 1'")
                          r"|^\s*(?:-\s*)?expr:\s"
-                         # (git grep over a revision prefixes it: "HEAD:ts/async_service.py:55:", "3f2a9c1:src/x.cc:12:")
-                         r"|^\s*(?:(?:HEAD|[0-9a-f]{7,40}|v?\d+(?:\.\d+)+)(?:[~^]\d*)*:)?(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
+                         # (git grep over a revision prefixes it: "HEAD:ts/async_service.py:55:", a full commit id; not a short hex id,
+                         # a pid, a host or an address, which logs put there too: review, session 11)
+                         r"|^\s*(?:(?:HEAD|[0-9a-f]{40})(?:[~^]\d*)*:)?(?:\./)?[\w.@+-]+(?:/[\w.@+-]+)*\.(?:py|pyi|pyx|cc|cpp|cxx|cu|cuh|c|h|hpp|go|rs|java|scala|"
                          r"kt|js|ts|md|rst|yaml|yml|toml|cfg|ini|sh)[:-]\d+[:-](?!\s*[\w.]*(?:Warning|Error|Exception)\b)")
 # The message as a string value in code: 'expect="""Error preparing computation: Out of memory allocating',
 # 'msg = "CUDA out of memory"'. Only a triple-quoted value or an assignment spaced as code is: logfmt
@@ -302,7 +303,9 @@ _KWARG_IN_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\([^()\n]{0,60}\b(?!(?:error|er
 # reports OOM at capacity", "[memory]")', 'it("throws on OOM", ...)'), a log call's format ('logger.error("CUDA out of
 # memory, ...")'). Not an exception's repr, which a log prints whole ("OutOfMemoryError('CUDA out of memory. ...')").
 _FIRST_ARG_LITERAL = re.compile(r"^\s*(?:[A-Za-z_][\w.:]*\.)?(?![\w]*(?:Error|Exception|Warning|Exit|Interrupt|Failure)\()"
-                                r"[A-Za-z_]\w*\(\s*[rbfuRBFU]?[\"'][^\"'\n]{0,100}$")
+                                # a function or a macro, not a CamelCase class: an object's repr in a log names its class
+                                # ("EnforceNotMet('...')", "ResourceExhausted(...)", Rust's "Some(...)"; review, session 11)
+                                r"(?![A-Z][a-z])[A-Za-z_]\w*\(\s*[rbfuRBFU]?[\"'][^\"'\n]{0,100}$")
 # A change described by its author: "This PR aims to fix the graph capturing OOM" (not a report of a
 # regression: "since this commit training fails with CUDA out of memory")
 _THIS_CHANGE = re.compile(r"(?i)\bthis (?:PR|pull request|patch|commit|change|MR)\s+(?:\w+\s+){0,2}"
@@ -325,7 +328,11 @@ _SHELL_COMMAND = re.compile(r"^\s*\$ (?![A-Z][\w ]{0,20}:)\S")
 # Session 11 (round ab dev, TorchServe's worker source): an indented "#" comment in Python or shell source
 # ("            # Case B: CUDA out of memory (OOM)"); a traceback shows the line that raised, never a comment, and
 # a prompt or a Markdown heading starts the line.
-_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<|^\s{2,}#\s")
+# Not a reporter's note in a pasted repro ("        # crashes here with CUDA out of memory", a comment that quotes a
+# run's figures, "# RuntimeError: ... Tried to allocate 1.50 GiB"): _ANNOTATION (review, session 11).
+_CODE_COMMENT = re.compile(r"(?:^\s*|[;{},]\s*)(?://|/\*)|//[/!]<")
+_HASH_COMMENT = re.compile(r"^\s{2,}#\s")
+_ANNOTATION = re.compile(r"\bhere\b|\bthis line\b|->|<-|\u2190|\u2192|\d\s?[KMGT]i?B\b")
 _TABLE_LITERAL = re.compile(r"\{\s*\"[^\"\n]*$")
 _TABLE_LITERAL_END = re.compile(r"[^\"\n]*\",\s*\S")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w:]*")

@@ -49,10 +49,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,60}\b[Ss]kipp(?:ing|ed) (?:this |the )?batch|"
                       r"\b[Ss]kipp(?:ing|ed) (?:this |the )?batch[^\n]{0,60}(?:[Oo]ut of memory|\bOOM\b)|"
                       r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,80}\b(?:retrying with|falling back to|fall back to)\b|"
-                      # a library that says on the OOM's own line how it goes on (bio_embeddings: "... CUDA out of
-                      # memory. Tried to allocate ... Will try to embed each sequence in the set individually on the
-                      # GPU."; session 11, round ab dev)
-                      r"(?:[Oo]ut of memory|\bOOM\b)[^\n]{0,300}\b[Ww]ill try (?:again\b|to [^\n.]{0,80}?\b(?:individually|one by one|separately|on (?:the )?CPU\b|with (?:a )?smaller))|"
+                      # a library that logs the allocator's whole message and says on that line how it goes on
+                      # (bio_embeddings: "... CUDA out of memory. Tried to allocate ... Will try to embed each sequence
+                      # in the set individually on the GPU."; session 11, round ab dev). Only after the allocator's own
+                      # "Tried to allocate": a reporter's "Same OOM. Will try to run it on the CPU" is a plan, not a
+                      # recovery (review, session 11).
+                      r"[Oo]ut of memory\. Tried to allocate [^\n]{0,300}\bWill try to [^\n.]{0,80}?\b(?:individually|one by one|separately|on (?:the )?CPU\b|with (?:a )?smaller)|"
                       # llama.cpp: "failed to find free space in the KV cache, retrying with smaller batch size"
                       r"free space in the KV cache, retrying with smaller batch|"
                       # sglang's scheduler retracts requests when decoding runs out of KV cache and goes on
@@ -234,7 +236,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
 # tests reject almost all of them in a few microseconds, where running the regexes cost ~100 us a
 # line: a log that prints "GPU memory allocated: ..." every step is all candidate lines.
 LINE_GATES: dict[str, tuple[str, ...]] = {
-    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall", "ill try ",
+    "oom_recovered": ("failed, trying batch size", "recover from OOM", "kipp", "retrying with", "fall", "Will try to ",
                       "size decreased from", "tactics do not have sufficient workspace memory", "Skipping tactic",
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
@@ -363,11 +365,17 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"mem_fraction_static|mem-fraction-static)\b"
                                r"[\"'`\]]{0,2}(?:\s{0,3}(?:=|:|\()|\s(?:of|to|at|between)|(?=\s))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
     # A framework's own start-up pool named in the text (TensorFlow's allow_growth / set_memory_growth, JAX's
-    # XLA_PYTHON_CLIENT_PREALLOCATE, Theano's gpuarray.preallocate / lib.cnmem), kept with the rest of its line
-    # up to 60 characters, where rules_by_kind.POOL_DENIED finds "still", "did not help". A cuDNN/cuBLAS handle
+    # XLA_PYTHON_CLIENT_PREALLOCATE, Theano's gpuarray.preallocate / lib.cnmem), kept with its line (60 characters
+    # before, 50 after), where rules_by_kind.POOL_DENIED finds "still", "did not help"; fix_denied finds it said
+    # on another line. A cuDNN/cuBLAS handle
     # that cannot be created next to such a pool is the pool's limit (session 11, round ac1 dev).
-    "pool_setting": re.compile(r"(?:allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
-                               r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,60}"),
+    "pool_setting": re.compile(r"[^\n]{0,60}(?:allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
+                               r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,50}"),
+    # A line anywhere in the text that says a fix did not help ("It did not help, same error.", "My code already has:"),
+    # read with pool_setting: the setting was tried, so the pool is not the answer (review, session 11).
+    "fix_denied": re.compile(r"\b(?:did ?n[o']t|does ?n[o']t|do not|not) (?:help|work|fix|solve|change)|\bsame (?:error|issue|problem)\b|"
+                             r"\bno effect\b|\bto no avail\b|\b[Ss]till (?:get|have|fail|crash|the same)|"
+                             r"\b(?:code|config|script) already (?:has|have|set|use)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
     "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?"
@@ -466,6 +474,10 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "tf_total_memory": ("Total memory: ", "totalMemory: "),
     "mem_fraction": ("fraction", "FRACTION", "TF_MEMORY_ALLOCATION", "gpu_memory_utilization", "gpu-memory-utilization"),
     "pool_setting": ("allow_growth", "memory_growth", "ALLOW_GROWTH", "PREALLOCATE", "preallocate", "cnmem"),
+    "fix_denied": ("not help", "not work", "not fix", "not solve", "not change", "n't help", "n't work", "n't fix",
+                   "n't solve", "n't change", "same error", "same issue", "same problem", "no effect", "no avail",
+                   "till get", "till have", "till fail", "till crash", "till the same", "already ha", "already set",
+                   "already use"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
     "growth": ("memory", "显存", "内存"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
@@ -487,7 +499,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
-MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting"}  # a setting quoted in docs is no machine fact
+MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied"}  # a setting quoted in docs is no machine fact
 # The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
 # them (lowered, "growth" needs "memory" and one of these).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({

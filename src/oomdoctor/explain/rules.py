@@ -123,7 +123,9 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     # A message cut before its reserve (or one that prints none) still says what this job's tensors hold: a
     # floor of its own share, enough to tell a job that could not have filled the GPU (session 11, dev
     # e1_transformerlm_21: 0.94 GiB allocated of 11.17 GiB, every rank's torch.load on GPU 0)
-    least_share = own_share if own_share is not None else (A / T if A is not None and T else None)
+    # (with the request: what it held plus what it asked for; a small holding asking for most of the card is
+    # still the job's own need: review, session 11)
+    least_share = own_share if own_share is not None else ((A + (X or 0)) / T if A is not None and T else None)
     if (U is not None and X is not None and U >= X and U >= 128 * 1024**2 and U > FRAG_RATIO_MAX * X
             and T and U < FRAG_SHARE_MIN * T):
         # Many times the request cached and still no block for it: the cache is mostly where this

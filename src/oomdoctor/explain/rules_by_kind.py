@@ -135,7 +135,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
     elif k == "cublas_cudnn":
         status = d.get("status", "")
-        _pool_limit(status, env, b)
+        if "when calling `" not in ev.text:  # PyTorch's wording: it takes no start-up pool (review, session 11)
+            _pool_limit(status, env, b)
         if status.endswith("ALLOC_FAILED"):
             b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
                   "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
@@ -294,8 +295,14 @@ LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.
 
 
 # A start-up pool named and then said not to help: "allow_growth = True but still the same error".
-POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|not (?:help|work|fix|solve)|same (?:error|issue|problem)|"
-                         r"without (?:success|luck)|nothing changed)\b")
+POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|not (?:help|work|fix|solv)\w*|same (?:error|issue|problem)|"
+                         r"without (?:success|luck)|nothing changed|even (?:with|after|when|if)|persists?|persisted|no effect|"
+                         r"to no avail|"
+                         r"(?:is|are|was|were)?n[o']t (?:help|work|fix|solv)\w*)")
+
+
+_POOL_NAME = re.compile(r"allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
+                        r"gpuarray\.preallocate|lib\.cnmem")
 
 
 def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
@@ -314,9 +321,10 @@ def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
         b.add("gpu_sharing_limit", 2.0, f"{status} although TensorFlow found {fb(free[0])} of {fb(tot[0])} free at start-up: "
               "its own pool took the card and left the library's handle no room",
               "TF_FORCE_GPU_ALLOW_GROWTH=true (or gpu_options.allow_growth = True)")
-    said = [v for v in env.get("pool_setting", []) if not POOL_DENIED.search(v)]
-    if said:
-        b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool ('{said[0][:60]}'): "
+    said = [_POOL_NAME.search(v) for v in env.get("pool_setting", []) if not POOL_DENIED.search(v)]
+    if said and not env.get("fix_denied"):
+        b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool "
+              f"({said[0].group(0) if said[0] else 'its setting'}): "
               "cuDNN/cuBLAS allocate outside the pool that TensorFlow/JAX/Theano take at start-up, so its share leaves "
               "them no room", "let the pool grow instead of taking the GPU at start-up (TF_FORCE_GPU_ALLOW_GROWTH=true, "
               "XLA_PYTHON_CLIENT_PREALLOCATE=false, a smaller gpuarray.preallocate)")
