@@ -279,12 +279,15 @@ def _tf_reserve_failed(b: Board, alone: bool = False) -> None:
           "something else already holds it", "check nvidia-smi; set TF_FORCE_GPU_ALLOW_GROWTH=true")
 
 
-def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:
-    """TensorFlow 1.x prints the device's total and free memory before it allocates anything."""
+def _tf_startup(env: dict[str, list[str]]) -> tuple[list[int], list[int]]:
+    """The device's total and free memory as TensorFlow 1.x printed them before it allocated anything."""
     from oomdoctor.explain.patterns import sizes_in
 
-    tot = sizes_in(" ".join(env.get("tf_total_memory", [])[:1]))
-    free = sizes_in(" ".join(env.get("tf_free_memory", [])[:1]))
+    return (sizes_in(" ".join(env.get("tf_total_memory", [])[:1])), sizes_in(" ".join(env.get("tf_free_memory", [])[:1])))
+
+
+def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:
+    tot, free = _tf_startup(env)
     if tot and free and free[0] < 0.5 * tot[0]:
         b.add("other_process", 2.4, f"TensorFlow found only {fb(free[0])} free of {fb(tot[0])} before it allocated "
               "anything: other processes hold the rest", "stop them (nvidia-smi) or pick another GPU")
@@ -295,12 +298,9 @@ LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.
 
 
 # A start-up pool named and then said not to help: "allow_growth = True but still the same error".
-POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|not (?:help|work|fix|solv)\w*|same (?:error|issue|problem)|"
-                         r"without (?:success|luck)|nothing changed|even (?:with|after|when|if)|persists?|persisted|no effect|"
-                         r"to no avail|"
-                         r"(?:is|are|was|were)?n[o']t (?:help|work|fix|solv)\w*)")
-
-
+POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|(?:is|are|was|were)?n[o']t (?:help|work|fix|solv)\w*|"
+                         r"same (?:error|issue|problem)|without (?:success|luck)|nothing changed|even (?:with|after|when|if)|"
+                         r"persists?|persisted|no effect|to no avail)")
 _POOL_NAME = re.compile(r"allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
                         r"gpuarray\.preallocate|lib\.cnmem")
 
@@ -312,19 +312,15 @@ def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
     left them no room. In dev such reports were fixed by allow_growth / a smaller preallocation (session 11)."""
     if not status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")):
         return
-    from oomdoctor.explain.patterns import sizes_in
-
-    tot = sizes_in(" ".join(env.get("tf_total_memory", [])[:1]))
-    free = sizes_in(" ".join(env.get("tf_free_memory", [])[:1]))
+    tot, free = _tf_startup(env)
     if tot and free and free[0] >= 0.9 * tot[0]:
         # TensorFlow 1.x found the card all but empty before it took its pool: no other process filled it
         b.add("gpu_sharing_limit", 2.0, f"{status} although TensorFlow found {fb(free[0])} of {fb(tot[0])} free at start-up: "
               "its own pool took the card and left the library's handle no room",
               "TF_FORCE_GPU_ALLOW_GROWTH=true (or gpu_options.allow_growth = True)")
-    said = [_POOL_NAME.search(v) for v in env.get("pool_setting", []) if not POOL_DENIED.search(v)]
+    said = [m.group(0) for v in env.get("pool_setting", []) if not POOL_DENIED.search(v) and (m := _POOL_NAME.search(v))]
     if said and not env.get("fix_denied"):
-        b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool "
-              f"({said[0].group(0) if said[0] else 'its setting'}): "
+        b.add("gpu_sharing_limit", 2.4, f"{status} while the text names the framework's start-up pool ({said[0]}): "
               "cuDNN/cuBLAS allocate outside the pool that TensorFlow/JAX/Theano take at start-up, so its share leaves "
               "them no room", "let the pool grow instead of taking the GPU at start-up (TF_FORCE_GPU_ALLOW_GROWTH=true, "
               "XLA_PYTHON_CLIENT_PREALLOCATE=false, a smaller gpuarray.preallocate)")
