@@ -300,8 +300,9 @@ _COMMON_ERROR_BEFORE = re.compile(r"(?i)\b(?:a|the|one|another)\s+(?:of\s+the\s+
 _KWARG_IN_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\([^()\n]{0,60}\b(?!(?:error|err|detail|message|msg|stderr|stdout|reason|exception|exc|output|log|text|what)=)"
                             r"[A-Za-z_]\w*=[rbfuRBFU]?[\"'][^\"'\n]{0,40}$")
 # The first argument of a call that opens a line of code, a string literal: a test's name ('TEST_CASE("ScratchAllocator
-# reports OOM at capacity", "[memory]")', 'it("throws on OOM", ...)'), a log call's format ('logger.error("CUDA out of
-# memory, ...")'). Not an exception's repr, which a log prints whole ("OutOfMemoryError('CUDA out of memory. ...')").
+# reports OOM at capacity", "[memory]")', 'it("throws on OOM", ...)'), any function's message argument (the
+# logger/print/raise calls _ADVICE_BEFORE names, generalised). Not an exception's repr, which a log prints whole
+# ("OutOfMemoryError('CUDA out of memory. ...')").
 _FIRST_ARG_LITERAL = re.compile(r"^\s*(?:[A-Za-z_][\w.:]*\.)?(?![\w]*(?:Error|Exception|Warning|Exit|Interrupt|Failure)\()"
                                 # a function or a macro, not a CamelCase class: an object's repr in a log names its class
                                 # ("EnforceNotMet('...')", "ResourceExhausted(...)", Rust's "Some(...)"; review, session 11)

@@ -366,9 +366,9 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"[\"'`\]]{0,2}(?:\s{0,3}(?:=|:|\()|\s(?:of|to|at|between)|(?=\s))\s{0,3}[\"'`]?(0?\.\d{1,4})(?![\d.])"),
     # A framework's own start-up pool named in the text (TensorFlow's allow_growth / set_memory_growth, JAX's
     # XLA_PYTHON_CLIENT_PREALLOCATE, Theano's gpuarray.preallocate / lib.cnmem), kept with its line (60 characters
-    # before, 50 after), where rules_by_kind.POOL_DENIED finds "still", "did not help"; fix_denied finds it said
-    # on another line. A cuDNN/cuBLAS handle
-    # that cannot be created next to such a pool is the pool's limit (session 11, round ac1 dev).
+    # before, 50 after). A cuDNN/cuBLAS handle that cannot be created next to such a pool is the pool's limit
+    # (session 11, round ac1 dev), unless the text says the fix did not help: fix_denied on any line, and on the
+    # setting's own line also rules_by_kind.POOL_DENIED ("still", "even with ... persists").
     "pool_setting": re.compile(r"[^\n]{0,60}(?:allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
                                r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,50}"),
     # A line anywhere in the text that says a fix did not help ("It did not help, same error.", "My code already has:"),

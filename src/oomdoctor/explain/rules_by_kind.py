@@ -135,8 +135,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
     elif k == "cublas_cudnn":
         status = d.get("status", "")
-        if "when calling `" not in ev.text:  # PyTorch's wording: it takes no start-up pool (review, session 11)
-            _pool_limit(status, env, b)
+        _pool_limit(ev, status, env, b)
         if status.endswith("ALLOC_FAILED"):
             b.add("true_capacity", 2.2, f"{status}: resource allocation inside the library failed, usually a "
                   "cudaMalloc failure (cuBLAS/cuDNN API reference)", _capacity_fix(None, None, None, None))
@@ -297,21 +296,21 @@ LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.
             "lists (append .detach().cpu()), evaluation without torch.no_grad(), hidden states not detached")
 
 
-# A start-up pool named and then said not to help: "allow_growth = True but still the same error".
-POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|did ?n[o']t|does ?n[o']t|(?:is|are|was|were)?n[o']t (?:help|work|fix|solv)\w*|"
-                         r"same (?:error|issue|problem)|without (?:success|luck)|nothing changed|even (?:with|after|when|if)|"
-                         r"persists?|persisted|no effect|to no avail)")
+# Words that deny a pool setting on its own line ("allow_growth = True but still ...", "even with set_memory_growth the
+# error persists", "set_memory_growth is not working"), beyond what fix_denied finds on any line of the text.
+POOL_DENIED = re.compile(r"(?i)\b(?:still|no luck|(?:is|are|was|were)?n[o']t (?:help|work|fix|solv)\w*|without (?:success|luck)|"
+                         r"nothing changed|even (?:with|after|when|if)|persists?|persisted)")
 _POOL_NAME = re.compile(r"allow_growth|set_memory_growth|TF_FORCE_GPU_ALLOW_GROWTH|XLA_PYTHON_CLIENT_PREALLOCATE|"
                         r"gpuarray\.preallocate|lib\.cnmem")
 
 
-def _pool_limit(status: str, env: dict[str, list[str]], b: Board) -> None:
+def _pool_limit(ev: OomEvent, status: str, env: dict[str, list[str]], b: Board) -> None:
     """A cuDNN/cuBLAS handle or workspace that could not be had while the text names the framework's own
     start-up pool (TensorFlow takes nearly all of the GPU unless allow_growth is set; JAX 75%; Theano's
     gpuarray.preallocate): the libraries allocate outside that pool, so the pool's share, not the job, is what
     left them no room. In dev such reports were fixed by allow_growth / a smaller preallocation (session 11)."""
-    if not status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")):
-        return
+    if not status.endswith(("ALLOC_FAILED", "NOT_INITIALIZED", "INTERNAL_ERROR")) or "when calling `" in ev.text:
+        return  # (PyTorch's wording, "... when calling `cublasCreate(handle)`": it takes no start-up pool; review, session 11)
     tot, free = _tf_startup(env)
     if tot and free and free[0] >= 0.9 * tot[0]:
         # TensorFlow 1.x found the card all but empty before it took its pool: no other process filled it
