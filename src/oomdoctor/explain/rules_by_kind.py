@@ -419,6 +419,14 @@ def bundle_events(facts: FactSet | None) -> list[OomEvent]:
     return out
 
 
+def mig_enabled(facts: FactSet) -> bool:
+    """Some GPU is in MIG mode. sharing.mig lists every MIG-capable GPU with its mode, so an A100, H100 or
+    H200 with MIG off is there too, as "Disabled" (found on an H200, validation/explain_here_gpu.py)."""
+    modes = facts.value("sharing.mig")
+    return isinstance(modes, list) and any(isinstance(m, dict) and str(m.get("current", "")).lower() in
+                                           ("enabled", "true", "1") for m in modes)
+
+
 def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
     """Environment evidence from a bundle (facts/keys.py). Returns the fact keys that were used."""
     if facts is None:
@@ -430,12 +438,22 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
     if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
         procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
-    if facts.value("sharing.mig"):
+    mig = mig_enabled(facts)
+    if mig:
         procs = []  # MIG instances have their own memory: processes in other instances do not compete
     held = sum(int(p.get("used_bytes") or 0) for p in procs)
     if gpu_oom and held >= GIB:
-        b.add("other_process", 3.0, f"the bundle shows {len(procs)} other process(es) holding {fb(held)} on the GPU "
-              f"({facts.source('sharing.processes')})", "stop them or schedule this job on another GPU")
+        # Others' memory explains the failure when, without them, the failed request would have had room:
+        # a co-tenant smaller than what was missing did not cause it (validation/explain_here_gpu.py, H200:
+        # a job needing 120% of the GPU beside a 5% co-tenant).
+        x, free = nums.get("requested_bytes"), nums.get("free_bytes")
+        room = held + (free or 0)
+        where = f"{len(procs)} other process(es) holding {fb(held)} on the GPU ({facts.source('sharing.processes')})"
+        if x is not None and room < x:
+            b.add("other_process", 1.0, f"{where}; without them the {fb(x)} requested would still not fit "
+                  f"({fb(room)})", "stop them or schedule this job on another GPU")
+        else:
+            b.add("other_process", 3.0, where, "stop them or schedule this job on another GPU")
         used.append("sharing.processes")
     for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
                        ("sharing.mps", "MPS")):
@@ -443,7 +461,7 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
             b.add("gpu_sharing_limit", 2.0, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
                   "before the physical GPU's", "raise the sharing layer's memory limit for this job")
             used.append(key)
-    if gpu_oom and facts.value("sharing.mig"):
+    if gpu_oom and mig:
         b.add("gpu_sharing_limit", 1.6, "the GPU is split with MIG: the instance size is the capacity",
               "use a larger MIG profile (e.g. nvidia.com/mig-2g.20gb) or a whole GPU")
         used.append("sharing.mig")

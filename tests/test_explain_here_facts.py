@@ -1,0 +1,84 @@
+"""`explain --here` with the facts an H200 really reported (validation/explain_here_gpu.py, session 12).
+
+The fixtures are the logs of failures staged on the GPU (cause known by construction) and the deciding facts
+read on that machine while the co-tenant still held its memory. Found there: an H200 (like any A100/H100)
+with MIG off still lists its MIG mode ("Disabled"), and explain had read that list as MIG on, dropped the
+co-tenant and blamed a sharing limit.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.explain.rank import explain_text
+from oomdoctor.explain.rules_by_kind import mig_enabled
+from oomdoctor.facts.base import Fact, FactSet, Unavailable
+
+HERE = Path(__file__).parent / "fixtures" / "here_h200"
+GIB = 1 << 30
+
+
+def facts_of(case: str, edit=None) -> FactSet:
+    raw = json.loads((HERE / f"{case}.facts.json").read_text())
+    if edit:
+        raw = edit(copy.deepcopy(raw))
+    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
+                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+
+
+def ranked(case: str, log: str = "log", facts: FactSet | None = None) -> list[str]:
+    ex = explain_text((HERE / f"{case}.{log}").read_text().splitlines(), facts)
+    return [h.category for h in ex.hypotheses if h.category != "unknown"]
+
+
+def test_mig_mode_listed_as_disabled_is_not_mig():
+    assert not mig_enabled(facts_of("capacity_130"))
+    on = facts_of("capacity_130", lambda r: {**r, "sharing.mig": {"value": [{"gpu": 0, "current": "Enabled",
+                                                                                "pending": "Enabled", "instances": []}],
+                                                                    "source": "NVML"}})
+    assert mig_enabled(on)
+    assert not mig_enabled(FactSet([Fact("sharing.mig", None, "NVML")]))
+    assert not mig_enabled(FactSet([Fact("sharing.mig", "Enabled", "odd bundle")]))  # not the collector's shape
+
+
+@pytest.mark.parametrize("case, log, expected", [
+    ("other_60_50", "log", "other_process"),          # the message names the co-tenant too
+    ("other_60_50", "pasted.log", "other_process"),   # only the first sentence: the machine names the co-tenant
+    ("other_context", "log", "other_process"),        # 'CUDA error: out of memory' while the co-tenant holds it all
+    ("capacity_130", "log", "true_capacity"),
+    ("capacity_130", "pasted.log", "true_capacity"),
+])
+def test_here_facts_from_the_h200(case, log, expected):
+    r = ranked(case, log, facts_of(case))
+    assert r[0] == expected
+    assert "gpu_sharing_limit" not in r[:2]  # MIG is off on that card
+
+
+def test_pasted_line_alone_cannot_tell_a_co_tenant():
+    # without the machine the first sentence of the message reads as the job's own size
+    assert ranked("other_60_50", "pasted.log")[0] == "true_capacity"
+    assert ranked("other_context", "log")[0] == "context_or_driver"
+
+
+def test_a_co_tenant_smaller_than_the_missing_memory_is_not_blamed():
+    # the 120% job of capacity_130 with a 7 GiB co-tenant beside it (the fact added to the real facts):
+    # without it the 72.70 GiB request would still not fit
+    def add_small(r):
+        r["sharing.processes"]["value"] = [{"gpu": 0, "pid": 4242, "used_bytes": 7 * GIB, "name": "python3",
+                                            "self": False}]
+        return r
+    facts = facts_of("capacity_130", add_small)
+    assert ranked("capacity_130", "log", facts)[0] == "true_capacity"
+    assert ranked("capacity_130", "pasted.log", facts)[0] == "true_capacity"
+
+
+def test_mig_on_still_drops_processes_of_other_instances():
+    def mig_on(r):
+        r["sharing.mig"]["value"][0]["current"] = "Enabled"
+        return r
+    r = ranked("other_60_50", "pasted.log", facts_of("other_60_50", mig_on))
+    assert r[0] != "other_process"
