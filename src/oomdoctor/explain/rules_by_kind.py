@@ -452,6 +452,11 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
         if x is not None and room < x:
             b.add("other_process", 1.0, f"{where}; without them the {fb(x)} requested would still not fit "
                   f"({fb(room)})", "stop them or schedule this job on another GPU")
+        elif primary is not None and primary.details.get("other_processes"):
+            # the message itself listed them and the message's rule weighed them: NVML confirms the same
+            # evidence, it is not a second witness (a job needing 150% of the GPU beside a 20% co-tenant read
+            # 0.96 sure of the co-tenant; validation/explain_here_gpu.py)
+            b.add("other_process", 0.5, where + ", as the message says", "stop them or schedule this job on another GPU")
         else:
             b.add("other_process", 3.0, where, "stop them or schedule this job on another GPU")
         used.append("sharing.processes")
