@@ -353,6 +353,10 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # session 11, round ac4 (dev, scored on arrival first; 3 of its 18 dev texts, 2 fixed since): a Javadoc
     # comment's continuation line (" * A special version of an out of memory error ..."), vague and alone
     "ac4_sparkrapidsjni_gpuretryoom_class",
+    # session 12: not a new text; the documentation model refitted on the grown dev split (round ad) puts a C
+    # comment's continuation line (" * quickly run out of memory.") at p(docs) 0.92, under DOCS_MIN 0.95 (0.97
+    # before): the documentation gate's threshold is near this text
+    "aa3_cuvs_annbench_rmm_oomcallback",
 })
 
 

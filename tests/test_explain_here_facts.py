@@ -100,3 +100,66 @@ def test_co_tenant_below_the_request_with_the_free_figure_cut_is_only_a_lead():
     # so the machine's co-tenant is a lead, not the answer (a miss of the held-out run, kept as the limit)
     r = ranked("other_30_80", "pasted.log", facts_of("other_30_80"))
     assert r[0] == "true_capacity" and "other_process" in r
+
+
+# Synthetic machines for the review's cases (session 12): an 80 GB card, torch 2.x messages.
+def _msg(req: float, free: float, listed: str = "", own: float = 40.0) -> list[str]:
+    return [f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req:.2f} GiB. GPU 0 has a total capacity "
+            f"of 79.10 GiB of which {free:.2f} GiB is free. {listed}Including non-PyTorch memory, this process has "
+            f"{own:.2f} GiB memory in use. Of the allocated memory {own - 0.5:.2f} GiB is allocated by PyTorch, and "
+            "10.00 MiB is reserved by PyTorch but unallocated."]
+
+
+def _machine(procs: list[tuple[int, int, float]], gpus: int = 1, visible: str | None | bool = False,
+             mig: list[tuple[int, str]] = ()) -> FactSet:
+    entries = [Fact("sharing.processes", [{"gpu": g, "pid": pid, "used_bytes": int(gib * GIB), "name": "python",
+                                           "self": False} for g, pid, gib in procs], "NVML"),
+               Fact("driver.gpus", [{"index": i, "memory_total_bytes": 85_520_809_984} for i in range(gpus)], "NVML"),
+               Fact("sharing.mig", [{"gpu": g, "current": c, "pending": c, "instances": []} for g, c in mig], "NVML")]
+    if visible is not False:
+        entries.append(Fact("runtime.cuda_visible_devices", visible, "environment"))
+    return FactSet(entries)
+
+
+def _top(lines, facts):
+    return [h.category for h in explain_text(lines, facts).hypotheses if h.category != "unknown"]
+
+
+def test_a_listed_co_tenant_that_could_not_have_caused_it_is_not_made_the_answer():
+    lines = _msg(40, 4, "Process 123 has 30.00 GiB memory in use. ", own=44)
+    assert _top(lines, None)[0] == "true_capacity"
+    assert _top(lines, _machine([(0, 123, 30)]))[0] == "true_capacity"
+
+
+def test_a_co_tenant_on_another_gpu_is_not_this_gpus():
+    lines = _msg(20, 1, own=77)  # the job filled GPU 0 itself
+    assert _top(lines, _machine([(1, 555, 40)], gpus=2, visible=None))[0] == "true_capacity"
+    assert _top(lines, _machine([(0, 555, 40)], gpus=2, visible="1,0"))[0] == "true_capacity"  # CUDA 0 is NVML 1
+    # the job's CUDA_VISIBLE_DEVICES unknown (explain --here): a lead, not the answer
+    assert _top(lines, _machine([(1, 555, 40)], gpus=2))[0] == "true_capacity"
+
+
+def test_mig_on_another_gpu_does_not_hide_this_gpus_co_tenant():
+    lines = _msg(2, 0.5, own=78)
+    facts = _machine([(0, 555, 40)], gpus=2, visible=None, mig=[(0, "Disabled"), (1, "Enabled")])
+    assert _top(lines, facts)[:2] == ["other_process", "true_capacity"]
+    facts = _machine([(0, 555, 40)], gpus=2, visible=None, mig=[(0, "Enabled"), (1, "Disabled")])
+    assert _top(lines, facts)[0] != "other_process" and "gpu_sharing_limit" in _top(lines, facts)
+
+
+def test_a_co_tenant_below_the_request_plus_the_free_memory_would_have_held_it():
+    # 30 GiB asked, 12 free, an unlisted 25 GiB co-tenant (a container the message cannot see): 37 > 30
+    assert _top(_msg(30, 12, own=41), _machine([(0, 777, 25)]))[0] == "other_process"
+    # ... with 2 GiB free (27 < 30) NVML adds only a lead (the message's own hidden-memory rule stands)
+    lines = _msg(30, 2, own=51)
+    gain = explain_text(lines, _machine([(0, 777, 25)])).hypotheses[0].score - \
+        {h.category: h.score for h in explain_text(lines, None).hypotheses}["other_process"]
+    assert gain <= 1.0
+
+
+def test_a_small_co_tenant_does_not_decide_a_driver_oom():
+    lines = ["RuntimeError: CUDA error: out of memory"]
+    small = explain_text(lines, _machine([(0, 9, 2)]))
+    big = explain_text(lines, _machine([(0, 9, 70)]))
+    assert big.hypotheses[0].category == "other_process"
+    assert small.hypotheses[0].category != "other_process" or small.hypotheses[0].confidence < 0.6

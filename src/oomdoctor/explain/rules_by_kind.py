@@ -419,12 +419,86 @@ def bundle_events(facts: FactSet | None) -> list[OomEvent]:
     return out
 
 
-def mig_enabled(facts: FactSet) -> bool:
-    """Some GPU is in MIG mode. sharing.mig lists every MIG-capable GPU with its mode, so an A100, H100 or
-    H200 with MIG off is there too, as "Disabled" (found on an H200, validation/explain_here_gpu.py)."""
+_UNKNOWN = object()  # the failing GPU's NVML index cannot be told (several GPUs, the job's CUDA_VISIBLE_DEVICES unknown)
+
+
+def mig_enabled(facts: FactSet, gpu: int | None = None) -> bool:
+    """The failing GPU (`gpu`, an NVML index; None: any GPU) is in MIG mode. sharing.mig lists every
+    MIG-capable GPU with its mode, so an A100, H100 or H200 with MIG off is there too, as "Disabled" (found
+    on an H200, validation/explain_here_gpu.py); an entry without a GPU comes from MIG- device names in
+    CUDA_VISIBLE_DEVICES and applies to whichever GPU the job used."""
     modes = facts.value("sharing.mig")
-    return isinstance(modes, list) and any(isinstance(m, dict) and str(m.get("current", "")).lower() in
-                                           ("enabled", "true", "1") for m in modes)
+    return isinstance(modes, list) and any(
+        isinstance(m, dict) and str(m.get("current", "")).lower() in ("enabled", "true", "1")
+        and (gpu is None or m.get("gpu") is None or m.get("gpu") == gpu) for m in modes)
+
+
+def _failing_gpu(facts: FactSet, primary: OomEvent | None) -> int | None | object:
+    """The NVML index of the GPU the message names: None when the machine has one GPU (nothing to tell
+    apart), _UNKNOWN when the CUDA index cannot be mapped (with --here the job's CUDA_VISIBLE_DEVICES is
+    not known; a bundle records it)."""
+    gpus = facts.value("driver.gpus")
+    if not isinstance(gpus, list) or len(gpus) <= 1:
+        return None
+    g = primary.details.get("gpu") if primary is not None else None
+    if not isinstance(g, int):
+        return _UNKNOWN
+    entry = facts.get("runtime.cuda_visible_devices")
+    if entry is None or not entry.available:
+        return _UNKNOWN
+    visible = entry.value
+    if not visible:
+        return g  # not set: CUDA's index is NVML's (CUDA_DEVICE_ORDER aside)
+    parts = [x.strip() for x in str(visible).split(",")]
+    return int(parts[g]) if g < len(parts) and parts[g].isdigit() else _UNKNOWN
+
+
+def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: int | None | object) -> bool:
+    """Other processes NVML saw on the failing GPU. They explain the failure when, without them, the failed
+    request would have had room (a co-tenant smaller than what was missing did not cause it; H200: a job
+    needing 120% of the GPU beside a 5% co-tenant). Processes the message itself listed were weighed by
+    its rule already: NVML seeing them again is the same witness (H200: a job needing 150% beside a 20%
+    co-tenant read 0.96 sure of the co-tenant). validation/explain_here_gpu.py; review, session 12."""
+    nums = primary.numbers if primary is not None else {}
+    own, total, free, x = (nums.get(k) for k in ("process_bytes", "total_bytes", "free_bytes", "requested_bytes"))
+    procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
+    if isinstance(physical, int):
+        procs = [p for p in procs if p.get("gpu") == physical]
+    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
+        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
+    listed = {p.get("pid") for p in (primary.details.get("other_processes") or [])} if primary is not None else set()
+    named = [p for p in procs if p.get("pid") in listed]
+    unnamed = [p for p in procs if p.get("pid") not in listed]
+    src = facts.source("sharing.processes")
+    fix = "stop them or schedule this job on another GPU"
+    used = False
+    if named and sum(int(p.get("used_bytes") or 0) for p in named) >= GIB:
+        b.add("other_process", 0.5, f"NVML still sees the process(es) the message names ({src})", fix)
+        used = True
+    held = sum(int(p.get("used_bytes") or 0) for p in unnamed)
+    if held < GIB:
+        return used
+    where = f"{len(unnamed)} other process(es) holding {fb(held)} on " + (
+        "some GPU of this machine (which one the job used is not known)" if physical is _UNKNOWN else "the GPU") + f" ({src})"
+    # what would have been free without them: the message's free figure plus theirs, or the GPU less the job's own
+    room = held + free if free is not None else (total - own if total is not None and own is not None else None)
+    if total is None:  # a message without numbers: the card's own size (NVML)
+        cards = [c for c in (facts.value("driver.gpus") or []) if isinstance(c, dict)]
+        card = next((c for c in cards if c.get("index") == physical), cards[0] if len(cards) == 1 else None)
+        total = card.get("memory_total_bytes") if card else None
+    if x is None:
+        small = total is not None and held < 0.1 * total
+        w, note = (1.0, "; a small share of the GPU") if small else (3.0, "")
+    elif room is None and held < x:
+        w, note = 2.0, f"; whether the {fb(x)} requested would have fitted without them the text does not say"
+    elif room is not None and room < x:
+        w, note = 1.0, f"; without them the {fb(x)} requested would still not fit ({fb(room)})"
+    else:
+        w, note = 3.0, ""
+    if physical is _UNKNOWN:
+        w = min(w, 1.5)
+    b.add("other_process", w, where + note, fix)
+    return True
 
 
 def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
@@ -433,32 +507,11 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
         return []
     used: list[str] = []
     nums = primary.numbers if primary is not None else {}
-    total, own = nums.get("total_bytes"), nums.get("process_bytes")
+    total = nums.get("total_bytes")
     gpu_oom = bool(kinds & {"torch_oom", "cuda_driver_oom", "cublas_cudnn", "nccl_oom", "generic_oom"})
-    procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
-    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
-        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
-    mig = mig_enabled(facts)
-    if mig:
-        procs = []  # MIG instances have their own memory: processes in other instances do not compete
-    held = sum(int(p.get("used_bytes") or 0) for p in procs)
-    if gpu_oom and held >= GIB:
-        # Others' memory explains the failure when, without them, the failed request would have had room:
-        # a co-tenant smaller than what was missing did not cause it (validation/explain_here_gpu.py, H200:
-        # a job needing 120% of the GPU beside a 5% co-tenant).
-        x, free = nums.get("requested_bytes"), nums.get("free_bytes")
-        room = held + (free or 0)
-        where = f"{len(procs)} other process(es) holding {fb(held)} on the GPU ({facts.source('sharing.processes')})"
-        if x is not None and room < x:
-            b.add("other_process", 1.0, f"{where}; without them the {fb(x)} requested would still not fit "
-                  f"({fb(room)})", "stop them or schedule this job on another GPU")
-        elif primary is not None and primary.details.get("other_processes"):
-            # the message itself listed them and the message's rule weighed them: NVML confirms the same
-            # evidence, it is not a second witness (a job needing 150% of the GPU beside a 20% co-tenant read
-            # 0.96 sure of the co-tenant; validation/explain_here_gpu.py)
-            b.add("other_process", 0.5, where + ", as the message says", "stop them or schedule this job on another GPU")
-        else:
-            b.add("other_process", 3.0, where, "stop them or schedule this job on another GPU")
+    physical = _failing_gpu(facts, primary)
+    mig = mig_enabled(facts, None if physical is _UNKNOWN else physical)
+    if gpu_oom and not mig and _co_tenants(facts, primary, b, physical):
         used.append("sharing.processes")
     for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
                        ("sharing.mps", "MPS")):
