@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.explain.rules_by_kind import mig_enabled
 from oomdoctor.facts.base import Fact, FactSet, Unavailable
+from oomdoctor.facts.gpu import mig_enabled
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200"
 GIB = 1 << 30

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
+from oomdoctor.facts.gpu import gpus  # noqa: F401 - the checks' name for it
 from oomdoctor.units import format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
@@ -62,17 +63,6 @@ def as_list(value: Any) -> list[Any]:
 
 def as_dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
-
-
-def gpus(facts: FactSet) -> list[dict[str, Any]]:
-    """driver.gpus as a list of dicts (anything else dropped), with `index` filled in."""
-    out = []
-    for i, g in enumerate(as_list(facts.value("driver.gpus"))):
-        if isinstance(g, dict):
-            g = dict(g)
-            g.setdefault("index", i)
-            out.append(g)
-    return out
 
 
 def finding(check_id: str, layer: Layer, severity: Severity, confidence: Confidence, title: str, remedy: str,

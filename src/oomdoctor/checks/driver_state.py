@@ -22,6 +22,7 @@ from oomdoctor.checks._util import (
     mib,
 )
 from oomdoctor.checks.registry import check
+from oomdoctor.facts.gpu import procs_on
 
 L = Layer.DRIVER
 MiB = 1024**2
@@ -31,17 +32,6 @@ IDLE_MAX = 32 * MiB
 # A live CUDA context costs far more: ~250-500 MiB with lazy loading (memory-tools-and-papers.md s.5).
 CONTEXT_MIN = 100 * MiB
 HOOKS = ("sharing.vcuda", "sharing.hami", "sharing.cgpu")
-
-
-def procs_on(facts: FactSet, g: dict) -> list[dict]:
-    out = []
-    for p in as_list(facts.value("sharing.processes")):
-        if not isinstance(p, dict):
-            continue
-        gi = p.get("gpu")
-        if gi == g.get("index") or (gi is not None and gi in (g.get("uuid"), g.get("pci_bus_id"))):
-            out.append(p)
-    return out
 
 
 @check("DRV008", L, "Used memory inconsistent with the GPU's contexts")

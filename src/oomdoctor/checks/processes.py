@@ -20,8 +20,8 @@ from oomdoctor.checks._util import (
     mib,
     truthy,
 )
-from oomdoctor.checks.driver_state import procs_on
 from oomdoctor.checks.registry import check
+from oomdoctor.facts.gpu import mig_enabled, procs_on
 
 L = Layer.GPU_SHARING
 GiB = 1024**3
@@ -101,8 +101,7 @@ def virtual_total(facts: FactSet) -> Iterator[Finding]:
     environment-facts.md section 4 (general note) and 3c [HAMICORE][MIGNAMES][TKEHIJ].
     """
     cards = gpus(facts)
-    mig_on = any(isinstance(m, dict) and str(m.get("current", "")).lower() in ("enabled", "true")
-                 for m in as_list(facts.value("sharing.mig")))
+    mig_on = mig_enabled(facts)
     seen: set[object] = set()
     sources = [("probe.mem_get_info", "total_bytes", "gpu"), ("torch.devices", "total_memory", None)]
     for key, field, index_key in sources:

@@ -25,6 +25,7 @@ from oomdoctor.checks._util import (
     truthy,
 )
 from oomdoctor.checks.registry import check
+from oomdoctor.facts.gpu import mig_mode_on
 from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA, VCUDA_MEMORY_UNIT
 from oomdoctor.knowledge.versions import cuda_mm, fmt
 
@@ -63,7 +64,7 @@ def mig(facts: FactSet) -> Iterator[Finding]:
         cur, pend = str(m.get("current", "")).lower(), str(m.get("pending", "")).lower()
         gpu = m.get("gpu")
         insts = [i for i in as_list(m.get("instances")) if isinstance(i, dict)]
-        if cur in ("enabled", "true", "1"):
+        if mig_mode_on(m):
             sizes = ", ".join(f"{i.get('name') or 'instance ' + str(i.get('index', '?'))} ({mib(i.get('memory_total_bytes'))})"
                               for i in insts[:4])
             yield finding("SHR001", L, Severity.WARNING, Confidence.HIGH,

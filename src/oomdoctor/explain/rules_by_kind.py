@@ -422,23 +422,13 @@ def bundle_events(facts: FactSet | None) -> list[OomEvent]:
 _UNKNOWN = object()  # the failing GPU's NVML index cannot be told (several GPUs, the job's CUDA_VISIBLE_DEVICES unknown)
 
 
-def mig_enabled(facts: FactSet, gpu: int | None = None) -> bool:
-    """The failing GPU (`gpu`, an NVML index; None: any GPU) is in MIG mode. sharing.mig lists every
-    MIG-capable GPU with its mode, so an A100, H100 or H200 with MIG off is there too, as "Disabled" (found
-    on an H200, validation/explain_here_gpu.py); an entry without a GPU comes from MIG- device names in
-    CUDA_VISIBLE_DEVICES and applies to whichever GPU the job used."""
-    modes = facts.value("sharing.mig")
-    return isinstance(modes, list) and any(
-        isinstance(m, dict) and str(m.get("current", "")).lower() in ("enabled", "true", "1")
-        and (gpu is None or m.get("gpu") is None or m.get("gpu") == gpu) for m in modes)
-
-
 def _failing_gpu(facts: FactSet, primary: OomEvent | None) -> int | None | object:
     """The NVML index of the GPU the message names: None when the machine has one GPU (nothing to tell
     apart), _UNKNOWN when the CUDA index cannot be mapped (with --here the job's CUDA_VISIBLE_DEVICES is
     not known; a bundle records it)."""
-    gpus = facts.value("driver.gpus")
-    if not isinstance(gpus, list) or len(gpus) <= 1:
+    from oomdoctor.facts.gpu import gpus
+
+    if len(gpus(facts)) <= 1:
         return None
     g = primary.details.get("gpu") if primary is not None else None
     if not isinstance(g, int):
@@ -459,11 +449,14 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     needing 120% of the GPU beside a 5% co-tenant). Processes the message itself listed were weighed by
     its rule already: NVML seeing them again is the same witness (H200: a job needing 150% beside a 20%
     co-tenant read 0.96 sure of the co-tenant). validation/explain_here_gpu.py; review, session 12."""
+    from oomdoctor.facts.gpu import gpus, procs_on
+
     nums = primary.numbers if primary is not None else {}
     own, total, free, x = (nums.get(k) for k in ("process_bytes", "total_bytes", "free_bytes", "requested_bytes"))
-    procs = [p for p in (facts.value("sharing.processes") or []) if isinstance(p, dict) and not p.get("self")]
-    if isinstance(physical, int):
-        procs = [p for p in procs if p.get("gpu") == physical]
+    cards = gpus(facts)
+    card = next((c for c in cards if c["index"] == physical), cards[0] if len(cards) == 1 else None)
+    on_card = procs_on(facts, card) if isinstance(physical, int) and card else facts.value("sharing.processes") or []
+    procs = [p for p in on_card if isinstance(p, dict) and not p.get("self")]
     if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
         procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
     listed = {p.get("pid") for p in (primary.details.get("other_processes") or [])} if primary is not None else set()
@@ -482,10 +475,8 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
         "some GPU of this machine (which one the job used is not known)" if physical is _UNKNOWN else "the GPU") + f" ({src})"
     # what would have been free without them: the message's free figure plus theirs, or the GPU less the job's own
     room = held + free if free is not None else (total - own if total is not None and own is not None else None)
-    if total is None:  # a message without numbers: the card's own size (NVML)
-        cards = [c for c in (facts.value("driver.gpus") or []) if isinstance(c, dict)]
-        card = next((c for c in cards if c.get("index") == physical), cards[0] if len(cards) == 1 else None)
-        total = card.get("memory_total_bytes") if card else None
+    if total is None and card:  # a message without numbers: the card's own size (NVML)
+        total = card.get("memory_total_bytes")
     if x is None:
         small = total is not None and held < 0.1 * total
         w, note = (1.0, "; a small share of the GPU") if small else (3.0, "")
@@ -509,6 +500,8 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     nums = primary.numbers if primary is not None else {}
     total = nums.get("total_bytes")
     gpu_oom = bool(kinds & {"torch_oom", "cuda_driver_oom", "cublas_cudnn", "nccl_oom", "generic_oom"})
+    from oomdoctor.facts.gpu import mig_enabled
+
     physical = _failing_gpu(facts, primary)
     mig = mig_enabled(facts, None if physical is _UNKNOWN else physical)
     if gpu_oom and not mig and _co_tenants(facts, primary, b, physical):
