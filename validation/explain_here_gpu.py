@@ -215,9 +215,16 @@ CODES: dict[str, str] = {}
 _PASTE = re.compile(r"^.*?(?:CUDA out of memory|OutOfMemoryError).*?Tried to allocate [\d.]+ [KMGT]?i?B\.?", re.M)
 
 
-def explain(log: Path, here: bool, wrap: list[str] | None = None, src: str | None = None) -> dict:
+def summarise(d: dict) -> dict:
+    """The answer of one `explain --format json` run."""
+    hs = [h for h in d.get("hypotheses", []) if h["category"] != "unknown"]
+    return {"ranked": [h["category"] for h in hs], "confidence": hs[0]["confidence"] if hs else None,
+            "evidence": hs[0]["evidence"][:3] if hs else [], "events": [e["kind"] for e in d.get("events", [])],
+            "failed": d.get("failed")}
+
+
+def explain(log: Path, here: bool, src: str | None = None) -> dict:
     cmd = [PY, "-m", "oomdoctor", "explain", "--format", "json", str(log)] + (["--here"] if here else [])
-    cmd = (wrap or []) + cmd
     env = os.environ.copy()
     if src:
         env["PYTHONPATH"] = os.pathsep.join([src] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep)
@@ -230,13 +237,7 @@ def explain(log: Path, here: bool, wrap: list[str] | None = None, src: str | Non
     except ValueError:
         out["error"] = (p.stderr or p.stdout)[-400:]
         return out
-    hs = [h for h in d.get("hypotheses", []) if h["category"] != "unknown"]
-    out["ranked"] = [h["category"] for h in hs]
-    out["confidence"] = hs[0]["confidence"] if hs else None
-    out["evidence"] = hs[0]["evidence"][:3] if hs else []
-    out["events"] = [e["kind"] for e in d.get("events", [])]
-    out["failed"] = d.get("failed")
-    return out
+    return {**out, **summarise(d)}
 
 
 FACTS = ("from oomdoctor.collectors.machine import collect_deciding_facts; import json; "
@@ -287,7 +288,6 @@ def run_case(name: str, out: Path) -> dict:
                                start_new_session=True)
         line = hog.stdout.readline() if hog.stdout else ""
         res["cotenant"] = line.strip()
-    wrap: list[str] | None = None
     cmd = [PY, str(job)]
     if name == "shm_64m":
         # a private mount namespace whose /dev/shm is 64 MB; explain --here runs inside it too
@@ -301,11 +301,7 @@ def run_case(name: str, out: Path) -> dict:
         res["job_rc"] = log.read_text().rsplit("EXIT=", 1)[-1].strip()
         for here, suffix in ((False, ""), (True, "--here")):
             d = json.loads((out / f"{name}.log.explain{suffix}.json").read_text() or "{}")
-            hs = [h for h in d.get("hypotheses", []) if h["category"] != "unknown"]
-            res["here" if here else "text"] = {"ranked": [h["category"] for h in hs],
-                                               "confidence": hs[0]["confidence"] if hs else None,
-                                               "evidence": hs[0]["evidence"][:3] if hs else [],
-                                               "events": [e["kind"] for e in d.get("events", [])]}
+            res["here" if here else "text"] = summarise(d)
         return res
     t0 = time.monotonic()
     with log.open("w") as fh:
@@ -317,12 +313,12 @@ def run_case(name: str, out: Path) -> dict:
             res["job_rc"] = "timeout"
     res["job_seconds"] = round(time.monotonic() - t0, 1)
     # the job's children (RANKS) may still hold the GPU, as leftovers do: explain runs before they go
-    res["text"] = explain(log, False, wrap)
-    res["here"] = explain(log, True, wrap)
+    res["text"] = explain(log, False)
+    res["here"] = explain(log, True)
     res["facts"] = deciding_facts()
     for code, src in CODES.items():
-        res[f"{code}_text"] = explain(log, False, wrap, src)
-        res[f"{code}_here"] = explain(log, True, wrap, src)
+        res[f"{code}_text"] = explain(log, False, src)
+        res[f"{code}_here"] = explain(log, True, src)
     text = log.read_text(errors="replace")
     m = _PASTE.search(text)
     if m and truth != "none":
@@ -332,7 +328,7 @@ def run_case(name: str, out: Path) -> dict:
         res["pasted_text"] = explain(pasted, False)
         res["pasted_here"] = explain(pasted, True)
         for code, src in CODES.items():
-            res[f"{code}_pasted_here"] = explain(pasted, True, None, src)
+            res[f"{code}_pasted_here"] = explain(pasted, True, src)
     kill_group(job_p)
     if hog:
         kill_group(hog)
