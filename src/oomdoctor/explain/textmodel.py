@@ -58,10 +58,20 @@ def tokens(text: str) -> set[str]:
 
 
 class TextModel:
-    """p(category | tokens) from per-category document counts of each token."""
+    """p(category | tokens): naive Bayes from per-category document counts of each token ("counts"), or
+    multinomial logistic regression from per-category weights of each token ("weights", the category
+    prior since session 13: bench/explain_textmodel.py says why)."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.categories: list[str] = list(data["categories"])
+        self.weights: dict[str, list[float]] | None = None
+        if "weights" in data:
+            k = len(self.categories)
+            self.weights = {str(t): [float(x) for x in v] for t, v in data["weights"].items()}
+            self.intercepts = [float(x) for x in data["intercepts"]]
+            if len(self.intercepts) != k or any(len(v) != k for v in self.weights.values()):
+                raise ValueError("weights of the wrong size")
+            return
         self.docs: list[int] = [int(x) for x in data["docs"]]
         self.alpha = float(data.get("alpha", ALPHA))
         self.temper = float(data.get("temper", TEMPER))
@@ -78,7 +88,11 @@ class TextModel:
 
     def posterior(self, text: str, temper: float | None = None) -> dict[str, float]:
         """p(category | words); the words' summed log-likelihood is divided by `temper` (naive Bayes
-        counts correlated words as independent evidence, so untempered posteriors are near 0 or 1)."""
+        counts correlated words as independent evidence, so untempered posteriors are near 0 or 1). A
+        logistic model's posterior is its own (no divisor): softmax of the intercepts plus the present
+        words' weights, each scaled by 1/sqrt(words present) as it was fitted."""
+        if self.weights is not None:
+            return self._logistic(text)
         toks = [t for t in tokens(text) if t in self.log_p]
         k = len(self.categories)
         tau = self.temper if temper is None else temper
@@ -92,6 +106,18 @@ class TextModel:
         e = [math.exp(x - m) for x in s]
         z = sum(e)
         return {c: e[i] / z for i, c in enumerate(self.categories)}
+
+
+    def _logistic(self, text: str) -> dict[str, float]:
+        assert self.weights is not None
+        rows = [self.weights[t] for t in tokens(text) if t in self.weights]
+        k = len(self.categories)
+        scale = 1.0 / math.sqrt(len(rows)) if rows else 0.0
+        z = [self.intercepts[i] + scale * sum(r[i] for r in rows) for i in range(k)]
+        m = max(z)
+        e = [math.exp(x - m) for x in z]
+        s = sum(e)
+        return {c: e[i] / s for i, c in enumerate(self.categories)}
 
 
 def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min_docs: int = 2,
