@@ -69,7 +69,7 @@ PRIOR_WEIGHT = 1.0
 PRIOR_WEIGHT_VAGUE = 3.0  # session 13 (above)
 VAGUE_KINDS = frozenset({"generic_oom", "reported_failure", "torch_oom_legacy"})
 # The least p(category | words) that makes a category a candidate. 0.1 until session 8; with the prior's
-# category shift (bench/explain_textmodel.PRIOR_BIAS) a bare "out of memory" kept only true_capacity, and
+# category shift (naive Bayes, sessions 8-12) a bare "out of memory" kept only true_capacity, and
 # out of fold on dev (831 reports) 0.1 / 0.07 / 0.05 / 0.03 gave 692 / 696 / 697 / 698 in the top two, 618
 # right first at each.
 PRIOR_FLOOR = 0.05

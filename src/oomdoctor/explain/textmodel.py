@@ -2,14 +2,16 @@
 
 The rules (explain/rules.py) read what a message's wording and numbers mean; they say nothing when a
 report is written in prose ("it ooms because of fragmentation", "killed while loading shards") or
-when several causes score alike. This model fills that gap with a binarised multinomial naive Bayes
-over word unigrams and bigrams (lower-cased, numbers, paths and hex ids dropped; rank.event_tags adds
-one word per event for its kind and hint), whose counts are fitted on the dev split of the labelled
-corpus and the silver items, never on test (bench/explain_textmodel.py; the same script with --check
-fails if the stored counts differ from a fresh fit, tests/test_explain_textmodel.py).
-rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight, the divisor and the
-vocabulary size were chosen on reports the rules were not written from (docs/explain.md). Pure: text in, numbers
-out; the counts are package data (textmodel.json).
+when several causes score alike. This model fills that gap with a multinomial logistic regression over
+binarised word unigrams and bigrams (lower-cased, numbers, paths and hex ids dropped; rank.event_tags
+adds one word per event for its kind and hint), whose weights are fitted on the dev split of the
+labelled corpus and the silver items, never on test (bench/explain_textmodel.py; the same script with
+--check fails if the stored weights differ from a fresh fit, tests/test_explain_textmodel.py). Until
+session 13 it was a naive Bayes over the same words; the documentation model (docsmodel.json, report
+against documentation) still is, and both forms load here.
+rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight and the
+vocabulary size were chosen out of fold on dev (docs/explain.md). Pure: text in, numbers out; the
+weights are package data (textmodel.json).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class TextModel:
         vocab: dict[str, list[int]] = data["counts"]
         n = sum(self.docs)
         k = len(self.categories)
-        # "bias": a log-space shift of a category's prior, chosen out of fold (bench/explain_prior_bias.py)
+        # "bias": a log-space shift of a category's prior (naive Bayes; the category prior had one until session 13)
         bias = data.get("bias") or {}
         self.log_prior = [math.log((d + 1) / (n + k)) + float(bias.get(c, 0.0)) for d, c in zip(self.docs, self.categories)]
         # Bernoulli-style presence with a multinomial normalisation: log p(token | category).
