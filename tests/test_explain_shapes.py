@@ -1634,3 +1634,23 @@ def test_session11_review_regressions_fixed() -> None:
     # a small holding that asks for most of the card is still the job's own need, not fragmentation
     for name in ("a:i_cut_impossible_frag", "a:i_cut_impossible_frag_noprose", "a:i_title_cut_big_request"):
         assert _review11(name).hypotheses[0].category == "true_capacity", name
+
+
+def test_session13_documentation_that_quotes_a_known_status(monkeypatch) -> None:
+    # round aa3 dev: a Kubernetes docs page whose exercise shows `OOMKilled` / exitCode 137 (a known kind, not a
+    # vague word): the documentation model at DOCS_MIN_ANY silences it; with the gate off it was a false alarm
+    from ruamel.yaml import YAML
+
+    from oomdoctor.explain import rank
+
+    path = Path(__file__).parent / "corpus" / "benign" / "aa3_k8sdocs_assignmemory_oomkilled_demo.yaml"
+    text = YAML(typ="safe").load(path.read_text(encoding="utf-8"))["text"].splitlines()
+    assert not explain_text(text).failures
+    monkeypatch.setattr(rank, "DOCS_MIN_ANY", 1.0)
+    assert explain_text(text).failures
+    monkeypatch.undo()
+    # an event with the allocator's figures is a job's own output: never documentation, however the words read
+    monkeypatch.setattr(rank, "_docs_p", lambda *a: 1.0)
+    oom = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+           "of 23.65 GiB of which 1.02 GiB is free.")
+    assert explain_text([oom]).failures and not explain_text(text).failures

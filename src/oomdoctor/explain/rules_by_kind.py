@@ -313,8 +313,10 @@ def _pool_limit(ev: OomEvent, status: str, env: dict[str, list[str]], b: Board) 
         return  # (PyTorch's wording, "... when calling `cublasCreate(handle)`": it takes no start-up pool; review, session 11)
     tot, free = _tf_startup(env)
     if tot and free and free[0] >= 0.9 * tot[0]:
-        # TensorFlow 1.x found the card all but empty before it took its pool: no other process filled it
-        b.add("gpu_sharing_limit", 2.0, f"{status} although TensorFlow found {fb(free[0])} of {fb(tot[0])} free at start-up: "
+        # TensorFlow 1.x found the card all but empty before it took its pool: no other process filled it. Above
+        # the handle's default reading (context_or_driver 2.0), which it had only tied, the word prior deciding
+        # (session 13: the logistic prior leaned the other way on this round-ac1 dev text)
+        b.add("gpu_sharing_limit", 2.2, f"{status} although TensorFlow found {fb(free[0])} of {fb(tot[0])} free at start-up: "
               "its own pool took the card and left the library's handle no room",
               "TF_FORCE_GPU_ALLOW_GROWTH=true (or gpu_options.allow_growth = True)")
     said = [m.group(0) for v in env.get("pool_setting", []) if not POOL_DENIED.search(v) and (m := _POOL_NAME.search(v))]
