@@ -72,9 +72,9 @@ def silver_docs() -> tuple[tuple[str, str], ...]:
 def fit_prior(docs: list[tuple[str, str]], vocab: int = VOCAB, c_penalty: float = C_PENALTY) -> dict:
     """The stored form of the prior from (model text, category) pairs: the logistic weights of the
     `vocab` words naive Bayes's selection keeps (textmodel.fit ranks them by mutual information)."""
+    import logreg
     import numpy as np
 
-    import logreg
     from oomdoctor.explain.textmodel import fit, tokens
 
     words = sorted(fit(docs, CATEGORIES, vocab)["counts"])
