@@ -3,13 +3,15 @@
 Cross-validation on dev measures the learned parts out of sample but the hand-written rules in sample
 (they were written from dev). Each round of reports below was scored on arrival, before any rule was
 written from it; this script re-creates that: the round's dev reports are read by the rules of the
-commit they arrived to (a temporary `git worktree` of that commit), with the word prior of today's
-recipe (bench/explain_textmodel.fit_prior) fitted on today's dev split minus the round, plus the silver
-items, at several prior weights. It also prints the arrival figure (that commit's own stored prior) and
+commit they arrived to (a temporary `git worktree` of that commit), with a word prior of today's form
+(bench/explain_textmodel.fit_prior: logistic regression, C and vocabulary size) fitted on today's dev
+split minus the round, plus the silver items, at several prior weights. The prior reads the words as
+that commit's code hands them over (its tokens, its event tags, its vocabulary selection). It also prints the arrival figure (that commit's own stored prior) and
 the rules alone. Test cases are never read. Dev benign texts of the same rounds: false alarms with
 that commit's code (what a documentation threshold can be checked against: rank.DOCS_MIN_ANY).
 
-Usage: PYTHONPATH=src python bench/explain_arrival.py [--benign]
+Usage: PYTHONPATH=src python bench/explain_arrival.py [--benign [--write FILE]]
+  --write: the false alarms' ids as JSON (bench/explain_docs_cv.py --arrival FILE reads them)
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def child(prefixes: tuple[str, ...], benign: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--benign", action="store_true", help="false alarms of the rounds' dev benign texts instead")
+    ap.add_argument("--write", help="with --benign: write the false alarms' ids to this JSON file")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -102,17 +105,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(tuple(a.child[1].split(",")), a.benign)))
         return 0
     total: dict[str, list[int]] = {}
+    false_alarms: list[str] = []
     for commit, prefixes in ROUNDS:
         with tempfile.TemporaryDirectory() as tmp:
             wt = Path(tmp) / "wt"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(wt), commit], check=True)
             try:
                 r = subprocess.run([sys.executable, __file__, "--child", str(wt / "src"), ",".join(prefixes)]
-                                   + (["--benign"] if a.benign else []), capture_output=True, text=True, check=True,
+                                   + (["--benign"] if a.benign else []), capture_output=True, text=True,
                                    env={"PATH": "", "OMP_NUM_THREADS": "2"})
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(wt)], check=False)
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
+        if r.returncode != 0:
+            print(f"{commit}: the child failed:\n{r.stderr}", file=sys.stderr)
+            return 1
         res = json.loads(r.stdout)
+        false_alarms += res.get("false_alarms", [])
         print(commit, "+".join(prefixes), json.dumps(res))
         for k, v in res.items():
             if isinstance(v, list) and v and isinstance(v[0], int):
@@ -124,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 total.setdefault(k, [0, 0])[0] += len(v)
     print("all rounds:", {k: tuple(v) for k, v in total.items()})
+    if a.write:
+        Path(a.write).write_text(json.dumps(sorted(false_alarms)) + "\n", encoding="utf-8")
     return 0
 
 

@@ -33,8 +33,8 @@ import explain_corpus as C  # noqa: E402
 
 # 3000 since session 5 (was 300): out of fold on dev the prior alone gets 331 of 548 first (313 at 300)
 # and 423 in its top two (392); on the 103 m/n reports scored with the rules they arrived to, explain got
-# 47 first / 66 top two against 44 / 59 at 300 words (weights of rank.py; bench/explain_cv.py chooses
-# among 300, 1000 and 3000).
+# 47 first / 66 top two against 44 / 59 at 300 words (weights of rank.py). bench/explain_cv.py chooses
+# between 1000 and 3000 since session 13 (300 was never chosen after session 5).
 VOCAB = 3000
 # The prior's form since session 13: multinomial logistic regression over the same binarised words (the
 # VOCAB most informative by mutual information, as naive Bayes chose them), L2 penalty C (bench/logreg.py).
@@ -44,8 +44,12 @@ VOCAB = 3000
 # (TEMPER) and no category shift (the naive Bayes PRIOR_BIAS of session 8: leak_in_code -1, true_capacity
 # +1): its intercepts are fitted. (Sessions 3 and 7 tried it on 359 / 652 reports: no gain then.)
 C_PENALTY = 8.0
-DIGITS = 4  # the stored weights' rounding; --check allows CHECK_TOL between fits (BLAS sums differ in the last bits)
-CHECK_TOL = 2e-4
+DIGITS = 4  # the stored weights' rounding
+# What --check allows between the stored and a fresh fit. The fit stops within ~6e-5 of the optimum
+# (bench/logreg.py's tolerance; a tighter one costs minutes), and BLAS kernels (threads, AVX-512, ARM) move
+# that point by as much again; with the rounding, two honest fits differ by up to ~1.6e-4 (session 13
+# review). 1e-3 moves no posterior by more than ~0.3% (weights are scaled by 1/sqrt(words present)).
+CHECK_TOL = 1e-3
 DOCS_VOCAB = 300  # the documentation model: DOCS_MIN (rank.py) was chosen out of fold at this size
 CATEGORIES = [c for c in C.CATEGORIES]
 
@@ -97,13 +101,13 @@ def same_model(old: str, new: str) -> bool:
     """Stored and fresh prior agree: the same words and every number within CHECK_TOL."""
     try:
         a, b = json.loads(old), json.loads(new)
-    except ValueError:
+        if {k: v for k, v in a.items() if k not in ("weights", "intercepts")} != \
+                {k: v for k, v in b.items() if k not in ("weights", "intercepts")} or a["weights"].keys() != b["weights"].keys():
+            return False
+        pairs = [(a["intercepts"], b["intercepts"])] + [(a["weights"][w], b["weights"][w]) for w in a["weights"]]
+        return all(len(u) == len(v) and all(abs(x - y) <= CHECK_TOL for x, y in zip(u, v)) for u, v in pairs)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return False
-    if {k: v for k, v in a.items() if k not in ("weights", "intercepts")} != \
-            {k: v for k, v in b.items() if k not in ("weights", "intercepts")} or a["weights"].keys() != b["weights"].keys():
-        return False
-    pairs = [(a["intercepts"], b["intercepts"])] + [(a["weights"][w], b["weights"][w]) for w in a["weights"]]
-    return all(len(u) == len(v) and all(abs(x - y) <= CHECK_TOL for x, y in zip(u, v)) for u, v in pairs)
 
 
 DOCS_KINDS = ("docs_text", "grep_output", "other")

@@ -66,6 +66,8 @@ def fit(X: np.ndarray, y: np.ndarray, k: int, C: float, iters: int = 1000, memor
             if nf <= f + 1e-4 * step * slope or step < 1e-12:
                 break
             step *= 0.5
+        if nf > f + 1e-4 * step * slope:
+            break  # no step lowers the objective enough: as close to the optimum as the sums allow
         s, r = new - theta, ng - g
         if float(r @ s) > 1e-12:
             S.append(s)

@@ -53,6 +53,22 @@ def test_logistic_posterior_is_softmax_of_scaled_weights():
         TextModel({"categories": ["a", "b"], "intercepts": [0.0], "weights": {}})
 
 
+@pytest.mark.parametrize("data", [
+    {"categories": ["a", "b"], "intercepts": [0.0, 0.0], "weights": [["w", 1.0, 2.0]]},
+    {"categories": ["a", "b"], "intercepts": [0.0, float("nan")], "weights": {}},
+    {"categories": ["a", "b"], "intercepts": [0.0, 0.0], "weights": {"w": [1e308, 0.0]}},
+    {"categories": [], "intercepts": [], "weights": {}},
+    {"categories": ["a", "a"], "intercepts": [0.0, 0.0], "weights": {}},
+    {"categories": ["a", "b"], "intercepts": [0.0, 0.0], "weights": {"w": "xy"}},
+])
+def test_a_damaged_model_file_is_refused_and_explain_goes_on_without_it(tmp_path, data):
+    from oomdoctor.explain import textmodel
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert textmodel._load(path) is None  # rank then runs on its rules alone
+
+
 def test_fit_is_deterministic_and_learns():
     docs = [("memory keeps growing every epoch leak", "leak_in_code"), ("tensors appended list grows leak", "leak_in_code"),
             ("another process holds the gpu nvidia-smi", "other_process"), ("zombie process holds gpu memory", "other_process")]

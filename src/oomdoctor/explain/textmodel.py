@@ -34,7 +34,8 @@ ALPHA = 0.5  # additive smoothing of the per-category token counts
 # Session 5 (2026-11-26), with the vocabulary grown from 300 to 3000 words: 5 out of fold on dev (548
 # reports, prior alone 329 -> 331 right first) and on the 103 m/n reports scored with the rules they arrived
 # to (prior alone 50 -> 52; explain 49 / 65 in the top one / two at 3 and 5 alike, weights 1.0 / 2.0).
-# Each model file stores its own divisor ("temper"); this is the default for the category prior.
+# Each model file stores its own divisor ("temper"); this is the default for a naive Bayes file without one
+# (the category prior was one until session 13; the documentation model still is, with DOCS_TEMPER).
 TEMPER = 5.0
 DOCS_TEMPER = 3.0  # the documentation model (docsmodel.json) keeps the divisor DOCS_MIN was chosen with
 
@@ -67,12 +68,18 @@ class TextModel:
     def __init__(self, data: dict[str, Any]) -> None:
         self.categories: list[str] = list(data["categories"])
         self.weights: dict[str, list[float]] | None = None
+        if not self.categories or len(set(self.categories)) != len(self.categories):
+            raise ValueError("no categories, or a category twice")
         if "weights" in data:
             k = len(self.categories)
+            if not isinstance(data["weights"], dict):
+                raise ValueError("weights are not a table of words")
             self.weights = {str(t): [float(x) for x in v] for t, v in data["weights"].items()}
             self.intercepts = [float(x) for x in data["intercepts"]]
             if len(self.intercepts) != k or any(len(v) != k for v in self.weights.values()):
                 raise ValueError("weights of the wrong size")
+            if not all(math.isfinite(x) and abs(x) < 1e6 for v in [self.intercepts, *self.weights.values()] for x in v):
+                raise ValueError("weights that are not finite numbers")
             return
         self.docs: list[int] = [int(x) for x in data["docs"]]
         self.alpha = float(data.get("alpha", ALPHA))
@@ -161,7 +168,7 @@ def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min
 def _load(path: Path) -> TextModel | None:
     try:
         return TextModel(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
