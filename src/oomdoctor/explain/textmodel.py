@@ -116,10 +116,10 @@ class TextModel:
         z = sum(e)
         return {c: e[i] / z for i, c in enumerate(self.categories)}
 
-
     def _logistic(self, text: str) -> dict[str, float]:
-        assert self.weights is not None
-        rows = [self.weights[t] for t in tokens(text) if t in self.weights]
+        weights = self.weights or {}
+        # in a fixed order: a set's order changes with the hash seed, and so would the sums' last bits
+        rows = [weights[t] for t in sorted(tokens(text)) if t in weights]
         k = len(self.categories)
         scale = 1.0 / math.sqrt(len(rows)) if rows else 0.0
         z = [self.intercepts[i] + scale * sum(r[i] for r in rows) for i in range(k)]
