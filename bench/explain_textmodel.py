@@ -48,7 +48,7 @@ DIGITS = 4  # the stored weights' rounding
 # What --check allows between the stored and a fresh fit. The fit stops within ~6e-5 of the optimum
 # (bench/logreg.py's tolerance; a tighter one costs minutes), and BLAS kernels (threads, AVX-512, ARM) move
 # that point by as much again; with the rounding, two honest fits differ by up to ~1.6e-4 (session 13
-# review). 1e-3 moves no posterior by more than ~0.3% (weights are scaled by 1/sqrt(words present)).
+# review). At 1e-3 a category's logit moves by at most sqrt(words present) x 1e-3 (0.01 for 100 words).
 CHECK_TOL = 1e-3
 DOCS_VOCAB = 300  # the documentation model: DOCS_MIN (rank.py) was chosen out of fold at this size
 CATEGORIES = [c for c in C.CATEGORIES]
