@@ -15,7 +15,12 @@ construction, and both readings of the same log are recorded:
 - not_oom: an embedding index out of range (device-side assert);
 - host_oom: host tensors past an address-space limit (no GPU involved);
 - shm_exhausted: DataLoader workers with a 64 MB /dev/shm (own mount namespace; skipped where it cannot be made);
-- healthy: a short training run next to a co-tenant holding half the GPU (expect no event either way).
+- healthy: a short training run next to a co-tenant holding half the GPU (expect no event either way);
+- on a machine of two GPUs (cases mgpu_*, session 13): the co-tenant on the job's GPU or on the other one,
+  the job on physical GPU 0 or 1 (CUDA_VISIBLE_DEVICES=1: PyTorch's message then says "GPU 0" while NVML
+  counts the card as 1). `--here` cannot know the job's CUDA_VISIBLE_DEVICES, so a co-tenant may count only
+  as a lead there; these cases check that it neither blames a co-tenant on the other card nor loses one on
+  its own. Skipped with fewer than two GPUs.
 
 Each log is also cut to what users often paste, the error line alone up to "Tried to allocate ...", and read
 both ways. Nothing here was used to write explain's rules. The co-tenants stay alive while `explain --here`
@@ -170,8 +175,8 @@ for step in range(20):
 print("training done", flush=True)
 """
 
-# name: (truth, job source, env, co-tenant (mode, value) or None, note)
-CASES: dict[str, tuple[str, str, dict[str, str], tuple[str, float] | None, str]] = {
+# name: (truth, job source, env, co-tenant (mode, value[, physical GPU]) or None, note)
+CASES: dict[str, tuple[str, str, dict[str, str], tuple | None, str]] = {
     "other_60_50": ("other_process", NEED, {"NEED": "0.5"}, ("frac", 0.6), "co-tenant 60%, job needs 50%"),
     "other_80_30": ("other_process", NEED, {"NEED": "0.3"}, ("frac", 0.8), "co-tenant 80%, job needs 30%"),
     "other_45_65": ("other_process", NEED, {"NEED": "0.65"}, ("frac", 0.45), "co-tenant 45%, job needs 65%"),
@@ -208,6 +213,18 @@ CASES: dict[str, tuple[str, str, dict[str, str], tuple[str, float] | None, str]]
                              "job needs 140%; a co-tenant holds 25% (not the only cause)"),
     "capacity_cotenant_5": ("true_capacity", NEED, {"NEED": "1.1"}, ("frac", 0.05),
                             "job needs 110%; a co-tenant holds 5% (not the cause)"),
+    # Two GPUs (session 13; written before the run, sizes as above): where the co-tenant is, against where the job is.
+    "mgpu_other_same_gpu0": ("other_process", NEED, {"NEED": "0.5", "CUDA_VISIBLE_DEVICES": "0"}, ("frac", 0.6, 0),
+                             "job on GPU 0 needs 50%; co-tenant 60% on GPU 0; GPU 1 idle"),
+    "mgpu_other_same_gpu1": ("other_process", NEED, {"NEED": "0.5", "CUDA_VISIBLE_DEVICES": "1"}, ("frac", 0.6, 1),
+                             "job on GPU 1 (its 'GPU 0') needs 50%; co-tenant 60% on GPU 1; GPU 0 idle"),
+    "mgpu_capacity_cotenant_other_gpu": ("true_capacity", NEED, {"NEED": "1.3", "CUDA_VISIBLE_DEVICES": "0"},
+                                         ("frac", 0.6, 1), "job on GPU 0 needs 130%; co-tenant 60% on GPU 1 (not the cause)"),
+    "mgpu_capacity_remapped_cotenant_gpu0": ("true_capacity", NEED, {"NEED": "1.3", "CUDA_VISIBLE_DEVICES": "1"},
+                                             ("frac", 0.6, 0), "job on GPU 1 (its 'GPU 0') needs 130%; co-tenant 60% "
+                                             "on GPU 0 (not the cause, same index in the message)"),
+    "mgpu_healthy_cotenant_other_gpu": ("none", HEALTHY, {"CUDA_VISIBLE_DEVICES": "0"}, ("frac", 0.9, 1),
+                                        "healthy run on GPU 0; co-tenant 90% on GPU 1"),
 }
 # A second code tree to read the same logs with (--code NAME=PATH: the session's start, for before/after).
 CODES: dict[str, str] = {}
@@ -254,9 +271,16 @@ def deciding_facts() -> dict:
 
 
 def gpu_used_mib() -> int:
+    """The most any GPU has in use (every card must be free before the next case)."""
     p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=30)
-    return int(p.stdout.split()[0])
+    return max(int(x) for x in p.stdout.split())
+
+
+def gpu_count() -> int:
+    p = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                       timeout=30)
+    return len(p.stdout.split())
 
 
 def wait_free(limit: float = 60.0) -> int:
@@ -283,9 +307,13 @@ def run_case(name: str, out: Path) -> dict:
     job.write_text(src)
     log = out / f"{name}.log"
     hog = None
+    if name.startswith("mgpu_") and gpu_count() < 2:
+        res["skipped"] = "needs two GPUs"
+        return res
     if cotenant:
+        hog_env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": str(cotenant[2])} if len(cotenant) > 2 else {})}
         hog = subprocess.Popen([PY, "-c", HOG, cotenant[0], str(cotenant[1])], stdout=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=hog_env)
         line = hog.stdout.readline() if hog.stdout else ""
         res["cotenant"] = line.strip()
     cmd = [PY, str(job)]
