@@ -79,11 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _any_kind(items: list, p_docs: dict[int, float], answers: dict, first: TextModel, arrival: list[str],
               stored: float) -> None:
-    from oomdoctor.explain.patterns import MACHINE_HINTS
+    from oomdoctor.explain.rank import job_output
 
     def own_output(ex) -> bool:
-        return (any(len(e.numbers) >= 2 or "traceback_line" in e.details for e in ex.events)
-                or bool(MACHINE_HINTS & ex.scan.env.keys()))
+        return job_output(ex.events, ex.scan.env)
 
     at = {items[i][2]["id"]: i for i in range(len(items))}
     benign = {b["id"]: b for b in C.load_benign("dev")}

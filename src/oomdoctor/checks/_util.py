@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
-from oomdoctor.facts.gpu import gpus  # noqa: F401 - the checks' name for it
+from oomdoctor.facts.gpu import as_list, gpus  # noqa: F401 - the checks' names for them
 from oomdoctor.units import format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
@@ -51,14 +51,6 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().isascii() and value.strip().lstrip("-").isdigit():
         return int(value.strip())
     return None
-
-
-def as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    return [value]
 
 
 def as_dict(value: Any) -> dict[str, Any]:

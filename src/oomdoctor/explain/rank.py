@@ -307,6 +307,13 @@ def _docs_p(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> f
     return docs.posterior(text).get("docs", 0.0)
 
 
+def job_output(events: list[OomEvent], env: dict[str, list[str]]) -> bool:
+    """What a job's own output carries and documentation does not: an event with the allocator's figures or
+    a traceback, or the machine named (patterns.MACHINE_HINTS)."""
+    return (any(len(e.numbers) >= 2 or "traceback_line" in e.details for e in events)
+            or bool(MACHINE_HINTS & env.keys()))
+
+
 def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:
     """The text is documentation, not a report (its events are mentions): the documentation model where
     the only OOM wording is vague (DOCS_MIN, DOCS_WEAK_KINDS) or, surer still, whatever the events' kinds
@@ -315,8 +322,7 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     allocator's figures or a traceback (the seed case 000, a Chinese post-mortem of a real A100 incident,
     has them; the CJK articles of dev benign do not); these keep a text from the last two."""
     weak = DOCS_MIN < 1 and all(e.kind in DOCS_WEAK_KINDS for e in events)
-    own_output = (any(len(e.numbers) >= 2 or "traceback_line" in e.details for e in events)
-                  or bool(MACHINE_HINTS & scan.env.keys()))
+    own_output = job_output(events, scan.env)
     p = _docs_p(scan, events, model) if weak or (not own_output and DOCS_MIN_ANY < 1) else 0.0
     if weak and p >= DOCS_MIN:
         return True

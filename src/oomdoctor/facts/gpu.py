@@ -11,14 +11,15 @@ from oomdoctor.facts.base import FactSet
 MIG_ON = ("enabled", "true", "1")
 
 
-def _items(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
+    """A fact's value as a list: None is empty, a single item is one (the checks read it so too)."""
     return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
 
 def gpus(facts: FactSet) -> list[dict[str, Any]]:
     """driver.gpus as a list of dicts (anything else dropped), with `index` filled in."""
     out = []
-    for i, g in enumerate(_items(facts.value("driver.gpus"))):
+    for i, g in enumerate(as_list(facts.value("driver.gpus"))):
         if isinstance(g, dict):
             g = dict(g)
             g.setdefault("index", i)
@@ -29,7 +30,7 @@ def gpus(facts: FactSet) -> list[dict[str, Any]]:
 def procs_on(facts: FactSet, g: dict) -> list[dict]:
     """The compute processes NVML lists on card `g` (matched by index, UUID or PCI bus id)."""
     out = []
-    for p in _items(facts.value("sharing.processes")):
+    for p in as_list(facts.value("sharing.processes")):
         if not isinstance(p, dict):
             continue
         gi = p.get("gpu")
@@ -47,4 +48,4 @@ def mig_enabled(facts: FactSet, gpu: int | None = None) -> bool:
     """Card `gpu` (an NVML index; None: any card) is in MIG mode. An entry without a card comes from MIG-
     device names in CUDA_VISIBLE_DEVICES and applies to whichever card the job used."""
     return any(mig_mode_on(m) and (gpu is None or m.get("gpu") is None or m.get("gpu") == gpu)
-               for m in _items(facts.value("sharing.mig")))
+               for m in as_list(facts.value("sharing.mig")))
