@@ -227,13 +227,13 @@ class M(L.LightningModule):
     def __init__(self):
         super().__init__(); self.net = nn.Sequential(nn.Linear(4096, 32768), nn.ReLU(), nn.Linear(32768, 10)); self.seen = []
     def training_step(self, b, i):
-        x, y = b; out = self.net(x); loss = nn.functional.cross_entropy(out, y)
-        self.seen.append(out)          # kept with its graph: grows every step
+        x, y = b; h = self.net[1](self.net[0](x)); out = self.net[2](h); loss = nn.functional.cross_entropy(out, y)
+        self.seen.append(h.detach())   # a feature cache kept on the GPU: grows 512 MiB every step
         self.log("train_loss", loss, prog_bar=True)
         return loss
     def configure_optimizers(self): return torch.optim.SGD(self.parameters(), 1e-3)
 L.Trainer(max_epochs=1, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False).fit(M(), DataLoader(Batches(), batch_size=None))
-""", timeout=240, note="Lightning: training_step keeps its outputs (with graph) in a list")
+""", timeout=240, note="Lightning: training_step keeps its hidden features in a list on the GPU (first version kept outputs with their graph: backward frees those buffers, no OOM on the H200; rewritten and re-run, session 14)")
 
 case("trainer_fraction", "gpu_sharing_limit", "failure", HEAD + GPT2_DATA + r"""
 torch.cuda.set_per_process_memory_fraction(0.06)
