@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
+from oomdoctor.explain.listing import source_listing
 from oomdoctor.explain.mentions import cjk_article
 from oomdoctor.explain.patterns import MACHINE_HINTS
 from oomdoctor.explain.recovery import loop_went_on, recovered_events, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
+from oomdoctor.explain.testrun import passing_verdicts
 from oomdoctor.explain.textmodel import TAG_PREFIX
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
@@ -317,7 +319,8 @@ def job_output(events: list[OomEvent], env: dict[str, list[str]]) -> bool:
 def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | None) -> bool:
     """The text is documentation, not a report (its events are mentions): the documentation model where
     the only OOM wording is vague (DOCS_MIN, DOCS_WEAK_KINDS) or, surer still, whatever the events' kinds
-    (DOCS_MIN_ANY), or a CJK article that quotes an error bare (mentions.cjk_article). What a write-up of
+    (DOCS_MIN_ANY), a CJK article that quotes an error bare (mentions.cjk_article), or a listing of source
+    code (listing.source_listing: tests, fixtures, exception classes). What a write-up of
     one's own incident carries and such texts do not: the machine (patterns.MACHINE_HINTS), the
     allocator's figures or a traceback (the seed case 000, a Chinese post-mortem of a real A100 incident,
     has them; the CJK articles of dev benign do not); these keep a text from the last two."""
@@ -330,7 +333,8 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
         return False
     if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY:
         return True
-    return cjk_article(ln for _, _, t in scan.samples for ln in t.splitlines())
+    lines = [ln for _, _, t in scan.samples for ln in t.splitlines()]
+    return cjk_article(lines) or source_listing(lines)
 
 
 def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None) -> tuple[OomEvent, Board] | None:
@@ -379,6 +383,9 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
+    # a test runner's verdict that every test passed: the OOMs printed before it were a test's own
+    passed = passing_verdicts(scan.samples)
+    events = [e for e in events if (e.last_line or e.line) >= passed.get(e.source, -1)]
     model = _prior(prior)
     documentation = bool(events) and facts is None and _documentation(scan, events, model)
     if documentation:
@@ -388,7 +395,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     # a new one ("... preempted ... not enough KV cache space", then vLLM's swap-space abort; review, session 9)
     bare = not events and bool(recovered) and all(e.kind in RECOVERY for e in recovered)
     if not events and (not recovered or bare):
-        after: dict[str, int] = {}
+        after: dict[str, int] = dict(passed)
         for m in recovered:
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)
         got = _reported(scan, model, after)
