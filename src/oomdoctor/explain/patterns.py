@@ -67,10 +67,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # memory is insufficient to use tactic."), Detectron2's retry_if_cuda_oom re-running a function on the CPU,
     # vLLM preempting a request for lack of KV cache. Each is a recovered OOM by itself and recovers no other
     # event (kinds.SELF_CONTAINED: review, session 9).
-    # TensorFlow's BFC allocator that could not get a block and fell back ("Allocator (GPU_0_bfc) ran out of
-    # memory trying to allocate 2.26GiB ... The caller indicates that this is not a failure, but may mean that
-    # there could be performance gains if more memory were available"): TF's own word that it went on.
-    ("oom_caught", r"The caller indicates that this is not a failure|Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
+    ("oom_caught", r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
                    r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space"),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
@@ -244,7 +241,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
                       "Decode out of memory happened"),
-    "oom_caught": ("this is not a failure", "insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode"),
+    "oom_caught": ("insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
@@ -684,8 +681,8 @@ TF_NOT_A_FAILURE = "indicates that this is not a failure"
 
 def classify_line(line: str) -> str | None:
     """The kind of an OOM-like line, or None."""
-    if line.lstrip().startswith("Search for `"):
-        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
+    if line.lstrip().startswith("Search for `") or TF_NOT_A_FAILURE in line:
+        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ..."); TF's BFC retry warning
     for kind, gate, pat in _GATED_PATTERNS:
         for needle in gate:
             if needle in line:

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import DECIDERS
-from oomdoctor.explain.events import LogScan, LogScanner, OomEvent
+from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
-from oomdoctor.explain.listing import source_listing
+from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article
 from oomdoctor.explain.patterns import MACHINE_HINTS
 from oomdoctor.explain.recovery import loop_went_on, recovered_events, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
-from oomdoctor.explain.testrun import passing_verdicts
+from oomdoctor.explain.testrun import in_passing_session, passing_sessions
 from oomdoctor.explain.textmodel import TAG_PREFIX
 
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
@@ -323,7 +323,7 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     code (listing.source_listing: tests, fixtures, exception classes). What a write-up of
     one's own incident carries and such texts do not: the machine (patterns.MACHINE_HINTS), the
     allocator's figures or a traceback (the seed case 000, a Chinese post-mortem of a real A100 incident,
-    has them; the CJK articles of dev benign do not); these keep a text from the last two."""
+    has them; the CJK articles of dev benign do not); these keep a text from the last three."""
     weak = DOCS_MIN < 1 and all(e.kind in DOCS_WEAK_KINDS for e in events)
     own_output = job_output(events, scan.env)
     p = _docs_p(scan, events, model) if weak or (not own_output and DOCS_MIN_ANY < 1) else 0.0
@@ -334,7 +334,11 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY:
         return True
     lines = [ln for _, _, t in scan.samples for ln in t.splitlines()]
-    return cjk_article(lines) or source_listing(lines)
+    if cjk_article(lines):
+        return True
+    # a listing of source code, read whole, none of whose events is an error as a program prints it
+    return (scan.bytes <= SAMPLE_HEAD and not any(ERROR_LINE.match(e.text) for e in events)
+            and source_listing(lines))
 
 
 def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None) -> tuple[OomEvent, Board] | None:
@@ -342,6 +346,11 @@ def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | No
     reports a failure (explain/reported.py): rank the causes from the text's own evidence (prose,
     readings, the text prior)."""
     hit = failure_statement(scan.samples, after)
+    # a statement printed inside a passing test session is its test's own: look past that session
+    sessions = passing_sessions(scan.samples)
+    while hit is not None and (span := next((sv for sv in sessions.get(hit[0], []) if sv[0] < hit[1] < sv[1]), None)):
+        after = {**(after or {}), hit[0]: max((after or {}).get(hit[0], -1), span[1])}
+        hit = failure_statement(scan.samples, after)
     if hit is None:
         return None
     ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
@@ -383,9 +392,10 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
-    # a test runner's verdict that every test passed: the OOMs printed before it were a test's own
-    passed = passing_verdicts(scan.samples)
-    events = [e for e in events if (e.last_line or e.line) >= passed.get(e.source, -1)]
+    # a test session whose runner said every test passed: the OOMs printed inside it were its tests' own
+    sessions = passing_sessions(scan.samples)
+    events = [e for e in events if not in_passing_session(e.line, e.last_line or e.line, e.details.get("traceback_line"),
+                                                          sessions.get(e.source, []))]
     model = _prior(prior)
     documentation = bool(events) and facts is None and _documentation(scan, events, model)
     if documentation:
@@ -395,7 +405,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     # a new one ("... preempted ... not enough KV cache space", then vLLM's swap-space abort; review, session 9)
     bare = not events and bool(recovered) and all(e.kind in RECOVERY for e in recovered)
     if not events and (not recovered or bare):
-        after: dict[str, int] = dict(passed)
+        after: dict[str, int] = {}
         for m in recovered:
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)
         got = _reported(scan, model, after)
