@@ -6,7 +6,7 @@ corpus measures that on public texts; this measures it on whole logs as a user w
 finder, accelerate, PEFT, timm, the profiler, pytest, torchrun, torch.compile), each run made on purpose so
 its truth is known by construction. A few failures of the same libraries check that whole-log noise (progress
 bars, warnings, summaries) does not hide a real failure. Written for validation (session 14) before any run;
-nothing here was used to write explain's rules.
+one case has since driven a rule (pytest_oom_test -> explain/testrun.py) and is in-sample from then on.
 
 Usage:
   device machine:  python3 validation/explain_logs_gpu.py run OUTDIR [--only NAME ...]
