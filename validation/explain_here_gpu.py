@@ -237,7 +237,7 @@ def summarise(d: dict) -> dict:
     hs = [h for h in d.get("hypotheses", []) if h["category"] != "unknown"]
     return {"ranked": [h["category"] for h in hs], "confidence": hs[0]["confidence"] if hs else None,
             "evidence": hs[0]["evidence"][:3] if hs else [], "events": [e["kind"] for e in d.get("events", [])],
-            "failed": d.get("failed")}
+            "recovered": sum(bool(e.get("recovered")) for e in d.get("events", [])), "failed": d.get("failed")}
 
 
 def explain(log: Path, here: bool, src: str | None = None) -> dict:

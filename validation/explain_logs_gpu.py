@@ -349,20 +349,14 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def read(log: Path, src: str | None) -> dict:
-    env = os.environ.copy()
-    if src:
-        env["PYTHONPATH"] = os.pathsep.join([src] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if x and x != "src"])
-    p = subprocess.run([PY, "-m", "oomdoctor", "explain", "--format", "json", str(log)], capture_output=True,
-                       text=True, timeout=120, env=env)
-    try:
-        d = json.loads(p.stdout)
-    except ValueError:
-        return {"rc": p.returncode, "error": (p.stderr or p.stdout)[-300:]}
-    hs = [h["category"] for h in d.get("hypotheses", []) if h["category"] != "unknown"]
-    ev = d.get("events", [])
-    return {"rc": p.returncode, "failed": bool(d.get("failed")), "ranked": hs,
-            "events": len(ev), "recovered": sum(bool(e.get("recovered")) for e in ev)}
+    """`oomdoctor explain --format json LOG` read with source tree `src` (the --here script's reader)."""
+    from explain_here_gpu import explain  # validation/ is the script's own directory on sys.path
+
+    r = explain(log, False, src)
+    if "error" in r:
+        return r
+    return {"rc": r["rc"], "failed": bool(r["failed"]), "ranked": r["ranked"], "events": len(r["events"]),
+            "recovered": r["recovered"]}
 
 
 def verdict(expect: str, r: dict) -> str:

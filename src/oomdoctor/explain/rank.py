@@ -341,13 +341,14 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
             and source_listing(lines))
 
 
-def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None) -> tuple[OomEvent, Board] | None:
+def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None,
+              sessions: dict[str, list[tuple[int, int]]] | None = None) -> tuple[OomEvent, Board] | None:
     """No event, no recovery (or only recovery lines, then what comes after them: `after`), but the text
     reports a failure (explain/reported.py): rank the causes from the text's own evidence (prose,
     readings, the text prior)."""
     hit = failure_statement(scan.samples, after)
-    # a statement printed inside a passing test session is its test's own: look past that session
-    sessions = passing_sessions(scan.samples)
+    # a statement printed inside a passing test session (testrun.passing_sessions) is its test's own: look past it
+    sessions = sessions or {}
     while hit is not None and (span := next((sv for sv in sessions.get(hit[0], []) if sv[0] < hit[1] < sv[1]), None)):
         after = {**(after or {}), hit[0]: max((after or {}).get(hit[0], -1), span[1])}
         hit = failure_statement(scan.samples, after)
@@ -408,7 +409,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
         after: dict[str, int] = {}
         for m in recovered:
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)
-        got = _reported(scan, model, after)
+        got = _reported(scan, model, after, sessions)
         if got is not None:
             ev, b = got
             used = fact_rules(facts, b, {ev.kind}, ev)
