@@ -196,6 +196,12 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("other_process", 2.0, f"{fb(hidden)} of the GPU is used by memory this job does not own and "
                   "that no listed process explains (another container or a time-sliced co-tenant)",
                   "find the co-tenant from the node (nvidia-smi on the host); time-slicing gives no memory isolation")
+            # Under an MPS pinned-memory limit the client's free figure is what its limit leaves, while the
+            # total stays the card's: the same shape with no co-tenant at all (H200, session 15:
+            # validation/explain_here_gpu2.py, mps_pinned_*; those cases then drove this line).
+            b.add("gpu_sharing_limit", 1.2, "or a sharing layer's limit: under an MPS pinned-memory limit the free "
+                  "figure is what the limit leaves, while the total stays the whole card's",
+                  "look for CUDA_MPS_PINNED_DEVICE_MEM_LIMIT / an MPS daemon (oomdoctor explain --here LOG)")
     elif T is not None and F is not None and R is not None and not procs:
         hidden = T - F - R
         if hidden >= max(CONTEXT_MAX, 0.15 * T):
@@ -221,6 +227,16 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     _slice_evidence(T, env, b)
     if env.get("hami") or env.get("vcuda"):
         _env_hints(b, env)
+
+
+def unaccounted(ev: OomEvent) -> int | None:
+    """What of the failing GPU the message's own breakdown leaves unexplained: total less free, this process
+    and the processes it lists (PyTorch >= 2.1 lists NVML's processes on that GPU). None without the breakdown."""
+    n = ev.numbers
+    t, f, p = n.get("total_bytes"), n.get("free_bytes"), n.get("process_bytes")
+    if t is None or f is None or p is None:
+        return None
+    return t - f - p - sum(int(x.get("bytes") or 0) for x in ev.details.get("other_processes") or [])
 
 
 def _frag_fix(x: int, d: dict) -> str:

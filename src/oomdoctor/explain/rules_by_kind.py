@@ -15,6 +15,7 @@ from oomdoctor.explain.rules import (
     _slice_evidence,
     driver_oom,
     torch_oom,
+    unaccounted,
 )
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.units import format_bytes as fb
@@ -451,19 +452,13 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     needing 120% of the GPU beside a 5% co-tenant). Processes the message itself listed were weighed by
     its rule already: NVML seeing them again is the same witness (H200: a job needing 150% beside a 20%
     co-tenant read 0.96 sure of the co-tenant). validation/explain_here_gpu.py; review, session 12."""
-    from oomdoctor.facts.gpu import gpus, procs_on
+    from oomdoctor.facts.gpu import gpus
 
     nums = primary.numbers if primary is not None else {}
     own, total, free, x = (nums.get(k) for k in ("process_bytes", "total_bytes", "free_bytes", "requested_bytes"))
     cards = gpus(facts)
     card = next((c for c in cards if c["index"] == physical), cards[0] if len(cards) == 1 else None)
-    on_card = procs_on(facts, card) if isinstance(physical, int) and card else facts.value("sharing.processes") or []
-    procs = [p for p in on_card if isinstance(p, dict) and not p.get("self")]
-    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
-        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
-    listed = {p.get("pid") for p in (primary.details.get("other_processes") or [])} if primary is not None else set()
-    named = [p for p in procs if p.get("pid") in listed]
-    unnamed = [p for p in procs if p.get("pid") not in listed]
+    named, unnamed = _nvml_others(facts, primary, physical)
     src = facts.source("sharing.processes")
     fix = "stop them or schedule this job on another GPU"
     used = False
@@ -473,6 +468,14 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     held = sum(int(p.get("used_bytes") or 0) for p in unnamed)
     if held < GIB:
         return used
+    gap = unaccounted(primary) if primary is not None else None
+    if gap is not None and gap < GIB:
+        # The message's breakdown (free, this process, the processes it lists) covers the whole failing GPU:
+        # at the failure no other process held memory there, whatever NVML sees now (on another card, or
+        # started since). H200 x4, session 15: a co-tenant on another card halved a right answer's confidence.
+        b.add("other_process", 0.0, f"NVML now sees {len(unnamed)} other process(es) holding {fb(held)}, but the "
+              "message accounts for all of the failing GPU's memory: they were not on it when it failed ({src})")
+        return True
     where = f"{len(unnamed)} other process(es) holding {fb(held)} on " + (
         "some GPU of this machine (which one the job used is not known)" if physical is _UNKNOWN else "the GPU") + f" ({src})"
     # what would have been free without them: the message's free figure plus theirs, or the GPU less the job's own
@@ -494,6 +497,44 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     return True
 
 
+def _nvml_others(facts: FactSet, primary: OomEvent | None, physical: int | None | object) -> tuple[list, list]:
+    """NVML's processes on the failing GPU (every GPU's where it cannot be told) other than this job: those
+    the message names, and the rest."""
+    from oomdoctor.facts.gpu import gpus, procs_on
+
+    nums = primary.numbers if primary is not None else {}
+    own = nums.get("process_bytes")
+    cards = gpus(facts)
+    card = next((c for c in cards if c["index"] == physical), cards[0] if len(cards) == 1 else None)
+    on_card = procs_on(facts, card) if isinstance(physical, int) and card else facts.value("sharing.processes") or []
+    procs = [p for p in on_card if isinstance(p, dict) and not p.get("self")]
+    if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
+        procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
+    listed = {p.get("pid") for p in (primary.details.get("other_processes") or [])} if primary is not None else set()
+    return [p for p in procs if p.get("pid") in listed], [p for p in procs if p.get("pid") not in listed]
+
+
+def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None | object) -> tuple[float, str]:
+    """How much MPS being there says, from the message's figures (MPS leaves the total at the card's size and
+    lists its clients in NVML; H200, session 15, validation/explain_here_gpu2.py: a pinned limit, a job too big
+    for the whole card, a second client holding memory)."""
+    n = primary.numbers if primary is not None else {}
+    t, f, own, x = (n.get(k) for k in ("total_bytes", "free_bytes", "process_bytes", "requested_bytes"))
+    if t is not None and own is not None and x is not None and own + x > t:
+        return 0.3, (f"; but this job alone ({fb(own)} held, {fb(x)} asked) needs more than the whole card "
+                     f"({fb(t)}): no MPS limit refused it")
+    gap = unaccounted(primary) if primary is not None else None
+    if t is not None and gap is not None and gap >= max(GIB, 0.1 * t):
+        _, unnamed = _nvml_others(facts, primary, physical)
+        if sum(int(p.get("used_bytes") or 0) for p in unnamed) < gap / 2:
+            return 3.5, (f"; the message leaves {fb(gap)} of the card unexplained and NVML sees no process "
+                         "holding it: the free figure is what an MPS pinned-memory limit left")
+    others = sum(int(p.get("bytes") or 0) for p in (primary.details.get("other_processes") or [])) if primary else 0
+    if t is not None and f is not None and others >= 0.1 * t and (x is None or f + others >= x):
+        return 1.0, "; the processes the message lists hold the memory (MPS clients share the card)"
+    return 2.0, ""
+
+
 def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
     """Environment evidence from a bundle (facts/keys.py). Returns the fact keys that were used."""
     if facts is None:
@@ -511,8 +552,9 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
                        ("sharing.mps", "MPS")):
         if gpu_oom and facts.value(key):
-            b.add("gpu_sharing_limit", 2.0, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
-                  "before the physical GPU's", "raise the sharing layer's memory limit for this job")
+            w, why = _mps_weight(facts, primary, physical) if key == "sharing.mps" else (2.0, "")
+            b.add("gpu_sharing_limit", w, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
+                  "before the physical GPU's" + why, "raise the sharing layer's memory limit for this job")
             used.append(key)
     if gpu_oom and mig:
         b.add("gpu_sharing_limit", 1.6, "the GPU is split with MIG: the instance size is the capacity",
