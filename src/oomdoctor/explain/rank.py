@@ -20,7 +20,7 @@ from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article
 from oomdoctor.explain.patterns import MACHINE_HINTS
-from oomdoctor.explain.recovery import loop_went_on, recovered_events, went_on
+from oomdoctor.explain.recovery import loop_went_on, recovered_events, retry_went_on, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -390,7 +390,8 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY])
-    recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan))]
+    recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
+                                                                                     or retry_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     # a test session whose runner said every test passed: the OOMs printed inside it were its tests' own

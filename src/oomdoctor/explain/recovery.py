@@ -135,6 +135,33 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
     return False
 
 
+# A program's own retry after an OOM it caught ("OOM with chunk=200000: CUDA out of memory ..." then
+# "retrying with chunk=100000"): the announcement, on the first lines after the OOM.
+_RETRY = re.compile(r"(?i)^\W{0,3}(?:retry(?:ing)?|trying again|try(?:ing)? (?:again|a smaller|smaller|with)|"
+                    r"falling back|fall(?:ing)? ?back to|reducing|halving|lowering|decreasing)\b")
+RETRY_LINES = 3
+
+
+def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
+    """An OOM a loop caught (no traceback, not raised) whose next lines announce a retry, after which the log
+    goes on with a line that is not an OOM, a memory line or an error, and ends with no error (GPU run,
+    session 14: validation/explain_logs_gpu.py retry_smaller_chunks)."""
+    if e.kind not in _LOOP_KINDS or e.count != 1 or "traceback_line" in e.details or _RAISED.search(e.text):
+        return False
+    n = e.text.count("\n")
+    got = _around(e, scan, e.line, e.line + n)
+    if got is None:
+        return False
+    after = [ln for ln in got[1] if ln.strip()]
+    own = _prefix(e.text)[0]
+    at = next((i for i, ln in enumerate(after[:RETRY_LINES]) if _RETRY.search(ln[_prefix(ln)[1]:])), None)
+    if at is None or _prefix(after[at])[0] != own:
+        return False
+    rest = after[at + 1:]
+    return (any(not MEMORY_WORD.search(ln) for ln in rest)
+            and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in rest))
+
+
 def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:
     """A repeated OOM of a loop: between the repeats some item of the loop succeeded (a loop line not
     followed by the OOM: "* Trying batch size 192... Ok"), and after the last repeat the log goes on with a
