@@ -71,6 +71,11 @@ FIRING = [
         {"gpu": 0, "pid": 9, "used_bytes": 29 * GiB, "name": "other", "self": False}]}, "info", "other_process", "36%"),
     ("SHR010", {"driver__gpus": [a100(used=60 * GiB)], "sharing__processes": [
         {"gpu": 0, "pid": 9, "used_bytes": 59 * GiB, "name": "other", "self": False}]}, "error", "other_process", "74%"),
+    # under MPS NVML lists its server beside the client (H200, session 15): one co-tenant, not two
+    ("SHR010", {"driver__gpus": [a100(used=60 * GiB)], "sharing__processes": [
+        {"gpu": 0, "pid": 9, "used_bytes": 59 * GiB, "name": "other", "self": False},
+        {"gpu": 0, "pid": 8, "used_bytes": 68 * MiB, "name": "nvidia-cuda-mps-server", "self": False}]},
+     "error", "other_process", "1 process(es)"),
     ("SHR011", {"probe__mem_get_info": [{"gpu": 0, "free_bytes": 7 * GiB, "total_bytes": 8 * GiB}]}, "warning", "gpu_sharing_limit", "8.00 GiB total"),
     ("SHR011", {"torch__devices": [{"name": "NVIDIA A100-PCIE-40GB", "total_memory": 8 * GiB, "capability": "8.0"}]},
      "warning", "gpu_sharing_limit", "8.00 GiB total"),

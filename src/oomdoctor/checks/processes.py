@@ -37,6 +37,13 @@ def job_pids(facts: FactSet) -> set[int]:
     return pids
 
 
+def is_mps_server(p: dict) -> bool:
+    """MPS's server holds only its own context (68 MiB on an H200); NVML lists each client's memory under the
+    client (H200, session 15, validation/doctor_mps_gpu.py): the server is no co-tenant."""
+    name = str(p.get("name") or "").split(" ", 1)[0]
+    return name.rsplit("/", 1)[-1] == "nvidia-cuda-mps-server"
+
+
 @check("SHR010", L, "Other processes hold GPU memory")
 def other_processes(facts: FactSet) -> Iterator[Finding]:
     """Memory held by other processes (an earlier script that never exited, another rank, a co-tenant)
@@ -54,7 +61,8 @@ def other_processes(facts: FactSet) -> Iterator[Finding]:
             continue
         procs = procs_on(facts, g)
         mine = job_pids(facts)
-        others = [p for p in procs if not truthy(p.get("self")) and as_int(p.get("pid")) not in mine]
+        others = [p for p in procs if not truthy(p.get("self")) and as_int(p.get("pid")) not in mine
+                  and not is_mps_server(p)]
         held = sum(as_int(p.get("used_bytes")) or 0 for p in others)
         evidence = [ev_value(f"driver.gpus[{idx}]", f"used {mib(used)} of {mib(total)}", facts.source("driver.gpus"))]
         if others and held >= 0.25 * total:

@@ -187,8 +187,10 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
     if ctx.exists(SA_DIR):
         w.dirs.add(SA_DIR)  # the directory only: the token never leaves the machine
     pipe = (ctx.env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps").lstrip("/")
-    if ctx.exists(f"{pipe}/control"):
-        w.add(f"{pipe}/control", b"")
+    if ctx.exists(f"{pipe}/nvidia-cuda-mps-control.pid"):  # a daemon that runs (its socket outlives it)
+        w.add(f"{pipe}/nvidia-cuda-mps-control.pid", b"")
+        if ctx.exists(f"{pipe}/control"):
+            w.add(f"{pipe}/control", b"")
     for d in ctx.listdir("usr/local") or []:
         if d.startswith("cuda"):
             for name in ctx.listdir(f"usr/local/{d}/compat") or []:

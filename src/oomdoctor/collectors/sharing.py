@@ -62,12 +62,16 @@ def _mps(ctx: CollectContext) -> Entry:
     env = ctx.env
     pipe = env.get("CUDA_MPS_PIPE_DIRECTORY")
     pipe_dir = (pipe or "/tmp/nvidia-mps").lstrip("/")
-    control = ctx.exists(f"{pipe_dir}/control") or ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid")
+    # A running control daemon has its pid file in the pipe directory and removes it on `quit`; its control
+    # socket stays behind (H200, session 15: validation/doctor_mps_gpu.py), so the socket alone is no daemon.
+    # Bundles hold the socket's marker only beside the pid file's (older bundles: the socket's alone, as before).
+    control = ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid") or (ctx.bundle and ctx.exists(f"{pipe_dir}/control"))
     mps_env = {k: v for k, v in env.items() if k.startswith("CUDA_MPS_")}
     if not mps_env and not control:
         if ctx.env_missing:
             return unproven(ctx, "sharing.mps", "CUDA_MPS_* variables unknown")
-        return Fact("sharing.mps", None, f"{env_source(ctx)}; {ctx.label(pipe_dir)}")
+        stale = "; a control socket left by a daemon that has exited" if ctx.exists(f"{pipe_dir}/control") else ""
+        return Fact("sharing.mps", None, f"{env_source(ctx)}; {ctx.label(pipe_dir)}{stale}")
     return Fact("sharing.mps", {
         "pipe_directory": pipe, "pinned_device_mem_limit": env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
         "active_thread_percentage": env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),

@@ -1,0 +1,74 @@
+"""MPS as an H200 really showed it (validation/doctor_mps_gpu.py, session 15): the control daemon keeps its pid
+file in the pipe directory while it runs and removes it on `quit`, but its control socket stays behind; NVML
+lists the MPS server (68 MiB, its own context) beside the clients, each with its own memory."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from oomdoctor.checks.processes import is_mps_server
+from oomdoctor.collectors.bundle_write import build_bundle
+from oomdoctor.collectors.context import CollectContext
+from oomdoctor.collectors.machine import collect_bundle
+from oomdoctor.collectors.nvml import PynvmlBackend
+from oomdoctor.collectors.sharing import collect_sharing
+from oomdoctor.redact import redact_env
+from test_collectors_live import FakeNvml, FakeRunner  # noqa: E402
+
+
+def _machine(tmp_path: Path, pid_file: bool, sock: bool, env: dict | None = None) -> CollectContext:
+    pipe = tmp_path / "root" / "tmp" / "nvidia-mps"
+    pipe.mkdir(parents=True)
+    if sock:  # a real unix socket, as the daemon leaves it
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(pipe / "control"))
+        s.close()
+    if pid_file:
+        (pipe / "nvidia-cuda-mps-control.pid").write_text("953")
+    return CollectContext(root=tmp_path / "root", env=redact_env(env or {"PATH": "/bin"}),
+                          gpu=PynvmlBackend(FakeNvml()), runner=FakeRunner({}), self_pids=frozenset())
+
+
+def _mps(ctx: CollectContext):
+    return next(e for e in collect_sharing(ctx) if e.key == "sharing.mps")
+
+
+def test_a_running_daemon_is_mps(tmp_path):
+    m = _mps(_machine(tmp_path, pid_file=True, sock=True))
+    assert m.value and m.value["control_present"]
+
+
+def test_the_socket_a_quit_daemon_left_is_not_mps(tmp_path):
+    m = _mps(_machine(tmp_path, pid_file=False, sock=True))
+    assert m.value is None and "left by a daemon that has exited" in m.source
+
+
+def test_the_job_s_mps_variables_still_count_without_a_daemon(tmp_path):
+    m = _mps(_machine(tmp_path, pid_file=False, sock=True, env={"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"}))
+    assert m.value and not m.value["control_present"]
+
+
+def test_bundles_carry_a_running_daemon_and_not_a_stale_socket(tmp_path):
+    for pid_file, expected in ((True, True), (False, False)):
+        where = tmp_path / str(pid_file)
+        where.mkdir()
+        w = build_bundle(ctx=_machine(where, pid_file=pid_file, sock=True))
+        out = where / "b.tar.gz"
+        w.write(out)
+        v = collect_bundle(out).value("sharing.mps")
+        assert bool(v and v["control_present"]) is expected, pid_file
+
+
+def test_an_older_bundle_with_the_socket_marker_alone_still_counts(tmp_path):
+    w = build_bundle(ctx=_machine(tmp_path, pid_file=True, sock=True))
+    del w.files["tmp/nvidia-mps/nvidia-cuda-mps-control.pid"]  # as bundles written before session 15
+    out = tmp_path / "old.tar.gz"
+    w.write(out)
+    assert collect_bundle(out).value("sharing.mps")["control_present"]
+
+
+def test_the_mps_server_is_no_co_tenant():
+    assert is_mps_server({"name": "nvidia-cuda-mps-server"})
+    assert is_mps_server({"name": "/usr/bin/nvidia-cuda-mps-server --foo"})
+    assert not is_mps_server({"name": "/opt/torch/.venv/bin/python3"}) and not is_mps_server({})
