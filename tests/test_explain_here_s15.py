@@ -31,9 +31,23 @@ def hyps(case: str, here: bool):
 
 
 def test_mps_pinned_limit_is_the_answer_with_the_machine():
-    for case in ("mps_pinned_env_b", "mps_pinned_default_b"):  # limit in the job's environment / the daemon's default
-        r = hyps(case, here=True)
-        assert r[0][0] == "gpu_sharing_limit" and r[0][1] >= 0.8, (case, r)
+    # the limit in the job's environment: its figures exceed it, settled
+    r = hyps("mps_pinned_env_b", here=True)
+    assert r[0][0] == "gpu_sharing_limit" and r[0][1] >= 0.85, r
+    # the daemon's default limit is not visible: first, but a co-tenant that has left is not ruled out (review)
+    r = hyps("mps_pinned_default_b", here=True)
+    assert r[0][0] == "gpu_sharing_limit" and 0.6 <= r[0][1] < 0.85 and r[1][0] == "other_process", r
+
+
+def test_a_known_limit_that_would_have_allowed_it_is_not_blamed():
+    import copy
+    raw = json.loads((HERE / "mps_pinned_env_b.facts.json").read_text())
+    raw = copy.deepcopy(raw)
+    raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = "0=120G"
+    facts = FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
+                    else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    ex = explain_text((HERE / "mps_pinned_env_b.log").read_text().splitlines(), facts)
+    assert ex.hypotheses[0].category != "gpu_sharing_limit"
 
 
 def test_mps_pinned_limit_from_the_text_alone_is_named_second():

@@ -50,3 +50,15 @@ def format_bytes(n: int | float | None) -> str:
         if n < 1024 or unit == "TiB":
             return f"{sign}{n:.2f} {unit}"
     raise AssertionError("unreachable")
+
+
+def parse_limit(text: object) -> int | None:
+    """HAMi / MPS style sizes: '4096m', '1G', '512M', '3000' (MiB when no unit, as HAMi documents).
+    An int is already bytes (what the collectors store)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
+    if not m:
+        return None
+    mult = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[m.group(2).lower()]
+    return int(float(m.group(1)) * mult)

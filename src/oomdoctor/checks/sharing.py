@@ -28,6 +28,7 @@ from oomdoctor.checks.registry import check
 from oomdoctor.facts.gpu import mig_mode_on
 from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA, VCUDA_MEMORY_UNIT
 from oomdoctor.knowledge.versions import cuda_mm, fmt
+from oomdoctor.units import parse_limit
 
 L = Layer.GPU_SHARING
 SLICE = Category.GPU_SHARING_LIMIT
@@ -37,18 +38,6 @@ def present(value: Any) -> bool:
     if isinstance(value, dict):
         return any(v not in (None, False, "", [], {}) for v in value.values())
     return truthy(value) if not isinstance(value, (list, tuple)) else bool(value)
-
-
-def parse_limit(text: Any) -> int | None:
-    """HAMi / MPS style sizes: '4096m', '1G', '512M', '3000' (MiB when no unit, as HAMi documents).
-    An int is already bytes (what the collectors store)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
-    if not m:
-        return None
-    mult = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[m.group(2).lower()]
-    return int(float(m.group(1)) * mult)
 
 
 @check("SHR001", L, "MIG: the job gets a slice of the GPU")

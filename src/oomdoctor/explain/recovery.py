@@ -140,13 +140,29 @@ def loop_went_on(e: OomEvent, scan: LogScan) -> bool:
 _RETRY = re.compile(r"(?i)^\W{0,3}(?:retry(?:ing)?|trying again|try(?:ing)? (?:again|a smaller|smaller|with)|"
                     r"falling back|fall(?:ing)? ?back to|reducing|halving|lowering|decreasing)\b")
 RETRY_LINES = 3
+# after the retry: the work said it finished, and nothing said it gave up (review, session 15)
+_FINISHED = re.compile(r"(?i)\b(?:done|finished|complete[ds]?|completed|succeeded|success(?:fully)?|saved|wrote)\b")
+_GAVE_UP = re.compile(r"(?i)\bfail(?:s|ed|ure)?\b|giv(?:e|ing) up|\bexceeded\b|\bexit(?:ed)?(?: with)? (?:status|code) "
+                      r"[1-9]|\bnon-?zero\b|\bstill\b")
+
+
+def _reaches_end(e: OomEvent, scan: LogScan) -> bool:
+    """The scanner's sample that holds the event runs to the end of the (only) log: nothing after it unread."""
+    for source, first, text in scan.samples:
+        lines = text.split("\n")
+        n = len(lines) - (1 if lines and lines[-1] == "" else 0)
+        if source == e.source and first <= e.line < first + n:
+            return first + n - 1 >= scan.lines
+    return False
 
 
 def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
-    """An OOM a loop caught (no traceback, not raised) whose next lines announce a retry, after which the log
-    goes on with a line that is not an OOM, a memory line or an error, and ends with no error (GPU run,
-    session 14: validation/explain_logs_gpu.py retry_smaller_chunks)."""
+    """An OOM a loop caught (no traceback, not raised, printed once) whose next lines announce a retry, after
+    which the log, read to its end, says the work finished and holds no error, failure, memory line or new
+    OOM (GPU run, session 14: validation/explain_logs_gpu.py retry_smaller_chunks; review, session 15)."""
     if e.kind not in _LOOP_KINDS or e.count != 1 or "traceback_line" in e.details or _RAISED.search(e.text):
+        return False
+    if not _reaches_end(e, scan) or any(o is not e and o.source == e.source and o.line > e.line for o in scan.events):
         return False
     n = e.text.count("\n")
     got = _around(e, scan, e.line, e.line + n)
@@ -158,8 +174,9 @@ def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
     if at is None or _prefix(after[at])[0] != own:
         return False
     rest = after[at + 1:]
-    return (any(not MEMORY_WORD.search(ln) for ln in rest)
-            and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln) for ln in rest))
+    return (any(_FINISHED.search(ln) for ln in rest)
+            and not any(_LOGGED_OR_ERROR.search(ln) or _GAVE_UP.search(ln) or MEMORY_WORD.search(ln)
+                        or classify_line(ln) or _NOT_LOOP.search(ln) for ln in rest))
 
 
 def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:

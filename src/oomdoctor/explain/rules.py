@@ -190,18 +190,21 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("other_process", w, f"other processes hold {fb(others)} of {fb(T)} ({top})",
               "free the GPU: stop or move those processes (nvidia-smi --query-compute-apps=pid,used_memory "
               "--format=csv), or pick another GPU with CUDA_VISIBLE_DEVICES")
-    if T is not None and F is not None and P is not None:
-        hidden = T - F - P - others
+    held = own_figure(P, R, A, U, T)
+    if T is not None and F is not None and P is not None and held is not None:
+        hidden = T - F - held - others
         if hidden >= max(GIB, 0.1 * T):
             b.add("other_process", 2.0, f"{fb(hidden)} of the GPU is used by memory this job does not own and "
                   "that no listed process explains (another container or a time-sliced co-tenant)",
                   "find the co-tenant from the node (nvidia-smi on the host); time-slicing gives no memory isolation")
             # Under an MPS pinned-memory limit the client's free figure is what its limit leaves, while the
             # total stays the card's: the same shape with no co-tenant at all (H200, session 15:
-            # validation/explain_here_gpu2.py, mps_pinned_*; those cases then drove this line).
-            b.add("gpu_sharing_limit", 1.2, "or a sharing layer's limit: under an MPS pinned-memory limit the free "
-                  "figure is what the limit leaves, while the total stays the whole card's",
-                  "look for CUDA_MPS_PINNED_DEVICE_MEM_LIMIT / an MPS daemon (oomdoctor explain --here LOG)")
+            # validation/explain_here_gpu2.py, mps_pinned_*; those cases then drove this line). Not for a gap
+            # under a quarter of the card: a desktop's display memory, which PyTorch never lists (review).
+            if hidden >= 0.25 * T:
+                b.add("gpu_sharing_limit", 1.2, "or a sharing layer's limit: under an MPS pinned-memory limit the "
+                      "free figure is what the limit leaves, while the total stays the whole card's",
+                      "look for CUDA_MPS_PINNED_DEVICE_MEM_LIMIT / an MPS daemon (oomdoctor explain --here LOG)")
     elif T is not None and F is not None and R is not None and not procs:
         hidden = T - F - R
         if hidden >= max(CONTEXT_MAX, 0.15 * T):
@@ -229,14 +232,26 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         _env_hints(b, env)
 
 
+def own_figure(p: int | None, r: int | None, a: int | None, u: int | None, t: int | None) -> int | None:
+    """This process's memory by the message: "this process has" where NVML gave a figure, never below PyTorch's
+    own reserve. NVML without per-process figures prints 0 bytes (cloud VMs, containers) and WDDM/WSL its
+    not-available value (17179869184.00 GiB): no figure then (review, session 15)."""
+    if p is not None and (p == 0 or (t is not None and p > t)):
+        p = None
+    cache = r if r is not None else (a + u if a is not None and u is not None else a)
+    known = [x for x in (p, cache) if x is not None]
+    return max(known) if known else None
+
+
 def unaccounted(ev: OomEvent) -> int | None:
     """What of the failing GPU the message's own breakdown leaves unexplained: total less free, this process
     and the processes it lists (PyTorch >= 2.1 lists NVML's processes on that GPU). None without the breakdown."""
     n = ev.numbers
     t, f, p = n.get("total_bytes"), n.get("free_bytes"), n.get("process_bytes")
-    if t is None or f is None or p is None:
+    own = own_figure(p, n.get("reserved_bytes"), n.get("allocated_bytes"), n.get("reserved_unallocated_bytes"), t)
+    if t is None or f is None or p is None or own is None:
         return None
-    return t - f - p - sum(int(x.get("bytes") or 0) for x in ev.details.get("other_processes") or [])
+    return t - f - own - sum(int(x.get("bytes") or 0) for x in ev.details.get("other_processes") or [])
 
 
 def _frag_fix(x: int, d: dict) -> str:

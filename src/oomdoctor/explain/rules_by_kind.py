@@ -14,6 +14,7 @@ from oomdoctor.explain.rules import (
     _capacity_fix,
     _slice_evidence,
     driver_oom,
+    own_figure,
     torch_oom,
     unaccounted,
 )
@@ -468,13 +469,14 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     held = sum(int(p.get("used_bytes") or 0) for p in unnamed)
     if held < GIB:
         return used
-    gap = unaccounted(primary) if primary is not None else None
+    gap = unaccounted(primary) if primary is not None and primary.count == 1 else None
     if gap is not None and gap < GIB:
         # The message's breakdown (free, this process, the processes it lists) covers the whole failing GPU:
         # at the failure no other process held memory there, whatever NVML sees now (on another card, or
         # started since). H200 x4, session 15: a co-tenant on another card halved a right answer's confidence.
+        # (One message only: repeated ones may be other ranks' on other cards, merged under the first's figures.)
         b.add("other_process", 0.0, f"NVML now sees {len(unnamed)} other process(es) holding {fb(held)}, but the "
-              "message accounts for all of the failing GPU's memory: they were not on it when it failed ({src})")
+              f"message accounts for all of the failing GPU's memory: they were not on it when it failed ({src})")
         return True
     where = f"{len(unnamed)} other process(es) holding {fb(held)} on " + (
         "some GPU of this machine (which one the job used is not known)" if physical is _UNKNOWN else "the GPU") + f" ({src})"
@@ -514,21 +516,50 @@ def _nvml_others(facts: FactSet, primary: OomEvent | None, physical: int | None 
     return [p for p in procs if p.get("pid") in listed], [p for p in procs if p.get("pid") not in listed]
 
 
+def _pinned_limit(value: object, gpu: object) -> int | None:
+    """CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the CUDA device the message names ("0=20G,1=512M"; a bare size
+    for every device); None where not set or not readable."""
+    from oomdoctor.units import parse_limit
+
+    if not value:
+        return None
+    for part in str(value).split(","):
+        dev, eq, size = part.partition("=")
+        if not eq:
+            return parse_limit(dev)
+        if dev.strip().isdigit() and int(dev) == (gpu if isinstance(gpu, int) else 0):
+            return parse_limit(size)
+    return None
+
+
 def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None | object) -> tuple[float, str]:
     """How much MPS being there says, from the message's figures (MPS leaves the total at the card's size and
     lists its clients in NVML; H200, session 15, validation/explain_here_gpu2.py: a pinned limit, a job too big
-    for the whole card, a second client holding memory)."""
+    for the whole card, a second client holding memory; review, session 15: a limit in hand decides, and
+    without one a gap NVML cannot explain may also be a co-tenant that has left)."""
     n = primary.numbers if primary is not None else {}
-    t, f, own, x = (n.get(k) for k in ("total_bytes", "free_bytes", "process_bytes", "requested_bytes"))
+    t, f, x = (n.get(k) for k in ("total_bytes", "free_bytes", "requested_bytes"))
+    own = own_figure(n.get("process_bytes"), n.get("reserved_bytes"), n.get("allocated_bytes"),
+                     n.get("reserved_unallocated_bytes"), t)
     if t is not None and own is not None and x is not None and own + x > t:
         return 0.3, (f"; but this job alone ({fb(own)} held, {fb(x)} asked) needs more than the whole card "
                      f"({fb(t)}): no MPS limit refused it")
+    mps = facts.value("sharing.mps")
+    limit = _pinned_limit(mps.get("pinned_device_mem_limit"), primary.details.get("gpu") if primary else None) \
+        if isinstance(mps, dict) else None
+    if limit is not None and own is not None and x is not None:
+        if own + x <= limit:
+            return 0.3, f"; but its pinned limit ({fb(limit)}) would have allowed this job's {fb(own)} and {fb(x)} asked"
+        return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its MPS pinned limit ({fb(limit)})"
     gap = unaccounted(primary) if primary is not None else None
     if t is not None and gap is not None and gap >= max(GIB, 0.1 * t):
         _, unnamed = _nvml_others(facts, primary, physical)
-        if sum(int(p.get("used_bytes") or 0) for p in unnamed) < gap / 2:
-            return 3.5, (f"; the message leaves {fb(gap)} of the card unexplained and NVML sees no process "
-                         "holding it: the free figure is what an MPS pinned-memory limit left")
+        seen = sum(int(p.get("used_bytes") or 0) for p in unnamed)
+        if seen < gap / 2:
+            now = f"NVML sees other processes holding only {fb(seen)} of it" if seen else "NVML sees no process holding it"
+            return 2.5, (f"; the message leaves {fb(gap)} of the card unexplained and {now}: the free figure is "
+                         "what an MPS pinned-memory limit left (the daemon's default, not visible here), unless a "
+                         "co-tenant has left since")
     others = sum(int(p.get("bytes") or 0) for p in (primary.details.get("other_processes") or [])) if primary else 0
     if t is not None and f is not None and others >= 0.1 * t and (x is None or f + others >= x):
         return 1.0, "; the processes the message lists hold the memory (MPS clients share the card)"
