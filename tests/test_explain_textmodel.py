@@ -183,23 +183,29 @@ def test_words_only_leaning_is_shown_but_never_a_failure():
 
 
 def test_documentation_with_only_a_vague_oom_word_is_not_a_failure(monkeypatch):
-    """The documentation model (docsmodel.json) lets a PR description's vague OOM wording stand as a mention;
-    a user's report with the same kind of wording stays a failure. The PR text is dev benign
-    u4_batchflow_optbs_744 (until session 8 this test used the whisperX README of e4_whisperx_readme_vram
-    with an OOM line added: after round w joined the fit, the model puts it at p(docs) = 0.94, under DOCS_MIN,
-    which bench/explain_docs_cv.py still chooses); the report line is dev case lo_cbp_5."""
+    """The documentation model (docsmodel.json) lets a documentation page's vague OOM wording stand as a
+    mention; a user's report with the same kind of wording stays a failure. The page is dev benign
+    t5_theneuralbase_lightning_bsfinder (until session 15 this test used the PR text of u4_batchflow_optbs_744,
+    and until session 8 the whisperX README of e4_whisperx_readme_vram: each refit of the model on a larger dev
+    split moved the earlier one under DOCS_MIN, which bench/explain_docs_cv.py still chooses); the report line is
+    dev case lo_cbp_5."""
     from oomdoctor.explain import rank
 
-    pr = ["New way of finding optimal batch size", "",
-          "Now optimal batch_size can be found via running `compute_optimal_batch_size` function, which does two steps:", "",
-          "1.  Batch Size Estimation:",
-          "    - `predictive` method: This approach runs the model with various batch sizes.",
-          "    It then calculates the optimal batch size by solving a linear system of equations,",
-          "    `measured_memory = batch_size * item_size + model_size + eps`, to find both item_size and model_size.",
-          "    - `bruteforce` method: This approach runs the model with progressively larger batch sizes",
-          "    until an Out Of Memory (OOM) error occurs.", "",
-          "2. Optimal Batch Size Calculation:",
-          "    The exact optimal batch size is determined using a binary search algorithm."]
+    pr = ["Batch size finder", "Why this matters",
+          "Finding the right batch size manually is tedious trial-and-error: you either run out of memory or leave "
+          "GPU capacity unused. The batch size finder automates this, letting you focus on model architecture "
+          "instead of memory debugging.", "Explanation",
+          "The batch size finder is a Lightning utility that runs a short trial training loop, progressively "
+          "increasing the batch size until an out-of-memory error occurs, then backs off to the largest safe size. "
+          "How it works: You call trainer.tune(model, datamodule=datamodule) and Lightning automatically runs a "
+          "binary-search-like algorithm on your training data. It starts small, increases batch size after each "
+          "step, catches CUDA out-of-memory exceptions, and records the maximum working size. The trainer then sets "
+          "model.batch_size to that value before actual training starts. When to use it: Run the finder once per "
+          "GPU/model combination to establish a baseline, then lock in that batch size for stable, reproducible "
+          "training.", "Analogy",
+          "It's like stress-testing a building by gradually adding weight until the structure fails, then using the "
+          "last safe load capacity for actual construction. You find the limit without damaging the system because "
+          "you back off before permanent failure."]
     ex = explain_text(pr)
     assert not ex.explained and ex.to_json()["documentation"] is True
     monkeypatch.setattr(rank, "DOCS_MIN", 1.0)  # the gate off: the same text is a failure
