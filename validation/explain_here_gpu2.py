@@ -152,6 +152,21 @@ CASES: dict[str, tuple] = {
                                                                "DEV": "cuda:0"}, (0.5, 0), None,
                                        "job on cuda:0 of 1,2 (card 1) needs 115%; co-tenant 50% on card 0 (the "
                                        "message's index, not the cause)"),
+    # Added after the review (session 15, before run 3): MPS on several GPUs. The pinned limit names devices by
+    # the client's CUDA ordinal (after its CUDA_VISIBLE_DEVICES), as explain reads it; whether MPS does the same is
+    # what these cases show (with the limit read by physical index, the first would not fail at all).
+    "gpu4_mps_pinned_cvd23_dev1": ("gpu_sharing_limit", NEED, {"NEED": "0.3", "CUDA_VISIBLE_DEVICES": "2,3",
+                                                               "DEV": "cuda:1",
+                                                               "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=60G,1=20G"},
+                                   None, ("mps", None), "MPS on 4 GPUs; job on cuda:1 of 2,3 (card 3) needs 30%; "
+                                   "pins 0=60G,1=20G"),
+    "gpu4_mps_pinned_cvd23_dev0_fits": ("none", NEED, {"NEED": "0.3", "CUDA_VISIBLE_DEVICES": "2,3", "DEV": "cuda:0",
+                                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=60G,1=20G"},
+                                        None, ("mps", None), "MPS on 4 GPUs; job on cuda:0 of 2,3 (card 2) needs 30%, "
+                                        "under its 60 GiB pin: no failure"),
+    "gpu4_mps_capacity_cvd30": ("true_capacity", NEED, {"NEED": "1.1", "CUDA_VISIBLE_DEVICES": "3,0", "DEV": "cuda:1"},
+                                None, ("mps", None), "MPS on 4 GPUs without a limit; job on cuda:1 of 3,0 (card 0) "
+                                "needs 110%"),
 }
 
 
