@@ -87,3 +87,21 @@ def test_a_job_still_alive_is_not_its_own_co_tenant():
     # the job caught its OOM and holds ~105 GiB while --here reads NVML: its own process must not be blamed
     r = hyps("alive_capacity", here=True)
     assert r[0][0] == "true_capacity" and "other_process" not in [c for c, _ in r]
+
+
+def test_a_per_device_pin_is_read_by_the_jobs_cuda_ordinal():
+    # run 3: pins 0=60G,1=20G; the job on its cuda:1 (card 3 of CUDA_VISIBLE_DEVICES=2,3) failed at the 20 GiB pin
+    ex = explain_text((HERE / "gpu4_mps_pinned_cvd23_dev1.log").read_text().splitlines(),
+                      facts_of("gpu4_mps_pinned_cvd23_dev1"))
+    top = ex.hypotheses[0]
+    assert top.category == "gpu_sharing_limit" and top.confidence >= 0.85
+    assert any("pinned limit (20.00 GiB)" in e for e in top.evidence), top.evidence
+
+
+def test_pinned_limit_values():
+    from oomdoctor.explain.rules_by_kind import _pinned_limit
+
+    assert _pinned_limit("0=60G,1=20G", 1) == 20 << 30 and _pinned_limit("0=60G,1=20G", 0) == 60 << 30
+    assert _pinned_limit("0=60G,1=20G", None) == 60 << 30  # no index in the message: CUDA device 0
+    assert _pinned_limit("0=60G", 3) is None and _pinned_limit("8G", 5) == 8 << 30
+    assert _pinned_limit("", 0) is None and _pinned_limit("0=lots", 0) is None and _pinned_limit(None, 0) is None
