@@ -361,9 +361,14 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # the gates' thresholds (a DeepSpeed log's cache-flush warning in an Anyscale PR, VALL-E's "OOM, continue"
     # loop), while two others came back under them (the cuDF and cuVS texts above)
     "t5_anyscale_templates_cacheflush_pr252",
-    # session 15: the models refitted with round af moved VALL-E's loop back under the gates and two texts past
-    # them: the cuDF troubleshooting page above (again) and BatchFlow's batch-size finder notes
-    "aa8_cudf_skill_memory_troubleshooting", "u4_batchflow_optbs_744",
+    # session 15: the models refitted with rounds af and ag moved the cuDF troubleshooting page above past the
+    # gates again (VALL-E's loop went under them with round af and came back with round ag; BatchFlow's finder
+    # notes the other way round)
+    "aa8_cudf_skill_memory_troubleshooting", "u4_valle_oomcontinue_113",
+    # session 15, round ag (dev, scored on arrival first; 2 of its 19 dev texts): an English error-help page that
+    # quotes a whole PyTorch OOM message with its figures, and a diagnosis guide that shows the message beside
+    # the nvidia-smi table it asks for (documentation pages in the shape of a report)
+    "ag4_theneuralbase_pytorch_oom_large_model_errpage", "ag4_ametric_diagnose_oom_nvidiasmi",
 })
 
 
