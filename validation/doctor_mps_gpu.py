@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -30,8 +29,6 @@ import explain_here_gpu as H  # noqa: E402
 import explain_here_gpu2 as H2  # noqa: E402
 
 PY = sys.executable
-PRIVATE = Path("/tmp/oomd-mps2")
-LOGDIR = Path("/tmp/oomd-mps2-log")
 
 
 def clean_env() -> dict[str, str]:
@@ -39,30 +36,14 @@ def clean_env() -> dict[str, str]:
 
 
 def start(private: bool, default_limit: str | None) -> tuple[dict[str, str], str | None]:
-    """The MPS variables a client needs, and the reason the daemon cannot start (else None)."""
-    if not shutil.which("nvidia-cuda-mps-control"):
-        return {}, "nvidia-cuda-mps-control not found"
-    pipe = PRIVATE / "pipe" if private else Path("/tmp/nvidia-mps")
-    shutil.rmtree(pipe, ignore_errors=True)
-    shutil.rmtree(LOGDIR, ignore_errors=True)
-    pipe.mkdir(parents=True)
-    LOGDIR.mkdir(parents=True)
-    client = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe)} if private else {}
-    denv = {**clean_env(), **client, "CUDA_MPS_LOG_DIRECTORY": str(LOGDIR)}
-    p = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True, timeout=30, env=denv)
-    if p.returncode != 0:
-        return client, f"daemon rc {p.returncode}: {p.stderr.strip()[-200:]}"
-    time.sleep(1)
-    if default_limit:
-        subprocess.run(["nvidia-cuda-mps-control"], input=f"set_default_device_pinned_mem_limit 0 {default_limit}\n",
-                       capture_output=True, text=True, timeout=30, env=denv)
-    return client, None
+    """The MPS variables a client needs (none on the default pipe directory), and the reason the daemon
+    cannot start (else None)."""
+    pipe = H2.PRIVATE_PIPE if private else H2.DEFAULT_PIPE
+    return ({"CUDA_MPS_PIPE_DIRECTORY": str(pipe)} if private else {}), H2.mps_start(default_limit, pipe)
 
 
 def stop(client: dict[str, str]) -> None:
-    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", capture_output=True, text=True, timeout=30,
-                   env={**clean_env(), **client, "CUDA_MPS_LOG_DIRECTORY": str(LOGDIR)})
-    time.sleep(2)
+    H2.mps_stop(Path(client.get("CUDA_MPS_PIPE_DIRECTORY", str(H2.DEFAULT_PIPE))))
 
 
 def doctor(env: dict[str, str], extra: list[str]) -> dict:

@@ -237,17 +237,21 @@ def summarise(d: dict) -> dict:
     hs = [h for h in d.get("hypotheses", []) if h["category"] != "unknown"]
     return {"ranked": [h["category"] for h in hs], "confidence": hs[0]["confidence"] if hs else None,
             "evidence": hs[0]["evidence"][:3] if hs else [], "events": [e["kind"] for e in d.get("events", [])],
-            "recovered": sum(bool(e.get("recovered")) for e in d.get("events", [])), "failed": d.get("failed")}
+            "recovered": sum(bool(e.get("recovered")) for e in d.get("events", [])), "failed": d.get("failed"),
+            "facts_used": d.get("facts_used") or [k for h in hs[:1] for k in h.get("facts_used", [])]}
 
 
-def explain(log: Path, here: bool, src: str | None = None) -> dict:
-    cmd = [PY, "-m", "oomdoctor", "explain", "--format", "json", str(log)] + (["--here"] if here else [])
-    env = os.environ.copy()
+def explain(log: Path, here: bool, src: str | None = None, env: dict[str, str] | None = None,
+            extra: tuple[str, ...] = ()) -> dict:
+    """One `explain --format json` run (with `--here`, `extra` arguments, another source tree `src`, and
+    variables `env` over this process's: the job's own, as explain_here_gpu2.py runs it under MPS)."""
+    cmd = [PY, "-m", "oomdoctor", "explain", "--format", "json", str(log)] + (["--here"] if here else []) + list(extra)
+    e = {**os.environ, **(env or {})}
     if src:
-        env["PYTHONPATH"] = os.pathsep.join([src] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if x and x != "src"])
+        e["PYTHONPATH"] = os.pathsep.join([src] + [x for x in e.get("PYTHONPATH", "").split(os.pathsep)
+                                                    if x and x != "src"])
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=e)
     out = {"rc": p.returncode, "seconds": round(time.monotonic() - t0, 2)}
     try:
         d = json.loads(p.stdout)

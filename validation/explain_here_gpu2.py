@@ -170,38 +170,47 @@ CASES: dict[str, tuple] = {
 }
 
 
-def mps_env() -> dict[str, str]:
-    return {"CUDA_MPS_PIPE_DIRECTORY": str(MPS_DIR / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(MPS_DIR / "log")}
+PRIVATE_PIPE = MPS_DIR / "pipe"  # a pipe directory a client must be told of (CUDA_MPS_PIPE_DIRECTORY)
+DEFAULT_PIPE = Path("/tmp/nvidia-mps")  # where every CUDA process looks without the variable
 
 
-def mps_control(cmd: str) -> str:
+def mps_env(pipe: Path = PRIVATE_PIPE) -> dict[str, str]:
+    """The daemon's variables (and a client's, for a private pipe directory)."""
+    return {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(MPS_DIR / "log")}
+
+
+def _daemon_env(pipe: Path) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}, **mps_env(pipe)}
+
+
+def mps_control(cmd: str, pipe: Path = PRIVATE_PIPE) -> str:
     p = subprocess.run(["nvidia-cuda-mps-control"], input=cmd + "\n", capture_output=True, text=True, timeout=30,
-                       env={**os.environ, **mps_env()})
+                       env=_daemon_env(pipe))
     return (p.stdout + p.stderr).strip()
 
 
-def mps_start(default_limit: str | None) -> str | None:
-    """Start a private MPS control daemon; the reason it cannot, else None."""
+def mps_start(default_limit: str | None, pipe: Path = PRIVATE_PIPE) -> str | None:
+    """Start an MPS control daemon on `pipe`; the reason it cannot, else None."""
     if not shutil.which("nvidia-cuda-mps-control"):
         return "nvidia-cuda-mps-control not found"
-    shutil.rmtree(MPS_DIR, ignore_errors=True)
-    for d in ("pipe", "log"):
-        (MPS_DIR / d).mkdir(parents=True)
+    for d in (pipe, MPS_DIR / "log"):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
     p = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True, timeout=30,
-                       env={**os.environ, **mps_env()})
+                       env=_daemon_env(pipe))
     if p.returncode != 0:
         return f"mps daemon: rc {p.returncode} {p.stderr.strip()[-200:]}"
     time.sleep(1)
     if default_limit:
-        out = mps_control(f"set_default_device_pinned_mem_limit 0 {default_limit}")
+        out = mps_control(f"set_default_device_pinned_mem_limit 0 {default_limit}", pipe)
         if out and "error" in out.lower():
             return f"set_default_device_pinned_mem_limit: {out[-200:]}"
     return None
 
 
-def mps_stop() -> str:
+def mps_stop(pipe: Path = PRIVATE_PIPE) -> str:
     try:
-        out = mps_control("quit")
+        out = mps_control("quit", pipe)
     except Exception as e:  # noqa: BLE001
         out = repr(e)
     time.sleep(2)
@@ -209,22 +218,9 @@ def mps_stop() -> str:
 
 
 def explain_with(log: Path, env: dict[str, str], extra: list[str], src: str | None = None) -> dict:
-    """One `explain --format json` run in the given environment (the job's, for --here under MPS)."""
-    cmd = [PY, "-m", "oomdoctor", "explain", "--format", "json", str(log)] + extra
-    e = {**os.environ, **env}
-    if src:
-        e["PYTHONPATH"] = os.pathsep.join([src] + [x for x in e.get("PYTHONPATH", "").split(os.pathsep)
-                                                    if x and x != "src"])
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=e)
-    out = {"rc": p.returncode, "seconds": round(time.monotonic() - t0, 2)}
-    try:
-        d = json.loads(p.stdout)
-    except ValueError:
-        out["error"] = (p.stderr or p.stdout)[-400:]
-        return out
-    return {**out, **H.summarise(d), "facts_used": d.get("facts_used") or
-            [k for h in d.get("hypotheses", [])[:1] for k in h.get("facts_used", [])]}
+    """One `explain --format json` run in the given environment (the job's, for --here under MPS), with the
+    facts the answer used."""
+    return H.explain(log, "--here" in extra, src, env=env, extra=tuple(x for x in extra if x != "--here"))
 
 
 def wait_for(log: Path, marker: str, proc: subprocess.Popen, limit: float = 240.0) -> str:

@@ -62,3 +62,15 @@ def parse_limit(text: object) -> int | None:
         return None
     mult = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[m.group(2).lower()]
     return int(float(m.group(1)) * mult)
+
+
+def parse_device_limits(text: object) -> dict[str, int]:
+    """Per-device sizes as MPS writes them (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='0=1G,1=512M'): device -> bytes;
+    a bare size ('8G') applies to every device (key '*'). Parts that are not a size are left out."""
+    out: dict[str, int] = {}
+    for part in str(text or "").split(","):
+        dev, eq, size = part.partition("=")
+        b = parse_limit(size if eq else dev)
+        if b is not None and (not eq or dev.strip()):
+            out[dev.strip() if eq else "*"] = b
+    return out

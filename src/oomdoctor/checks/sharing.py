@@ -28,7 +28,7 @@ from oomdoctor.checks.registry import check
 from oomdoctor.facts.gpu import mig_mode_on
 from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA, VCUDA_MEMORY_UNIT
 from oomdoctor.knowledge.versions import cuda_mm, fmt
-from oomdoctor.units import parse_limit
+from oomdoctor.units import parse_device_limits, parse_limit
 
 L = Layer.GPU_SHARING
 SLICE = Category.GPU_SHARING_LIMIT
@@ -81,8 +81,7 @@ def mps(facts: FactSet) -> Iterator[Finding]:
     limit = m.get("pinned_device_mem_limit")
     evidence = [ev(facts, "sharing.mps")]
     if limit:
-        parts = [p.partition("=") for p in str(limit).split(",") if p.strip()]
-        shown = ", ".join(f"GPU {d.strip()}: {mib(parse_limit(v))}" for d, _, v in parts if parse_limit(v))
+        shown = ", ".join(f"GPU {d}: {mib(b)}" for d, b in parse_device_limits(limit).items() if d != "*")
         yield finding("SHR002", L, Severity.WARNING, Confidence.HIGH,
                       f"MPS pins each client's device memory: {shown or limit}",
                       "raise or unset CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for this client (or the MPS control daemon's "

@@ -146,27 +146,20 @@ _GAVE_UP = re.compile(r"(?i)\bfail(?:s|ed|ure)?\b|giv(?:e|ing) up|\bexceeded\b|\
                       r"[1-9]|\bnon-?zero\b|\bstill\b")
 
 
-def _reaches_end(e: OomEvent, scan: LogScan) -> bool:
-    """The scanner's sample that holds the event runs to the end of the (only) log: nothing after it unread."""
-    for source, first, text in scan.samples:
-        lines = text.split("\n")
-        n = len(lines) - (1 if lines and lines[-1] == "" else 0)
-        if source == e.source and first <= e.line < first + n:
-            return first + n - 1 >= scan.lines
-    return False
-
-
 def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
     """An OOM a loop caught (no traceback, not raised, printed once) whose next lines announce a retry, after
     which the log, read to its end, says the work finished and holds no error, failure, memory line or new
     OOM (GPU run, session 14: validation/explain_logs_gpu.py retry_smaller_chunks; review, session 15)."""
     if e.kind not in _LOOP_KINDS or e.count != 1 or "traceback_line" in e.details or _RAISED.search(e.text):
         return False
-    if not _reaches_end(e, scan) or any(o is not e and o.source == e.source and o.line > e.line for o in scan.events):
+    if any(o is not e and o.source == e.source and o.line > e.line for o in scan.events):
         return False
     n = e.text.count("\n")
     got = _around(e, scan, e.line, e.line + n)
     if got is None:
+        return False
+    tail = got[1][:-1] if got[1][-1:] == [""] else got[1]
+    if e.line + n + len(tail) < scan.lines:  # the sample stops before the log's end: lines after it unread
         return False
     after = [ln for ln in got[1] if ln.strip()]
     own = _prefix(e.text)[0]

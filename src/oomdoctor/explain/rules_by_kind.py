@@ -453,13 +453,9 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     needing 120% of the GPU beside a 5% co-tenant). Processes the message itself listed were weighed by
     its rule already: NVML seeing them again is the same witness (H200: a job needing 150% beside a 20%
     co-tenant read 0.96 sure of the co-tenant). validation/explain_here_gpu.py; review, session 12."""
-    from oomdoctor.facts.gpu import gpus
-
     nums = primary.numbers if primary is not None else {}
     own, total, free, x = (nums.get(k) for k in ("process_bytes", "total_bytes", "free_bytes", "requested_bytes"))
-    cards = gpus(facts)
-    card = next((c for c in cards if c["index"] == physical), cards[0] if len(cards) == 1 else None)
-    named, unnamed = _nvml_others(facts, primary, physical)
+    card, named, unnamed = _nvml_others(facts, primary, physical)
     src = facts.source("sharing.processes")
     fix = "stop them or schedule this job on another GPU"
     used = False
@@ -499,9 +495,10 @@ def _co_tenants(facts: FactSet, primary: OomEvent | None, b: Board, physical: in
     return True
 
 
-def _nvml_others(facts: FactSet, primary: OomEvent | None, physical: int | None | object) -> tuple[list, list]:
-    """NVML's processes on the failing GPU (every GPU's where it cannot be told) other than this job: those
-    the message names, and the rest."""
+def _nvml_others(facts: FactSet, primary: OomEvent | None,
+                 physical: int | None | object) -> tuple[dict | None, list, list]:
+    """The failing card (None where it cannot be told) and NVML's processes on it (on every card where it
+    cannot be told) other than this job: those the message names, and the rest."""
     from oomdoctor.facts.gpu import gpus, procs_on
 
     nums = primary.numbers if primary is not None else {}
@@ -513,23 +510,16 @@ def _nvml_others(facts: FactSet, primary: OomEvent | None, physical: int | None 
     if own is not None:  # the job itself, seen by the bundle's NVML query (its use plus at most a context)
         procs = [p for p in procs if not (own - GIB <= int(p.get("used_bytes") or 0) <= own + CONTEXT_MAX)]
     listed = {p.get("pid") for p in (primary.details.get("other_processes") or [])} if primary is not None else set()
-    return [p for p in procs if p.get("pid") in listed], [p for p in procs if p.get("pid") not in listed]
+    return card, [p for p in procs if p.get("pid") in listed], [p for p in procs if p.get("pid") not in listed]
 
 
 def _pinned_limit(value: object, gpu: object) -> int | None:
-    """CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the CUDA device the message names ("0=20G,1=512M"; a bare size
-    for every device); None where not set or not readable."""
-    from oomdoctor.units import parse_limit
+    """CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the CUDA device the message names (MPS names devices by the client's
+    CUDA ordinal, as the message does: validation/explain_here_gpu2.py run 3); None where not set."""
+    from oomdoctor.units import parse_device_limits
 
-    if not value:
-        return None
-    for part in str(value).split(","):
-        dev, eq, size = part.partition("=")
-        if not eq:
-            return parse_limit(dev)
-        if dev.strip().isdigit() and int(dev) == (gpu if isinstance(gpu, int) else 0):
-            return parse_limit(size)
-    return None
+    limits = parse_device_limits(value)
+    return limits.get(str(gpu if isinstance(gpu, int) else 0), limits.get("*"))
 
 
 def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None | object) -> tuple[float, str]:
@@ -553,7 +543,7 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
         return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its MPS pinned limit ({fb(limit)})"
     gap = unaccounted(primary) if primary is not None else None
     if t is not None and gap is not None and gap >= max(GIB, 0.1 * t):
-        _, unnamed = _nvml_others(facts, primary, physical)
+        _, _, unnamed = _nvml_others(facts, primary, physical)
         seen = sum(int(p.get("used_bytes") or 0) for p in unnamed)
         if seen < gap / 2:
             now = f"NVML sees other processes holding only {fb(seen)} of it" if seen else "NVML sees no process holding it"
