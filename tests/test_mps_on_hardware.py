@@ -16,14 +16,23 @@ from oomdoctor.collectors.sharing import collect_sharing
 from oomdoctor.redact import redact_env
 from test_collectors_live import FakeNvml, FakeRunner  # noqa: E402
 
+_LISTENING: list[socket.socket] = []  # sockets of "running daemons", open until the session ends
 
-def _machine(tmp_path: Path, pid_file: bool, sock: bool, env: dict | None = None) -> CollectContext:
+
+def _machine(tmp_path: Path, pid_file: bool, sock: bool, env: dict | None = None,
+             listening: bool | None = None) -> CollectContext:
+    """listening (default: pid_file and sock): a daemon that runs answers on its socket; one that quit or was
+    killed leaves the socket file with nothing behind it (connections refused)."""
     pipe = tmp_path / "root" / "tmp" / "nvidia-mps"
     pipe.mkdir(parents=True)
-    if sock:  # a real unix socket, as the daemon leaves it
+    if sock:  # a real unix socket, as the daemon makes it
         s = socket.socket(socket.AF_UNIX)
         s.bind(str(pipe / "control"))
-        s.close()
+        if (pid_file if listening is None else listening):
+            s.listen(1)
+            _LISTENING.append(s)
+        else:
+            s.close()
     if pid_file:
         (pipe / "nvidia-cuda-mps-control.pid").write_text("953")
     return CollectContext(root=tmp_path / "root", env=redact_env(env or {"PATH": "/bin"}),
@@ -72,3 +81,41 @@ def test_the_mps_server_is_no_co_tenant():
     assert is_mps_server({"name": "nvidia-cuda-mps-server"})
     assert is_mps_server({"name": "/usr/bin/nvidia-cuda-mps-server --foo"})
     assert not is_mps_server({"name": "/opt/torch/.venv/bin/python3"}) and not is_mps_server({})
+
+
+def test_a_daemon_killed_without_quit_is_no_mps_limit(tmp_path):
+    """SIGKILL leaves the pid file and the socket; the socket refuses connections (validation/doctor_mps_gpu.py,
+    session 16, on an H200)."""
+    ctx = _machine(tmp_path, pid_file=True, sock=True, listening=False)
+    m = _mps(ctx)
+    assert m.value["daemon_gone"] and not m.value["control_present"] and "no longer answers" in m.source
+    from oomdoctor.checks.engine import diagnose  # noqa: PLC0415
+    from oomdoctor.facts.base import FactSet  # noqa: PLC0415
+
+    shr = [f for f in diagnose(FactSet([m])).findings if f.id == "SHR002"]
+    assert shr and "no longer answers" in shr[0].title
+
+
+def test_a_killed_daemon_in_a_bundle(tmp_path):
+    w = build_bundle(ctx=_machine(tmp_path, pid_file=True, sock=True, listening=False))
+    assert not any(k.endswith("nvidia-cuda-mps-control.pid") for k in w.files)
+    out = tmp_path / "b.tar.gz"
+    w.write(out)
+    v = collect_bundle(out).value("sharing.mps")
+    assert v["daemon_gone"] and not v["control_present"]
+
+
+def test_explain_offers_no_mps_limit_for_a_dead_daemon():
+    from oomdoctor.explain.rank import explain_text  # noqa: PLC0415
+    from oomdoctor.facts.base import Fact, FactSet  # noqa: PLC0415
+
+    msg = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+           "139.80 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 130.00 GiB memory "
+           "in use. Of the allocated memory 129.00 GiB is allocated by PyTorch, and 10.00 MiB is reserved by "
+           "PyTorch but unallocated."]
+    base = {"pipe_directory": None, "pinned_device_mem_limit": None, "active_thread_percentage": None,
+            "env": []}
+    alive = explain_text(msg, FactSet([Fact("sharing.mps", {**base, "control_present": True, "daemon_gone": False}, "t")]))
+    dead = explain_text(msg, FactSet([Fact("sharing.mps", {**base, "control_present": False, "daemon_gone": True}, "t")]))
+    assert any("MPS" in e for h in alive.hypotheses for e in h.evidence)
+    assert not any("MPS" in e for h in dead.hypotheses for e in h.evidence)

@@ -70,7 +70,7 @@ def _messages(processes: list[dict[str, Any]]) -> list[str]:
     for p in processes:
         for e in p.get("events", ()):
             msg = e.get("message")
-            if msg and "out of memory" in msg.lower():
+            if isinstance(msg, str) and "out of memory" in msg.lower():  # a stranger's record may hold anything
                 out.append(msg)
     return out
 

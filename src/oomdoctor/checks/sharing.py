@@ -80,6 +80,14 @@ def mps(facts: FactSet) -> Iterator[Finding]:
         return
     limit = m.get("pinned_device_mem_limit")
     evidence = [ev(facts, "sharing.mps")]
+    if m.get("daemon_gone"):
+        # killed without `quit`: its pid file and socket stay, nothing answers on them (collectors/sharing.py)
+        yield finding("SHR002", L, Severity.WARNING, Confidence.MEDIUM,
+                      "this environment points at an MPS daemon that no longer answers (killed without `quit`; its "
+                      "pid file and control socket were left behind)",
+                      "restart the MPS control daemon (nvidia-cuda-mps-control -d), or unset CUDA_MPS_PIPE_DIRECTORY "
+                      "and remove the stale pipe directory if MPS is no longer wanted", SLICE, evidence)
+        return
     if limit:
         shown = ", ".join(f"GPU {d}: {mib(b)}" for d, b in parse_device_limits(limit).items() if d != "*")
         yield finding("SHR002", L, Severity.WARNING, Confidence.HIGH,

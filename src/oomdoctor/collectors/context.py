@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -165,6 +167,30 @@ class CollectContext:
             return sorted(os.listdir(p))
         except OSError:
             return None
+
+    def socket_answers(self, rel: str, timeout: float = 0.5) -> bool | None:
+        """Live only: whether a UNIX socket under the root accepts a connection (True) or refuses it (False: the
+        process that made it has gone, the file stayed). None where it cannot be asked: a bundle, not a socket,
+        no permission, a path too long for AF_UNIX. The connection is closed at once, nothing is sent."""
+        if self.bundle:
+            return None
+        p = self.path(rel)
+        try:
+            if not stat.S_ISSOCK(p.stat().st_mode):
+                return None
+        except OSError:
+            return None
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(str(p))
+            return True
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return None
+        finally:
+            s.close()
 
     def gpu_snapshot(self) -> GpuSnapshot:
         """The backend is asked once per collection; every collector shares the answer."""

@@ -21,6 +21,8 @@ _HAMI_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)[iI]?[bB]?\s*$")
 VCUDA_FILES = ("etc/vcuda/vcuda.config", "etc/vcuda/pids.config", "etc/vcuda/vcuda.sock",
                "usr/local/nvidia/bin/gpu-client", "usr/local/nvidia/lib64/libcuda-control.so")
 HAMI_FILES = ("usr/local/vgpu/libvgpu.so", "tmp/vgpulock")
+# In a bundle's MPS pipe directory: the daemon's pid file and socket were there but nothing answered (bundle_write).
+MPS_GONE_MARKER = "oomdoctor-mps-daemon-gone"
 
 
 def hami_size(text: str) -> int | None:
@@ -66,8 +68,14 @@ def _mps(ctx: CollectContext) -> Entry:
     # socket stays behind (H200, session 15: validation/doctor_mps_gpu.py), so the socket alone is no daemon.
     # Bundles hold the socket's marker only beside the pid file's (older bundles: the socket's alone, as before).
     control = ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid") or (ctx.bundle and ctx.exists(f"{pipe_dir}/control"))
+    # A daemon killed without `quit` (SIGKILL, a node's OOM killer, a crashed device-plugin pod) leaves its pid
+    # file too; its socket then refuses connections. Asked through the socket, not /proc/<pid>: under the
+    # Kubernetes MPS device plugin the daemon's pid belongs to another container's namespace.
+    dead = bool(control and ctx.socket_answers(f"{pipe_dir}/control") is False) or bool(
+        ctx.bundle and ctx.exists(f"{pipe_dir}/{MPS_GONE_MARKER}"))
+    control = control and not dead
     mps_env = {k: v for k, v in env.items() if k.startswith("CUDA_MPS_")}
-    if not mps_env and not control:
+    if not mps_env and not control and not dead:
         if ctx.env_missing:
             return unproven(ctx, "sharing.mps", "CUDA_MPS_* variables unknown")
         stale = "; a control socket left by a daemon that has exited" if ctx.exists(f"{pipe_dir}/control") else ""
@@ -75,7 +83,8 @@ def _mps(ctx: CollectContext) -> Entry:
     return Fact("sharing.mps", {
         "pipe_directory": pipe, "pinned_device_mem_limit": env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
         "active_thread_percentage": env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
-        "control_present": control, "env": sorted(mps_env)}, env_source(ctx))
+        "control_present": control, "daemon_gone": dead, "env": sorted(mps_env)},
+        env_source(ctx) + ("; its daemon's pid file and socket are left but the daemon no longer answers" if dead else ""))
 
 
 def _preloaded(ctx: CollectContext) -> tuple[list[str], list[str]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.explain import patterns as P
+from oomdoctor.explain.figures import leaves_a_gap
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
@@ -298,7 +299,12 @@ class LogScanner:
     def _finish_event(self, ev: OomEvent) -> None:
         ev.numbers, det = P.extract(ev.kind, ev.text)
         ev.details.update(det)
-        key = (ev.kind, _norm(ev.text), ev.source)
+        # Ranks whose messages account for their cards merge (count 8 for 8 ranks); a message that leaves a
+        # gap on its card (a hidden co-tenant) keeps its card's own figures instead of merging under another
+        # rank's numbers, which _norm's digit masking would do (review, session 15:
+        # tests/test_review15_r6_two_ranks_merged_event.py).
+        gap_card = ev.details.get("gpu") if leaves_a_gap(ev.numbers, ev.details) else None
+        key = (ev.kind, _norm(ev.text), ev.source, gap_card)
         old = self._events.get(key)
         if old is not None:
             old.count += 1

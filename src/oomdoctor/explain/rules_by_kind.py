@@ -572,7 +572,8 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
         used.append("sharing.processes")
     for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
                        ("sharing.mps", "MPS")):
-        if gpu_oom and facts.value(key):
+        v = facts.value(key)
+        if gpu_oom and v and not (isinstance(v, dict) and v.get("daemon_gone")):  # a dead MPS daemon limits nothing
             w, why = _mps_weight(facts, primary, physical) if key == "sharing.mps" else (2.0, "")
             b.add("gpu_sharing_limit", w, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
                   "before the physical GPU's" + why, "raise the sharing layer's memory limit for this job")

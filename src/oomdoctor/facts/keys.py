@@ -54,7 +54,7 @@ _KEYS: tuple[FactKey, ...] = (
     _K("runtime.env_redacted", "runtime", "names of environment variables whose values were redacted", 1),
     # --- gpu_sharing: MIG, MPS, HAMi, vcuda, cGPU, Run:ai, vGPU, other processes ------------------
     _K("sharing.mig", "gpu_sharing", "[{gpu, current, pending, instances: [{name, uuid, memory_total_bytes}]}]", 70, True),
-    _K("sharing.mps", "gpu_sharing", "{pipe_directory, pinned_device_mem_limit, active_thread_percentage, control_present}", 70, True),
+    _K("sharing.mps", "gpu_sharing", "{pipe_directory, pinned_device_mem_limit, active_thread_percentage, control_present, daemon_gone}", 70, True),
     _K("sharing.hami", "gpu_sharing", "{memory_limit, memory_limits, sm_limit, libvgpu, preload, shared_cache}", 80, True),
     _K("sharing.vcuda", "gpu_sharing", "tkestack gpu-manager: {config, pids_config, socket, client}", 80, True),
     _K("sharing.cgpu", "gpu_sharing", "Aliyun cGPU / gpushare env: {dev_mem, container_mem, unit, idx}", 70, True),
