@@ -81,12 +81,15 @@ def mps(facts: FactSet) -> Iterator[Finding]:
     limit = m.get("pinned_device_mem_limit")
     evidence = [ev(facts, "sharing.mps")]
     if m.get("daemon_gone"):
-        # killed without `quit`: its pid file and socket stay, nothing answers on them (collectors/sharing.py)
-        yield finding("SHR002", L, Severity.WARNING, Confidence.MEDIUM,
+        # Killed without `quit`: its pid file and socket stay, nothing answers on them (collectors/sharing.py).
+        # No memory limit then and no OOM cause: on an H100 (validation/mps_killed_daemon_gpu.py, session 16)
+        # clients with the pipe variable ran normally beside the leftovers; only MPS's sharing is gone.
+        yield finding("SHR002", L, Severity.INFO, Confidence.MEDIUM,
                       "this environment points at an MPS daemon that no longer answers (killed without `quit`; its "
-                      "pid file and control socket were left behind)",
-                      "restart the MPS control daemon (nvidia-cuda-mps-control -d), or unset CUDA_MPS_PIPE_DIRECTORY "
-                      "and remove the stale pipe directory if MPS is no longer wanted", SLICE, evidence)
+                      "pid file and control socket were left behind): no MPS limit applies, and no MPS sharing",
+                      "restart the MPS control daemon (nvidia-cuda-mps-control -d) if clients should share the GPU "
+                      "through MPS; otherwise unset CUDA_MPS_PIPE_DIRECTORY and remove the stale pipe directory",
+                      None, evidence)
         return
     if limit:
         shown = ", ".join(f"GPU {d}: {mib(b)}" for d, b in parse_device_limits(limit).items() if d != "*")
