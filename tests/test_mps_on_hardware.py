@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from oomdoctor.checks.processes import is_mps_server
 from oomdoctor.collectors.bundle_write import build_bundle
 from oomdoctor.collectors.context import CollectContext
@@ -16,7 +18,14 @@ from oomdoctor.collectors.sharing import collect_sharing
 from oomdoctor.redact import redact_env
 from test_collectors_live import FakeNvml, FakeRunner  # noqa: E402
 
-_LISTENING: list[socket.socket] = []  # sockets of "running daemons", open until the session ends
+_LISTENING: list[socket.socket] = []  # sockets of "running daemons", closed after each test
+
+
+@pytest.fixture(autouse=True)
+def _close_sockets():
+    yield
+    while _LISTENING:
+        _LISTENING.pop().close()
 
 
 def _machine(tmp_path: Path, pid_file: bool, sock: bool, env: dict | None = None,
@@ -84,8 +93,8 @@ def test_the_mps_server_is_no_co_tenant():
 
 
 def test_a_daemon_killed_without_quit_is_no_mps_limit(tmp_path):
-    """SIGKILL leaves the pid file and the socket; the socket refuses connections (validation/doctor_mps_gpu.py,
-    session 16, on an H200)."""
+    """SIGKILL leaves the pid file and the socket; the socket refuses connections (validation/mps_killed_daemon_gpu.py,
+    session 16, on an H100)."""
     ctx = _machine(tmp_path, pid_file=True, sock=True, listening=False)
     m = _mps(ctx)
     assert m.value["daemon_gone"] and not m.value["control_present"] and "no longer answers" in m.source
@@ -108,17 +117,39 @@ def test_a_killed_daemon_in_a_bundle(tmp_path):
     assert v["daemon_gone"] and not v["control_present"]
 
 
-def test_explain_offers_no_mps_limit_for_a_dead_daemon():
-    from oomdoctor.explain.rank import explain_text  # noqa: PLC0415
+def _run_facts(mps: dict, procs: list | None = None):
     from oomdoctor.facts.base import Fact, FactSet  # noqa: PLC0415
 
-    msg = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
-           "139.80 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 130.00 GiB memory "
-           "in use. Of the allocated memory 129.00 GiB is allocated by PyTorch, and 10.00 MiB is reserved by "
+    return FactSet([Fact("sharing.mps", mps, "t"), Fact("sharing.processes", procs or [], "NVML")])
+
+
+def test_explain_weighs_a_dead_daemon_as_a_lead_at_most():
+    """Replays the device run (results_final.json's sharing.mps, its too_big.log): the answer stays the job's
+    own need; a gone daemon's limit is a lead at most (0.5) unless an MPS server still runs (its clients keep
+    their limits; run 1's server survived the daemon)."""
+    import json  # noqa: PLC0415
+
+    from oomdoctor.explain.rank import explain_text  # noqa: PLC0415
+
+    run = ROOT / "validation" / "results" / "mps_killed_h100_s16"
+    mps = json.loads((run / "results_final.json").read_text())["2_fact"]["value"]
+    assert mps["daemon_gone"]
+    log = (run / "too_big.log").read_text().splitlines()
+    dead = explain_text(log, _run_facts(mps))
+    assert dead.hypotheses[0].category == "true_capacity" and dead.hypotheses[0].confidence >= 0.8
+    assert {h.category: h.score for h in dead.hypotheses}.get("gpu_sharing_limit", 0.0) <= 0.5
+    # a message an MPS pin could explain: gone daemon and no server -> a lead; a server still running -> as alive
+    msg = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of "
+           "79.10 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 19.00 GiB memory "
+           "in use. Of the allocated memory 18.50 GiB is allocated by PyTorch, and 10.00 MiB is reserved by "
            "PyTorch but unallocated."]
-    base = {"pipe_directory": None, "pinned_device_mem_limit": None, "active_thread_percentage": None,
-            "env": []}
-    alive = explain_text(msg, FactSet([Fact("sharing.mps", {**base, "control_present": True, "daemon_gone": False}, "t")]))
-    dead = explain_text(msg, FactSet([Fact("sharing.mps", {**base, "control_present": False, "daemon_gone": True}, "t")]))
-    assert any("MPS" in e for h in alive.hypotheses for e in h.evidence)
-    assert not any("MPS" in e for h in dead.hypotheses for e in h.evidence)
+    server = [{"gpu": 0, "pid": 644, "used_bytes": 66 << 20, "name": "nvidia-cuda-mps-server", "self": False}]
+
+    def share(procs):
+        hyps = explain_text(msg, _run_facts(mps, procs)).hypotheses
+        return {h.category: h.score for h in hyps}.get("gpu_sharing_limit", 0.0)
+
+    assert share(server) > share([]) + 1.0
+
+
+ROOT = Path(__file__).resolve().parent.parent

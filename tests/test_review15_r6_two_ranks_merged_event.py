@@ -53,3 +53,18 @@ def test_same_card_repeats_still_merge():
 def test_two_cards_are_two_events():
     evs = explain_text(LINES).events
     assert sorted((e.details.get("gpu"), e.count) for e in evs) == [(0, 1), (1, 1)]
+
+
+def test_gap_repeats_on_one_card_still_merge():
+    lines = ["[rank1]: " + _m(1, 10, 0.5, 43.0)] * 3
+    assert [(e.details.get("gpu"), e.count) for e in explain_text(lines).events] == [(1, 3)]
+
+
+def test_the_most_repeated_message_is_read_first_whatever_the_order():
+    """Seven ranks that filled their own cards and one beside a hidden co-tenant (review, session 16): the answer
+    is the seven's, the co-tenant a discounted second, in either order."""
+    full = [f"[rank{r}]: " + _m(r, 10, 0.5, 78.0) for r in range(7)]
+    gap = ["[rank7]: " + _m(7, 10, 0.5, 43.0)]
+    for lines in (full + gap, gap + full):
+        cats = [h.category for h in explain_text(lines).hypotheses]
+        assert cats[0] == "true_capacity" and "other_process" in cats, cats

@@ -84,11 +84,14 @@ def mps(facts: FactSet) -> Iterator[Finding]:
         # Killed without `quit`: its pid file and socket stay, nothing answers on them (collectors/sharing.py).
         # No memory limit then and no OOM cause: on an H100 (validation/mps_killed_daemon_gpu.py, session 16)
         # clients with the pipe variable ran normally beside the leftovers; only MPS's sharing is gone.
+        where = m.get("pipe_directory")
         yield finding("SHR002", L, Severity.INFO, Confidence.MEDIUM,
-                      "this environment points at an MPS daemon that no longer answers (killed without `quit`; its "
-                      "pid file and control socket were left behind): no MPS limit applies, and no MPS sharing",
+                      f"the MPS pipe directory {where or '/tmp/nvidia-mps'} holds the pid file and control socket of "
+                      "a daemon that no longer answers (killed without `quit`): no new client gets an MPS limit or "
+                      "MPS sharing (clients of a server still running keep theirs)",
                       "restart the MPS control daemon (nvidia-cuda-mps-control -d) if clients should share the GPU "
-                      "through MPS; otherwise unset CUDA_MPS_PIPE_DIRECTORY and remove the stale pipe directory",
+                      "through MPS; otherwise remove the stale files"
+                      + (" and unset CUDA_MPS_PIPE_DIRECTORY" if where else " in /tmp/nvidia-mps"),
                       None, evidence)
         return
     if limit:

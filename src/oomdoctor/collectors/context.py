@@ -176,7 +176,7 @@ class CollectContext:
             return None
         p = self.path(rel)
         try:
-            if not stat.S_ISSOCK(p.stat().st_mode):
+            if not stat.S_ISSOCK(p.lstat().st_mode):  # never through a link: only the socket that is there
                 return None
         except OSError:
             return None

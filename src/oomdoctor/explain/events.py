@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.explain import patterns as P
-from oomdoctor.explain.figures import leaves_a_gap
+from oomdoctor.explain.figures import gap_key
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
@@ -73,6 +73,9 @@ class OomEvent:
     source: str = ""
     count: int = 1
     last_line: int = 0  # the last repeat's line (0: only one)
+    # Repeats of one message that were kept apart because their figures leave different gaps on their cards
+    # (figures.gap_key) share a group: rank.py reads them as one failure (the most repeated first).
+    group: tuple = field(default=(), compare=False, repr=False)
 
 
 @dataclass
@@ -300,11 +303,12 @@ class LogScanner:
         ev.numbers, det = P.extract(ev.kind, ev.text)
         ev.details.update(det)
         # Ranks whose messages account for their cards merge (count 8 for 8 ranks); a message that leaves a
-        # gap on its card (a hidden co-tenant) keeps its card's own figures instead of merging under another
-        # rank's numbers, which _norm's digit masking would do (review, session 15:
-        # tests/test_review15_r6_two_ranks_merged_event.py).
-        gap_card = ev.details.get("gpu") if leaves_a_gap(ev.numbers, ev.details) else None
-        key = (ev.kind, _norm(ev.text), ev.source, gap_card)
+        # gap on its card (a hidden co-tenant) keeps its own figures instead of merging under another rank's
+        # numbers, which _norm's digit masking would do (review, session 15:
+        # tests/test_review15_r6_two_ranks_merged_event.py). Such siblings share `group`.
+        group = (ev.kind, _norm(ev.text), ev.source)
+        key = group + (gap_key(ev.numbers, ev.details),)
+        ev.group = group
         old = self._events.get(key)
         if old is not None:
             old.count += 1

@@ -32,7 +32,13 @@ def unaccounted_of(n: Mapping[str, Any], details: Mapping[str, Any]) -> int | No
     return t - f - own - sum(int(x.get("bytes") or 0) for x in details.get("other_processes") or [])
 
 
-def leaves_a_gap(n: Mapping[str, Any], details: Mapping[str, Any]) -> bool:
-    """The message leaves at least a GiB and a tenth of the card unexplained (rules.py's hidden-memory test)."""
+def gap_key(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple | None:
+    """None where the message accounts for its card; else its card and the gap in whole GiB, so that ranks
+    whose messages all say "GPU 0" (each its own CUDA_VISIBLE_DEVICES) but leave different gaps stay apart.
+    The gap is read from the message's own "this process has" figure only: a container's pid-namespace form
+    (rules.torch_oom infers the job's figure from a listed process) is not read here, and such repeats merge
+    as before (review, session 16)."""
     gap, t = unaccounted_of(n, details), n.get("total_bytes")
-    return gap is not None and t is not None and gap >= max(GIB, 0.1 * t)
+    if gap is None or t is None or gap < max(GIB, 0.1 * t):
+        return None
+    return ("gap", details.get("gpu"), round(gap / GIB))

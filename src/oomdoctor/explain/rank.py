@@ -434,11 +434,19 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
                 - (2.0 if _TEARDOWN.search(events[i].text) else 0.0), i)
 
     p = max(range(len(events)), key=rank)
+    # Repeats of one message kept apart by their gaps (events.OomEvent.group) are one failure: the most repeated
+    # (then the first) is read, the others add their categories at the discount, shared among them (review,
+    # session 16: the answer must not depend on which rank printed last).
+    sib = [i for i, e in enumerate(events) if e.group and e.group == events[p].group]
+    if len(sib) > 1:
+        p = max(sib, key=lambda i: (events[i].count, -i))
     final = Board()
     _merge(final, boards[p], 1.0)
     for i, b in enumerate(boards):
         if i != p and events[i].kind != events[p].kind:
             _merge(final, b, _OTHER_EVENT_WEIGHT)
+        elif i != p and i in sib:
+            _merge(final, b, _OTHER_EVENT_WEIGHT / (len(sib) - 1))
     _add_prior(final, model, scan, [events[p]] + [e for e in events if e is not events[p]])
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])

@@ -556,6 +556,12 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
     return 2.0, ""
 
 
+def _mps_server_runs(facts: FactSet) -> bool:
+    procs = facts.value("sharing.processes")
+    return isinstance(procs, list) and any("nvidia-cuda-mps-server" in str((p or {}).get("name") or "")
+                                           for p in procs if isinstance(p, dict))
+
+
 def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:
     """Environment evidence from a bundle (facts/keys.py). Returns the fact keys that were used."""
     if facts is None:
@@ -573,8 +579,12 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     for key, label in (("sharing.hami", "HAMi"), ("sharing.vcuda", "gpu-manager/vcuda"), ("sharing.cgpu", "cGPU"),
                        ("sharing.mps", "MPS")):
         v = facts.value(key)
-        if gpu_oom and v and not (isinstance(v, dict) and v.get("daemon_gone")):  # a dead MPS daemon limits nothing
+        if gpu_oom and v:
             w, why = _mps_weight(facts, primary, physical) if key == "sharing.mps" else (2.0, "")
+            if isinstance(v, dict) and v.get("daemon_gone") and not _mps_server_runs(facts):
+                # killed without quit and no MPS server left: new clients run without MPS (H100, session 16);
+                # its limit held only for a job that ran before it died (review, session 16): a lead at most
+                w, why = min(w, 0.5), why + "; but its daemon no longer answers and no MPS server runs now"
             b.add("gpu_sharing_limit", w, f"the bundle shows {label} ({facts.source(key)}), whose limit applies "
                   "before the physical GPU's" + why, "raise the sharing layer's memory limit for this job")
             used.append(key)
