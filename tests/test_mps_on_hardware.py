@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.checks.processes import is_mps_server
 from oomdoctor.collectors.bundle_write import build_bundle
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.collectors.machine import collect_bundle
 from oomdoctor.collectors.nvml import PynvmlBackend
 from oomdoctor.collectors.sharing import collect_sharing
+from oomdoctor.facts.gpu import is_mps_server
 from oomdoctor.redact import redact_env
 from test_collectors_live import FakeNvml, FakeRunner  # noqa: E402
 

@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,26 +126,18 @@ def run_case(name: str, out: Path) -> dict:
     return res
 
 
+def _describe(n: str, r: dict) -> str:
+    d = r.get("doctor") or {}
+    got = (f"SHR002 {has(d, 'SHR002')} | SHR010 {has(d, 'SHR010')} | verdict {str(d.get('verdict'))[:60]}"
+           if d else f"text {H.top(r.get('text'))} here {H.top(r.get('here'))}")
+    return f"{n:24} {got} {r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)\n{'':24} expect: {r.get('expect')}"
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    results = []
     print(f"GPU used before: {H.gpu_used_mib()} MiB", flush=True)
-    for n in CASES:
-        t0 = time.monotonic()
-        try:
-            r = run_case(n, out)
-        except Exception as e:  # noqa: BLE001 - one case's failure must not lose the others
-            r = {"case": n, "error": repr(e)[:300]}
-            H.wait_free()
-        r["seconds"] = round(time.monotonic() - t0, 1)
-        results.append(r)
-        d = r.get("doctor") or {}
-        got = (f"SHR002 {has(d, 'SHR002')} | SHR010 {has(d, 'SHR010')} | verdict {str(d.get('verdict'))[:60]}"
-               if d else f"text {H.top(r.get('text'))} here {H.top(r.get('here'))}")
-        print(f"{n:24} {got} {r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)\n{'':24} expect: {r.get('expect')}",
-              flush=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+    H.run_cases(list(CASES), run_case, out, _describe, lambda n: {})
     return 0
 
 

@@ -377,7 +377,9 @@ def top(r: dict | None) -> str:
     return f"{rk[0]} {r.get('confidence') or 0:.2f}" if rk else "no answer"
 
 
-def main() -> int:
+def parse_cli(cases: dict) -> tuple[Path, list[str]]:
+    """OUTDIR [--only NAME ...] [--code NAME=PATH ...] (also read every log with that source tree); shared by
+    the validation scripts that run cases one by one."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--only", nargs="*")
@@ -388,25 +390,40 @@ def main() -> int:
         CODES[name] = str(Path(path).resolve())
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = a.only or list(CASES)
+    return out, a.only or list(cases)
+
+
+def run_cases(names: list[str], run_case, out: Path, describe, on_error) -> None:
+    """Each case in turn, timed; one case's failure must not lose the others (its error recorded, the GPU
+    waited for); results.json rewritten after each case; `describe(name, result)` is its printed line."""
     results = []
-    print(f"GPU used before: {gpu_used_mib()} MiB", flush=True)
     for n in names:
         t0 = time.monotonic()
         try:
             r = run_case(n, out)
         except Exception as e:  # noqa: BLE001 - one case's failure must not lose the others
-            r = {"case": n, "truth": CASES[n][0], "error": repr(e)[:300]}
+            r = {**on_error(n), "case": n, "error": repr(e)[:300]}
             wait_free()
         r["seconds"] = round(time.monotonic() - t0, 1)
         results.append(r)
-        print(f"{n:26} truth {r['truth']:18} text {top(r.get('text')):26} here {top(r.get('here')):26} "
-              f"pasted {top(r.get('pasted_text')):24} pasted+here {top(r.get('pasted_here')):24} "
-              f"{r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)", flush=True)
-        for name in CODES:
-            print(f"{'':26} {name:>24} text {top(r.get(f'{name}_text')):26} here {top(r.get(f'{name}_here')):26} "
-                  f"pasted+here {top(r.get(f'{name}_pasted_here')):24}", flush=True)
+        print(describe(n, r), flush=True)
         (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+def _describe(n: str, r: dict) -> str:
+    lines = [f"{n:26} truth {r['truth']:18} text {top(r.get('text')):26} here {top(r.get('here')):26} "
+             f"pasted {top(r.get('pasted_text')):24} pasted+here {top(r.get('pasted_here')):24} "
+             f"{r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)"]
+    for name in CODES:
+        lines.append(f"{'':26} {name:>24} text {top(r.get(f'{name}_text')):26} here {top(r.get(f'{name}_here')):26} "
+                     f"pasted+here {top(r.get(f'{name}_pasted_here')):24}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    out, names = parse_cli(CASES)
+    print(f"GPU used before: {gpu_used_mib()} MiB", flush=True)
+    run_cases(names, run_case, out, _describe, lambda n: {"truth": CASES[n][0]})
     return 0
 
 

@@ -25,7 +25,6 @@ Writes OUTDIR/<case>.log, OUTDIR/results.json and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -309,35 +308,20 @@ def run_case(name: str, out: Path) -> dict:
     return res
 
 
+def _describe(n: str, r: dict) -> str:
+    extra = "".join(f" {k} {H.top(r.get(k)):24}" for k in ("here_outside", "bundle") if k in r)
+    lines = [f"{n:30} truth {r['truth']:18} text {H.top(r.get('text')):24} here {H.top(r.get('here')):24}{extra} "
+             f"{r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)"]
+    for code in H.CODES:
+        lines.append(f"{'':30} {code:>24} text {H.top(r.get(f'{code}_text')):24} here {H.top(r.get(f'{code}_here')):24} "
+                     f"bundle {H.top(r.get(f'{code}_bundle')):24}")
+    return "\n".join(lines)
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--code", action="append", default=[], help="NAME=PATH: also read every log with that source tree")
-    a = ap.parse_args()
-    for c in a.code:
-        n, _, path = c.partition("=")
-        H.CODES[n] = str(Path(path).resolve())
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results = []
+    out, names = H.parse_cli(CASES)
     print(f"GPU used before: {H.gpu_used_mib()} MiB; GPUs: {H.gpu_count()}", flush=True)
-    for n in a.only or list(CASES):
-        t0 = time.monotonic()
-        try:
-            r = run_case(n, out)
-        except Exception as e:  # noqa: BLE001 - one case's failure must not lose the others
-            r = {"case": n, "truth": CASES[n][0], "error": repr(e)[:300]}
-            H.wait_free()
-        r["seconds"] = round(time.monotonic() - t0, 1)
-        results.append(r)
-        extra = "".join(f" {k} {H.top(r.get(k)):24}" for k in ("here_outside", "bundle") if k in r)
-        print(f"{n:30} truth {r['truth']:18} text {H.top(r.get('text')):24} here {H.top(r.get('here')):24}{extra} "
-              f"{r.get('skipped') or r.get('error') or ''} ({r['seconds']} s)", flush=True)
-        for code in H.CODES:
-            print(f"{'':30} {code:>24} text {H.top(r.get(f'{code}_text')):24} here {H.top(r.get(f'{code}_here')):24} "
-                  f"bundle {H.top(r.get(f'{code}_bundle')):24}", flush=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+    H.run_cases(names, run_case, out, _describe, lambda n: {"truth": CASES[n][0]})
     return 0
 
 

@@ -21,7 +21,7 @@ from oomdoctor.checks._util import (
     truthy,
 )
 from oomdoctor.checks.registry import check
-from oomdoctor.facts.gpu import mig_enabled, procs_on
+from oomdoctor.facts.gpu import is_mps_server, mig_enabled, procs_on
 
 L = Layer.GPU_SHARING
 GiB = 1024**3
@@ -35,13 +35,6 @@ def job_pids(facts: FactSet) -> set[int]:
         if isinstance(e, dict):
             pids.update(int(m) for m in _LOG_PID.findall(str(e.get("text", ""))))
     return pids
-
-
-def is_mps_server(p: dict) -> bool:
-    """MPS's server holds only its own context (68 MiB on an H200); NVML lists each client's memory under the
-    client (H200, session 15, validation/doctor_mps_gpu.py): the server is no co-tenant."""
-    name = str(p.get("name") or "").split(" ", 1)[0]
-    return name.rsplit("/", 1)[-1] == "nvidia-cuda-mps-server"
 
 
 @check("SHR010", L, "Other processes hold GPU memory")

@@ -29,7 +29,7 @@ from oomdoctor.collectors.kernel_log import read_kernel_log
 from oomdoctor.collectors.machine import live_context
 from oomdoctor.collectors.nvml import SMI_TIMEOUT_S
 from oomdoctor.collectors.probe import run_probes
-from oomdoctor.collectors.sharing import HAMI_FILES, MPS_GONE_MARKER, VCUDA_FILES
+from oomdoctor.collectors.sharing import HAMI_FILES, MPS_GONE_MARKER, VCUDA_FILES, mps_daemon, mps_pipe_dir
 from oomdoctor.collectors.storage import count_torch_segments, shm_usage_live
 from oomdoctor.collectors.torch_child import run_torch_child
 from oomdoctor.errors import InputError
@@ -186,14 +186,13 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
             w.add(rel, b"")
     if ctx.exists(SA_DIR):
         w.dirs.add(SA_DIR)  # the directory only: the token never leaves the machine
-    pipe = (ctx.env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps").lstrip("/")
-    if ctx.exists(f"{pipe}/nvidia-cuda-mps-control.pid"):  # a daemon that runs (its socket outlives it)
-        if ctx.socket_answers(f"{pipe}/control") is False:  # killed without quit: pid file and socket left
-            w.add(f"{pipe}/{MPS_GONE_MARKER}", b"")
-        else:
-            w.add(f"{pipe}/nvidia-cuda-mps-control.pid", b"")
-            if ctx.exists(f"{pipe}/control"):
-                w.add(f"{pipe}/control", b"")
+    pipe, daemon = mps_pipe_dir(ctx.env), mps_daemon(ctx)  # the collector's own reading (sharing.mps_daemon)
+    if daemon == "gone":
+        w.add(f"{pipe}/{MPS_GONE_MARKER}", b"")
+    elif daemon == "running":
+        w.add(f"{pipe}/nvidia-cuda-mps-control.pid", b"")
+        if ctx.exists(f"{pipe}/control"):
+            w.add(f"{pipe}/control", b"")
     for d in ctx.listdir("usr/local") or []:
         if d.startswith("cuda"):
             for name in ctx.listdir(f"usr/local/{d}/compat") or []:

@@ -9,6 +9,7 @@ proves nothing: such layers are Unavailable (container.unproven), never "not the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from oomdoctor.collectors.container import env_source, unproven
@@ -60,20 +61,38 @@ def _mig(ctx: CollectContext, snap: GpuSnapshot) -> Entry:
     return Fact("sharing.mig", out, snap.source)
 
 
+def mps_pipe_dir(env: Mapping[str, str]) -> str:
+    """The MPS pipe directory, relative to the root: CUDA_MPS_PIPE_DIRECTORY or where every CUDA process looks."""
+    return (env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps").lstrip("/")
+
+
+def mps_daemon(ctx: CollectContext) -> str | None:
+    """"running", "gone" or None (no daemon's files). One reading for `_mps` and the bundle writer.
+
+    A running control daemon has its pid file in the pipe directory and removes it on `quit`; its control
+    socket stays behind (H200, session 15: validation/doctor_mps_gpu.py), so the socket alone is no daemon.
+    A daemon killed without `quit` (SIGKILL, a node's OOM killer, a crashed device-plugin pod) leaves its pid
+    file too, and its socket refuses connections (H100, session 16: validation/mps_killed_daemon_gpu.py). Asked
+    through the socket, not /proc/<pid>: under the Kubernetes MPS device plugin the daemon's pid belongs to
+    another container's namespace. Bundles: the socket's marker beside the pid file's (older bundles: the
+    socket's alone, as before), or MPS_GONE_MARKER."""
+    pipe_dir = mps_pipe_dir(ctx.env)
+    if ctx.bundle:
+        if ctx.exists(f"{pipe_dir}/{MPS_GONE_MARKER}"):
+            return "gone"
+        found = ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid") or ctx.exists(f"{pipe_dir}/control")
+        return "running" if found else None
+    if not ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid"):
+        return None
+    return "gone" if ctx.socket_answers(f"{pipe_dir}/control") is False else "running"
+
+
 def _mps(ctx: CollectContext) -> Entry:
     env = ctx.env
     pipe = env.get("CUDA_MPS_PIPE_DIRECTORY")
-    pipe_dir = (pipe or "/tmp/nvidia-mps").lstrip("/")
-    # A running control daemon has its pid file in the pipe directory and removes it on `quit`; its control
-    # socket stays behind (H200, session 15: validation/doctor_mps_gpu.py), so the socket alone is no daemon.
-    # Bundles hold the socket's marker only beside the pid file's (older bundles: the socket's alone, as before).
-    control = ctx.exists(f"{pipe_dir}/nvidia-cuda-mps-control.pid") or (ctx.bundle and ctx.exists(f"{pipe_dir}/control"))
-    # A daemon killed without `quit` (SIGKILL, a node's OOM killer, a crashed device-plugin pod) leaves its pid
-    # file too; its socket then refuses connections. Asked through the socket, not /proc/<pid>: under the
-    # Kubernetes MPS device plugin the daemon's pid belongs to another container's namespace.
-    dead = bool(control and ctx.socket_answers(f"{pipe_dir}/control") is False) or bool(
-        ctx.bundle and ctx.exists(f"{pipe_dir}/{MPS_GONE_MARKER}"))
-    control = control and not dead
+    pipe_dir = mps_pipe_dir(env)
+    daemon = mps_daemon(ctx)
+    control, dead = daemon == "running", daemon == "gone"
     mps_env = {k: v for k, v in env.items() if k.startswith("CUDA_MPS_")}
     if not mps_env and not control and not dead:
         if ctx.env_missing:

@@ -22,23 +22,51 @@ def own_figure(p: int | None, r: int | None, a: int | None, u: int | None, t: in
     return max(known) if known else None
 
 
+# A CUDA context and what a library adds to it: a listed process within this of PyTorch's reserve is the job.
+CONTEXT_MAX = int(1.5 * GIB)
+
+
+def breakdown(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple[dict[str, int | None], list[dict], Any]:
+    """The message's figures as the rules read them: (P, R, A, U), the other processes it lists, and the pid
+    taken to be this job (or None). <= 2.0 prints reserved total and allocated (their difference is the
+    cache). With NVML, 2.1+ names this process "this process" by pid; inside a container the pid NVML sees
+    differs, so the job itself shows up as "Process N": a listed process whose use is PyTorch's reserve plus
+    at most a context is taken to be this job."""
+    a, p = n.get("allocated_bytes"), n.get("process_bytes")
+    u, r = n.get("reserved_unallocated_bytes"), n.get("reserved_bytes")
+    if u is None and r is not None and a is not None:
+        u = max(0, r - a)
+    if r is None and a is not None and u is not None:
+        r = a + u
+    procs = [dict(x) for x in details.get("other_processes") or []]
+    me = None
+    if p is None and procs and r is not None:
+        mine = [x for x in procs if r <= x["bytes"] <= r + CONTEXT_MAX]
+        if len(mine) == 1:
+            p, me = mine[0]["bytes"], mine[0]["pid"]
+            procs.remove(mine[0])
+    return {"P": p, "R": r, "A": a, "U": u}, procs, me
+
+
 def unaccounted_of(n: Mapping[str, Any], details: Mapping[str, Any]) -> int | None:
-    """Total less free, this process and the processes the message lists (PyTorch >= 2.1 lists NVML's
+    """Total less free, this process and the other processes the message lists (PyTorch >= 2.1 lists NVML's
     processes on that GPU). None without the breakdown."""
-    t, f, p = n.get("total_bytes"), n.get("free_bytes"), n.get("process_bytes")
-    own = own_figure(p, n.get("reserved_bytes"), n.get("allocated_bytes"), n.get("reserved_unallocated_bytes"), t)
-    if t is None or f is None or p is None or own is None:
+    t, f = n.get("total_bytes"), n.get("free_bytes")
+    fig, procs, _ = breakdown(n, details)
+    own = own_figure(fig["P"], fig["R"], fig["A"], fig["U"], t)
+    if t is None or f is None or fig["P"] is None or own is None:
         return None
-    return t - f - own - sum(int(x.get("bytes") or 0) for x in details.get("other_processes") or [])
+    return t - f - own - sum(int(x.get("bytes") or 0) for x in procs)
+
+
+def is_gap(gap: int | None, t: int | None) -> bool:
+    """Memory the message leaves unexplained that a context or a rounding cannot: a GiB and a tenth of the card."""
+    return gap is not None and t is not None and gap >= max(GIB, 0.1 * t)
 
 
 def gap_key(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple | None:
     """None where the message accounts for its card; else its card and the gap in whole GiB, so that ranks
     whose messages all say "GPU 0" (each its own CUDA_VISIBLE_DEVICES) but leave different gaps stay apart.
-    The gap is read from the message's own "this process has" figure only: a container's pid-namespace form
-    (rules.torch_oom infers the job's figure from a listed process) is not read here, and such repeats merge
-    as before (review, session 16)."""
+    The same reading as rules.torch_oom's hidden-memory branch (breakdown, is_gap)."""
     gap, t = unaccounted_of(n, details), n.get("total_bytes")
-    if gap is None or t is None or gap < max(GIB, 0.1 * t):
-        return None
-    return ("gap", details.get("gpu"), round(gap / GIB))
+    return ("gap", details.get("gpu"), round(gap / GIB)) if is_gap(gap, t) else None

@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oomdoctor.explain.events import OomEvent
-from oomdoctor.explain.figures import own_figure, unaccounted_of
+from oomdoctor.explain.figures import CONTEXT_MAX, breakdown, is_gap, unaccounted_of
 from oomdoctor.explain.kinds import DIRECT_MALLOC
 from oomdoctor.knowledge.gpus import GIB, is_slice
 from oomdoctor.units import format_bytes as fb
 
 # CUDA context + library workspaces outside PyTorch's cache: 0.3-1 GiB per process (memory-tools §5:
 # ~287 MB lazy .. 667 MB eager in 1.13, >1000 MB before CUDA 11.7).
-CONTEXT_MAX = int(1.5 * GIB)
 # Above this many times the request, memory cached but unallocated is no longer read as fragmentation
 # first (torch_oom below).
 FRAG_RATIO_MAX = 3.5
@@ -73,23 +72,11 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     n, d = ev.numbers, ev.details
     X, T, F = n.get("requested_bytes"), n.get("total_bytes"), n.get("free_bytes")
     A, P, C = n.get("allocated_bytes"), n.get("process_bytes"), n.get("allowed_bytes")
-    U = n.get("reserved_unallocated_bytes")
-    R = n.get("reserved_bytes")
-    if U is None and R is not None and A is not None:
-        U = max(0, R - A)  # <= 2.0 prints reserved total and allocated; the difference is the cache
-    if R is None and A is not None and U is not None:
-        R = A + U
-    procs = [dict(p) for p in d.get("other_processes", [])]
-    # With NVML, 2.1+ names this process "this process" by pid; inside a container the pid NVML sees
-    # differs, so the job itself shows up as "Process N". A listed process whose use is PyTorch's
-    # reserve plus at most a context is taken to be this job.
-    if P is None and procs and R is not None:
-        mine = [p for p in procs if R <= p["bytes"] <= R + CONTEXT_MAX]
-        if len(mine) == 1:
-            P = mine[0]["bytes"]
-            procs.remove(mine[0])
-            b.add("true_capacity", 0.0, f"Process {mine[0]['pid']} ({fb(P)}) matches PyTorch's reserve: "
-                  "it is this job seen through a container's pid namespace")
+    fig, procs, me = breakdown(n, d)
+    P, R, U = fig["P"], fig["R"], fig["U"]
+    if me is not None:
+        b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) matches PyTorch's reserve: "
+              "it is this job seen through a container's pid namespace")
     others = sum(p["bytes"] for p in procs)
     why_x = f"requested {fb(X)}" if X is not None else "the request"
     fits_after_defrag = X is not None and U is not None and U >= X
@@ -191,10 +178,9 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("other_process", w, f"other processes hold {fb(others)} of {fb(T)} ({top})",
               "free the GPU: stop or move those processes (nvidia-smi --query-compute-apps=pid,used_memory "
               "--format=csv), or pick another GPU with CUDA_VISIBLE_DEVICES")
-    held = own_figure(P, R, A, U, T)
-    if T is not None and F is not None and P is not None and held is not None:
-        hidden = T - F - held - others
-        if hidden >= max(GIB, 0.1 * T):
+    hidden = unaccounted_of(n, d)  # the scanner's reading too (figures.gap_key)
+    if hidden is not None:
+        if is_gap(hidden, T):
             # Freeing that memory would have made room for the request and it is a large share of the card (not
             # a desktop's display memory): a little more than the capacity reading (review of session 15). Not
             # the listed branch's 3.4: an MPS pinned limit leaves the same figures (H200 runs of session 15,

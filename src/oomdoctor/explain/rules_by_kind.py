@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
+from oomdoctor.explain.figures import own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import LEAK_DENIED
 from oomdoctor.explain.rules import (
@@ -14,7 +15,6 @@ from oomdoctor.explain.rules import (
     _capacity_fix,
     _slice_evidence,
     driver_oom,
-    own_figure,
     torch_oom,
     unaccounted,
 )
@@ -557,9 +557,10 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
 
 
 def _mps_server_runs(facts: FactSet) -> bool:
+    from oomdoctor.facts.gpu import is_mps_server  # facts only come with --here / --bundle (rank.py)
+
     procs = facts.value("sharing.processes")
-    return isinstance(procs, list) and any("nvidia-cuda-mps-server" in str((p or {}).get("name") or "")
-                                           for p in procs if isinstance(p, dict))
+    return isinstance(procs, list) and any(is_mps_server(p) for p in procs if isinstance(p, dict))
 
 
 def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEvent | None) -> list[str]:

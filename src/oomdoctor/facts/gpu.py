@@ -49,3 +49,11 @@ def mig_enabled(facts: FactSet, gpu: int | None = None) -> bool:
     device names in CUDA_VISIBLE_DEVICES and applies to whichever card the job used."""
     return any(mig_mode_on(m) and (gpu is None or m.get("gpu") is None or m.get("gpu") == gpu)
                for m in as_list(facts.value("sharing.mig")))
+
+
+def is_mps_server(p: dict) -> bool:
+    """MPS's server holds only its own context (68 MiB on an H200); NVML lists each client's memory under the
+    client (H200, session 15, validation/doctor_mps_gpu.py): the server is no co-tenant. While it runs, clients
+    that connected through it keep their limits even if the control daemon is gone (H100, session 16)."""
+    name = str(p.get("name") or "").split(" ", 1)[0]
+    return name.rsplit("/", 1)[-1] == "nvidia-cuda-mps-server"
