@@ -34,23 +34,6 @@ def _in_round(case_id: str, prefixes: tuple[str, ...]) -> bool:
     return any(case_id.startswith(p) and case_id[len(p):len(p) + 1].isdigit() for p in prefixes)
 
 
-class _Logistic:
-    """Today's prior form (textmodel.TextModel's logistic branch) for commits whose TextModel predates it."""
-
-    def __init__(self, data: dict, tokens) -> None:
-        self.data, self.tokens = data, tokens
-
-    def posterior(self, text: str, temper: float | None = None) -> dict[str, float]:
-        import math
-
-        rows = [self.data["weights"][t] for t in self.tokens(text) if t in self.data["weights"]]
-        scale = 1.0 / math.sqrt(len(rows)) if rows else 0.0
-        z = [b + scale * sum(r[i] for r in rows) for i, b in enumerate(self.data["intercepts"])]
-        m = max(z)
-        e = [math.exp(x - m) for x in z]
-        return {c: e[i] / sum(e) for i, c in enumerate(self.data["categories"])}
-
-
 def child(prefixes: tuple[str, ...], benign: bool) -> dict:
     """Runs with the old commit's src first on sys.path (main() arranges it)."""
     import explain_corpus as C
@@ -75,7 +58,7 @@ def child(prefixes: tuple[str, ...], benign: bool) -> dict:
     ids = {c["id"] for c in rnd}
     docs = [(prior_text(scan(c["text"])), c["category"]) for c in dev if c["id"] not in ids]
     docs += [(prior_text(scan(s["text"])), s["category"]) for s in C.load_silver()]
-    model = _Logistic(TM.fit_prior(docs), textmodel.tokens)
+    model = TM.today().TextModel(TM.fit_prior(docs))
     scans = [scan(c["text"]) for c in rnd]
 
     def tally(m, w: float, v: float) -> tuple[int, int]:

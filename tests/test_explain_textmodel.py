@@ -34,10 +34,53 @@ def test_stored_model_matches_a_fresh_fit_on_dev():
 def test_stored_model_loads_and_is_small():
     m = default_model()
     assert m is not None and set(m.categories) >= {"true_capacity", "fragmentation", "other_process"}
-    assert MODEL_PATH.stat().st_size < 320 * 1024  # 3000 words x 9 weights (bench/explain_textmodel.VOCAB)
+    # 3000 words and pairs + 10000 character n-grams, each an idf and 9 weights (bench/explain_textmodel.py)
+    assert MODEL_PATH.stat().st_size < 1400 * 1024
     data = json.loads(MODEL_PATH.read_text())
-    assert data["form"] == "logistic" and len(data["weights"]) <= 3000
-    assert all(len(v) == len(data["categories"]) for v in data["weights"].values())
+    assert data["form"] == "tfidf" and set(data["blocks"]) == {"word", "char"}
+    assert len(data["blocks"]["word"]) <= 3000 and len(data["blocks"]["char"]) <= 10000
+    assert all(len(v) == len(data["categories"]) + 1 for b in data["blocks"].values() for v in b.values())
+
+
+def test_character_ngrams_are_taken_inside_padded_words_as_scikit_learn_does():
+    from oomdoctor.explain.textmodel import char_counts
+
+    # " ab " gives " ab", "ab " (n=3) and itself (n=4, its whole length: no longer n-grams);
+    # " a " is shorter than nothing: itself once
+    assert char_counts("AB\t a") == {" ab": 1, "ab ": 1, " ab ": 1, " a ": 1}
+    c = char_counts("oom oom")
+    assert c[" oo"] == 2 and c[" oom "] == 2 and len(c) == 6  # " oo", "oom", "om ", " oom", "oom ", " oom "
+    assert char_counts("") == {}
+
+
+def test_tfidf_posterior_is_softmax_of_normalised_tfidf_times_weights():
+    import math
+
+    m = TextModel({"categories": ["a", "b"], "form": "tfidf", "intercepts": [0.0, 0.5],
+                   "blocks": {"word": {"zombie": [2.0, 1.0, 0.0], "process": [1.0, 0.0, 1.0]}}})
+    post = m.posterior("Zombie zombie process")
+    x = {"zombie": (1 + math.log(2)) * 2.0, "process": 1.0}
+    norm = math.sqrt(sum(v * v for v in x.values()))
+    z = (x["zombie"] / norm, 0.5 + x["process"] / norm)
+    assert abs(post["a"] - math.exp(z[0]) / (math.exp(z[0]) + math.exp(z[1]))) < 1e-12
+    assert abs(m.posterior("nothing known")["b"] - math.exp(0.5) / (1 + math.exp(0.5))) < 1e-12
+
+
+@pytest.mark.parametrize("blocks", [
+    {"word": {"w": [1.0, 2.0]}},                        # one weight short
+    {"word": {"w": [0.0, 1.0, 2.0]}},                   # an idf of 0
+    {"word": {"w": [1.0, float("inf"), 2.0]}},
+    {"bytes": {"w": [1.0, 1.0, 2.0]}},                  # an analyzer it does not have
+    {},
+    {"word": [["w", 1.0, 1.0, 2.0]]},
+])
+def test_a_damaged_tfidf_model_is_refused(tmp_path, blocks):
+    from oomdoctor.explain import textmodel
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"categories": ["a", "b"], "form": "tfidf", "intercepts": [0.0, 0.0],
+                                "blocks": blocks}), encoding="utf-8")
+    assert textmodel._load(path) is None
 
 
 def test_logistic_posterior_is_softmax_of_scaled_weights():
@@ -240,3 +283,6 @@ def test_event_words_are_whole_tokens_without_bigrams_and_survive_long_input():
     scan = scanner.finish()
     text = model_text(scan, scan.events) + "\nmore log lines " * MAX_TEXT  # as with several long files
     assert len(text) > MAX_TEXT and "oomdoctor_kind_torch_oom" in tokens(text)
+    from oomdoctor.explain.textmodel import word_counts
+
+    assert "oomdoctor_kind_torch_oom" in word_counts(text)  # the tfidf prior's words (session 17) too
