@@ -160,8 +160,6 @@ NOT_FAILURES = [
     "|            CUDA OOMs: 0            |        cudaMalloc retries: 0         |",
     "When a training run OOMs or is close to the memory limit:",
     "1. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first. This fixes fragmentation-induced OOM with zero cost.",
-    "W bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.26GiB with freed_by_count=0. "
-    "The caller indicates that this is not a failure, but may mean that there could be performance gains.",
     "If you run out of GPU memory, lower the batch size.",
     "OOM errors are often caused by large batches.",
     "epoch 3 step 1200 loss 0.31 GPU memory allocated: 10.2 GiB",
@@ -175,6 +173,15 @@ def test_statistics_docs_and_advice_stay_silent(text):
     # no event, no failure; at most a leaning of the words (rank._words_only), marked as such
     assert not ex.explained and not ex.events, (ex.events, ex.hypotheses)
     assert not ex.hypotheses or ex.to_json()["words_only"] is True
+
+
+def test_tensorflow_bfc_warning_is_recovered_and_stays_silent():
+    # session 17: TensorFlow's "not a failure" BFC warning is a caught shortage (oom_caught), not a mention
+    ex = explain_text(["W bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.26GiB with "
+                       "freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could "
+                       "be performance gains."])
+    assert not ex.explained and not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+    assert not ex.hypotheses
 
 
 def test_recovered_oom_is_not_a_reported_failure():

@@ -67,8 +67,14 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # memory is insufficient to use tactic."), Detectron2's retry_if_cuda_oom re-running a function on the CPU,
     # vLLM preempting a request for lack of KV cache. Each is a recovered OOM by itself and recovers no other
     # event (kinds.SELF_CONTAINED: review, session 9).
+    # TensorFlow's BFC allocator, when the caller can do without the block (a convolution algorithm's
+    # workspace, an autotuning trial): "Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.15GiB.
+    # The caller indicates that this is not a failure, but may mean that there could be performance gains
+    # if more memory were available" (tensorflow/core/common_runtime/bfc_allocator.cc): the shortage was met
+    # and the op went on (session 17; it had been read as a mention, no event at all).
     ("oom_caught", r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
-                   r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space"),
+                   r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space|"
+                   r"ran out of memory trying to allocate [^\n]{1,200}?The caller indicates that this is not a failure"),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
@@ -241,7 +247,8 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
                       "pytorch allocator cache flushes since last step",
                       "ailed (CUDA out of memory) ", "ailed (out of memory) ", "ailed (Out of memory) ", "ailed (OOM) ",
                       "Decode out of memory happened"),
-    "oom_caught": ("insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode"),
+    "oom_caught": ("insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode",
+                   "indicates that this is not a failure"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
     "hami_oom": ("-core ERROR",),
     "hami_device_full": ("cuMemoryAllocate failed",),
@@ -677,12 +684,17 @@ def _torch_format(text: str) -> str:
 
 # TensorFlow's BFC allocator retrying smaller: "... The caller indicates that this is not a failure".
 TF_NOT_A_FAILURE = "indicates that this is not a failure"
+# The warning itself (not a line that quotes only its last sentence): a caught shortage, `oom_caught`. Read
+# before the mention test, which would take "not a failure" for a negation and leave the line to tf_oom.
+_BFC_CAUGHT = re.compile(r"ran out of memory trying to allocate [^\n]{1,200}?The caller indicates that this is not a failure")
 
 
 def classify_line(line: str) -> str | None:
     """The kind of an OOM-like line, or None."""
-    if line.lstrip().startswith("Search for `") or TF_NOT_A_FAILURE in line:
-        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ..."); TF's BFC retry warning
+    if line.lstrip().startswith("Search for `"):
+        return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
+    if TF_NOT_A_FAILURE in line:  # TF's BFC retry warning: a caught shortage, or a quotation of one
+        return "oom_caught" if _BFC_CAUGHT.search(line) else None
     for kind, gate, pat in _GATED_PATTERNS:
         for needle in gate:
             if needle in line:
