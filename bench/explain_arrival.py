@@ -4,7 +4,7 @@ Cross-validation on dev measures the learned parts out of sample but the hand-wr
 (they were written from dev). Each round of reports below was scored on arrival, before any rule was
 written from it; this script re-creates that: the round's dev reports are read by the rules of the
 commit they arrived to (a temporary `git worktree` of that commit), with a word prior of today's form
-(bench/explain_textmodel.fit_prior: logistic regression, C and vocabulary size) fitted on today's dev
+(bench/explain_textmodel.fit_prior: today's tfidf form and sizes, read by today's textmodel.py) fitted on today's dev
 split minus the round, plus the silver items, at several prior weights. The prior reads the words as
 that commit's code hands them over (its tokens, its event tags, its vocabulary selection). It also prints the arrival figure (that commit's own stored prior) and
 the rules alone. Test cases are never read. Dev benign texts of the same rounds: false alarms with

@@ -34,7 +34,7 @@ import explain_textmodel as TM  # noqa: E402
 SEED = 17
 FOLDS = 5
 WEIGHTS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
-VOCABS = (1000, 3000)  # session 13, the logistic prior: 300 words were never chosen since session 5
+VOCABS = (1000, 3000)  # words of the prior (session 17: beside explain_textmodel.CHAR_VOCAB n-grams); 300 never chosen since session 5
 
 
 def folds(cases: list[dict], k: int, seed: int = SEED) -> list[list[int]]:

@@ -8,7 +8,8 @@ resolution) or `text` (thread not found). Their answers are bench/explain_label_
 the corpus had then (`label_then`). Agreement with the corpus bounds what top-1 can honestly reach: where
 two careful readers of the same thread differ, the category boundary (a leak in a dataset cache: host RAM
 or leak? JAX's pool starving another library: another holder or a framework's pool?) is the cause, not
-explain. Test labels are never changed from it (dev disagreements were looked at one by one: docs/benchmarks.md).
+explain. Test labels are never changed from it (dev disagreements were looked at one by one: docs/benchmarks.md,
+"Label audit").
 
 Prints agreement (audit == corpus label) and "in the audit's two" per split and basis; no test item is
 printed. Usage: python bench/explain_label_audit.py
@@ -32,11 +33,10 @@ def load() -> list[dict]:
     return [json.loads(line) for line in AUDIT.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def table(rows: list[dict], label_key: str) -> dict[str, tuple[int, int, int]]:
-    now = {c["id"]: c["category"] for c in C.load_reports()}
+def table(rows: list[dict], label_key: str, now: dict[str, str]) -> dict[str, tuple[int, int, int]]:
     t: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
-        label = r["label_then"] if label_key == "then" else now[r["id"]]
+        label = r["label_then"] if label_key == "then" else now.get(r["id"], "(report gone)")
         for k in (r["split"], f"{r['split']} / {r['basis']}", "all"):
             t[k][0] += 1
             t[k][1] += r["audit"] == label
@@ -46,12 +46,13 @@ def table(rows: list[dict], label_key: str) -> dict[str, tuple[int, int, int]]:
 
 def main() -> int:
     rows = load()
+    now = {c["id"]: c["category"] for c in C.load_reports()}
     for key, title in (("then", "labels as audited"), ("now", "labels now")):
         print(f"\n{title}\n| set | reports | audit agrees | label in the audit's two |\n|---|---:|---:|---:|")
-        for k, (n, a, b) in table(rows, key).items():
+        for k, (n, a, b) in table(rows, key, now).items():
             lo, hi = C.wilson(a, n)
             print(f"| {k} | {n} | {a} ({a / n:.0%}, CI {lo:.0%}-{hi:.0%}) | {b} ({b / n:.0%}) |")
-    changed = [r["id"] for r in rows if r["split"] == "dev" and r["label_then"] != {c["id"]: c["category"] for c in C.load_reports("dev")}[r["id"]]]
+    changed = [r["id"] for r in rows if r["split"] == "dev" and r["label_then"] != now.get(r["id"])]
     print(f"\ndev labels changed after the audit: {', '.join(changed) or 'none'}")
     return 0
 

@@ -47,9 +47,10 @@ VOCAB = 3000
 # +1): its intercepts are fitted. (Sessions 3 and 7 tried it on 359 / 652 reports: no gain then.)
 # Session 17 (2026-11-27), the tfidf form (word 1-2-grams + character 3-5-grams inside words, as scikit-learn's
 # TfidfVectorizer "word" and "char_wb" with sublinear tf, each block L2-normalised): out of fold on dev (1161
-# reports, 5 folds, prior weight 1.0) the binarised-word form 876 right first / 984 top two; tfidf 3000 words +
-# 10000 n-grams at C 2 / 4: 891 / 994 and 888 / 987; 5000 + 20000 at C 2: 891 / 988; words alone (scikit-learn,
-# 50000): 887 / 986. On the 275 dev reports of rounds z-ah read by the rules they arrived to: 197 / 223 -> 201 / 228.
+# reports, 5 folds, prior weight 1.0) the binarised-word form 876 right first / 984 top two; with scikit-learn,
+# 3000 words + 10000 n-grams at C 2 / 4: 890 / 993 and 886 / 988; 5000 + 20000 at C 2: 891 / 989; words alone
+# (50000): 887 / 986; the numpy fit here (3000 + 10000, C 2): 891 / 994. On the 275 dev reports of rounds z-ah
+# read by the rules they arrived to: 197 / 223 -> 201 / 228.
 C_PENALTY = 2.0
 CHAR_VOCAB = 10000  # character n-grams of the tfidf form (session 17)
 DIGITS = 4  # the stored weights' rounding
@@ -86,7 +87,8 @@ def fit_prior(docs: list[tuple[str, str]], vocab: int = VOCAB, c_penalty: float 
               chars: int = CHAR_VOCAB, categories: list[str] | None = None) -> dict:
     """The stored form of the prior from (model text, category) pairs: the idf and logistic weights of the
     `vocab` most frequent words and word pairs (in >= 2 texts) and the `chars` most frequent character
-    n-grams (in >= 3 texts), as textmodel.TextModel's tfidf form reads them."""
+    n-grams (in >= 3 texts), as textmodel.TextModel's tfidf form reads them. Ties at the vocabulary's cut go
+    by name (scikit-learn's max_features leaves their order unspecified)."""
     import logreg
     import numpy as np
 
@@ -104,7 +106,8 @@ def fit_prior(docs: list[tuple[str, str]], vocab: int = VOCAB, c_penalty: float 
                 df[t] = df.get(t, 0) + 1
                 tf[t] = tf.get(t, 0) + k
         kept = sorted((t for t in df if df[t] >= min_df), key=lambda t: (-tf[t], t))[:size]
-        tables[name] = {t: math.log((1 + n) / (1 + df[t])) + 1.0 for t in sorted(kept)}
+        # rounded as stored, so that the weights are fitted to the idf the package reads
+        tables[name] = {t: round(math.log((1 + n) / (1 + df[t])) + 1.0, DIGITS) for t in sorted(kept)}
     columns = {(name, t): j for j, (name, t) in enumerate((nm, t) for nm in sizes for t in tables[nm])}
     X = np.zeros((n, len(columns)))
     for r in range(n):
@@ -113,7 +116,7 @@ def fit_prior(docs: list[tuple[str, str]], vocab: int = VOCAB, c_penalty: float 
                 X[r, columns[(name, t)]] = x
     y = np.array([cats.index(c) for _, c in docs])
     W, b = logreg.fit(X, y, len(cats), c_penalty)
-    blocks = {name: {t: [round(tables[name][t], DIGITS)] + [round(float(x), DIGITS) for x in W[columns[(name, t)]]]
+    blocks = {name: {t: [tables[name][t]] + [round(float(x), DIGITS) for x in W[columns[(name, t)]]]
                      for t in tables[name]} for name in sizes}
     return {"version": 3, "categories": list(cats), "form": "tfidf", "c_penalty": c_penalty,
             "docs": [int((y == i).sum()) for i in range(len(cats))],

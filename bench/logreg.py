@@ -8,19 +8,7 @@ LogisticRegression(C=...): C * cross-entropy summed over documents + 0.5 * |W|^2
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-
-
-def features(tok_sets: list[set[str]], vocab: dict[str, int]) -> np.ndarray:
-    """Presence of each vocabulary word, scaled by 1/sqrt(words present) (textmodel.TextModel._logistic)."""
-    X = np.zeros((len(tok_sets), len(vocab)))
-    for r, ts in enumerate(tok_sets):
-        idx = sorted(vocab[t] for t in ts if t in vocab)
-        if idx:
-            X[r, idx] = 1.0 / math.sqrt(len(idx))
-    return X
 
 
 def fit(X: np.ndarray, y: np.ndarray, k: int, C: float, iters: int = 1000, memory: int = 10,

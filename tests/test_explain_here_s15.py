@@ -50,7 +50,7 @@ def test_a_known_limit_that_would_have_allowed_it_is_not_blamed():
     assert ex.hypotheses[0].category != "gpu_sharing_limit"
 
 
-def test_mps_pinned_limit_from_the_text_alone_is_named_second():
+def test_mps_pinned_limit_from_the_text_alone_is_offered_beside_the_co_tenant():
     # the message alone cannot tell a hidden co-tenant from a limit: both are offered, the co-tenant first. The
     # limit ties with the capacity reading (1.30 both before session 17's word prior; 1.28 against 1.30 after it on
     # the _default_ case, docs/validation/explain.md): offered among the first three, above any fourth
@@ -58,7 +58,8 @@ def test_mps_pinned_limit_from_the_text_alone_is_named_second():
         h = hyps(case, here=False)
         r = [c for c, _ in h]
         assert r[0] == "other_process" and "gpu_sharing_limit" in r[1:3], (case, r)
-        assert h[r.index("gpu_sharing_limit")][1] >= h[1][1] - 0.05, (case, h)  # a near tie with the second at worst
+        if r.index("gpu_sharing_limit") == 2:  # third: a near tie with the second, never far below it
+            assert h[2][1] >= h[1][1] - 0.05, (case, h)
 
 
 def test_mps_does_not_unsettle_a_job_too_big_for_the_whole_card():

@@ -73,6 +73,11 @@ def test_tfidf_posterior_is_softmax_of_normalised_tfidf_times_weights():
     {"bytes": {"w": [1.0, 1.0, 2.0]}},                  # an analyzer it does not have
     {},
     {"word": [["w", 1.0, 1.0, 2.0]]},
+    {"word": {"w": [float("nan"), 1.0, 2.0]}},          # a NaN idf would silently zero the block
+    {"word": {"w": [float("inf"), 1.0, 2.0]}},
+    {"word": {"w": [1e300, 1.0, 2.0]}},
+    {"word": {"w": [0.5, 1.0, 2.0]}},                   # below any idf ln((1+n)/(1+df)) + 1
+    {"word": {"w": "123"}},
 ])
 def test_a_damaged_tfidf_model_is_refused(tmp_path, blocks):
     from oomdoctor.explain import textmodel
@@ -293,3 +298,14 @@ def test_event_words_are_whole_tokens_without_bigrams_and_survive_long_input():
     from oomdoctor.explain.textmodel import word_counts
 
     assert "oomdoctor_kind_torch_oom" in word_counts(text)  # the tfidf prior's words (session 17) too
+
+
+def test_string_intercepts_and_deep_nesting_are_refused(tmp_path):
+    from oomdoctor.explain import textmodel
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"categories": ["a", "b"], "form": "tfidf", "intercepts": "00",
+                                "blocks": {"word": {"w": [1.0, 1.0, 2.0]}}}), encoding="utf-8")
+    assert textmodel._load(path) is None
+    path.write_text("[" * 100000 + "]" * 100000, encoding="utf-8")
+    assert textmodel._load(path) is None

@@ -38,7 +38,7 @@ KINDS: dict[str, Kind] = {
     "autobatch_settled": Kind(None, False, "YOLO's AutoBatch settling on a batch size (after an OOM: recovered)",
                               recovery=True, alone=False),
     "oom_caught": Kind(None, False, "a library that met the shortage itself and went on (TensorRT tactic, Detectron2 "
-                       "CPU fallback, vLLM preemption)", recovery=True, covers=False),
+                       "CPU fallback, vLLM preemption, TensorFlow BFC's \"not a failure\")", recovery=True, covers=False),
     "hami_oom": Kind("gpu_sharing_limit", True, "HAMi-core's per-container limit"),
     "hami_device_full": Kind("other_process", True, "the driver behind HAMi-core (the shared card is full)"),
     "torch_oom_nvml": Kind("true_capacity", True, "PyTorch's caching allocator (message lost to an NVML assert)"),

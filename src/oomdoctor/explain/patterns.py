@@ -28,6 +28,8 @@ _U = r"(bytes|[KMGT]iB|[KMGT]B|B)"
 # CJK letters with CJK punctuation and fullwidth forms ("报错：Killed", "「Killed」"): a regex class body
 _CJK_TEXT = CJK_LETTERS + "\u3000-\u303f\uff00-\uffef"
 _N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+# TensorFlow's BFC warning when its caller can do without the block (classify_line reads it first: _BFC_CAUGHT)
+BFC_CAUGHT = r"ran out of memory trying to allocate [^\n]{1,200}?The caller indicates that this is not a failure"
 
 # (kind, regex). Order matters: the first match names the line. Kinds are the `kind` of JSON events.
 LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
@@ -73,8 +75,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # if more memory were available" (tensorflow/core/common_runtime/bfc_allocator.cc): the shortage was met
     # and the op went on (session 17; it had been read as a mention, no event at all).
     ("oom_caught", r"Device memory is insufficient to use tactic|Attempting to copy inputs of [^\n]{1,200}? to CPU due to CUDA OOM|"
-                   r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space|"
-                   r"ran out of memory trying to allocate [^\n]{1,200}?The caller indicates that this is not a failure"),
+                   r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space|" + BFC_CAUGHT),
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
@@ -686,7 +687,7 @@ def _torch_format(text: str) -> str:
 TF_NOT_A_FAILURE = "indicates that this is not a failure"
 # The warning itself (not a line that quotes only its last sentence): a caught shortage, `oom_caught`. Read
 # before the mention test, which would take "not a failure" for a negation and leave the line to tf_oom.
-_BFC_CAUGHT = re.compile(r"ran out of memory trying to allocate [^\n]{1,200}?The caller indicates that this is not a failure")
+_BFC_CAUGHT = re.compile(BFC_CAUGHT)
 
 
 def classify_line(line: str) -> str | None:
@@ -694,7 +695,14 @@ def classify_line(line: str) -> str | None:
     if line.lstrip().startswith("Search for `"):
         return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
     if TF_NOT_A_FAILURE in line:  # TF's BFC retry warning: a caught shortage, or a quotation of one
-        return "oom_caught" if _BFC_CAUGHT.search(line) else None
+        m = _BFC_CAUGHT.search(line)
+        if m is None:
+            return None
+        # what shares its line (interleaved stderr, a report quoting the warning and then its crash) is read too;
+        # not the head of another BFC warning wrapped onto the next line ("... (GPU_0_bfc) ran out of memory")
+        parts = (line[:m.start()], line[m.end():])
+        around = next((k for k in map(classify_line, (p for p in parts if "bfc) ran out of memory" not in p)) if k), None)
+        return around or "oom_caught"
     for kind, gate, pat in _GATED_PATTERNS:
         for needle in gate:
             if needle in line:

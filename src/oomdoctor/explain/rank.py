@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import DECIDERS
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
-from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, category_hint
+from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article
-from oomdoctor.explain.patterns import MACHINE_HINTS
-from oomdoctor.explain.recovery import loop_went_on, recovered_events, retry_went_on, went_on
+from oomdoctor.explain.patterns import MACHINE_HINTS, classify_line
+from oomdoctor.explain.recovery import bfc_went_on, loop_went_on, recovered_events, retry_went_on, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -281,7 +281,7 @@ _DIGITS = str.maketrans({d: w + "_" for d, w in zip("0123456789", "zero one two 
 def event_tags(events: list[OomEvent]) -> str:
     """Words the prior learns like any other: `oomdoctor_kind_<kind>` and `oomdoctor_hint_<category>`
     for the first TAGGED events (digits spelled out: the tokeniser cuts words at digits; textmodel.tokens
-    makes no bigrams of them). The data then says how far each kind and each hint is to be trusted
+    makes no bigrams of them, the tfidf form's word_counts does, as it was fitted). The data then says how far each kind and each hint is to be trusted
     beside the words. Chosen in session 5 (2026-11-26): out of fold on dev the prior alone 373 -> 388
     of 577 right first; explain at the stored weights 434 -> 435, with the weights chosen per fold
     (bench/explain_cv.py) 435 -> 432, leave-ecosystem-out 428 -> 424 (the rules are in sample there);
@@ -342,16 +342,17 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
 
 
 def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None,
-              sessions: dict[str, list[tuple[int, int]]] | None = None) -> tuple[OomEvent, Board] | None:
+              sessions: dict[str, list[tuple[int, int]]] | None = None,
+              skip: frozenset[tuple[str, int]] = frozenset()) -> tuple[OomEvent, Board] | None:
     """No event, no recovery (or only recovery lines, then what comes after them: `after`), but the text
     reports a failure (explain/reported.py): rank the causes from the text's own evidence (prose,
     readings, the text prior)."""
-    hit = failure_statement(scan.samples, after)
+    hit = failure_statement(scan.samples, after, skip)
     # a statement printed inside a passing test session (testrun.passing_sessions) is its test's own: look past it
     sessions = sessions or {}
     while hit is not None and (span := next((sv for sv in sessions.get(hit[0], []) if sv[0] < hit[1] < sv[1]), None)):
         after = {**(after or {}), hit[0]: max((after or {}).get(hit[0], -1), span[1])}
-        hit = failure_statement(scan.samples, after)
+        hit = failure_statement(scan.samples, after, skip)
     if hit is None:
         return None
     ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
@@ -387,9 +388,24 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
     return _rank(b)
 
 
+def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
+    """The lines of a recovery marker and of its repeats (lines between them that read as the same kind), not
+    whatever else lies between its first and last repeat."""
+    last = m.last_line or m.line
+    out = {(m.source, m.line), (m.source, last)}
+    for source, first, text in scan.samples:
+        if source != m.source or first > last:
+            continue
+        lines = text.split("\n")
+        for i in range(max(m.line, first), min(last, first + len(lines) - 1) + 1):
+            if classify_line(lines[i - first]) == m.kind:
+                out.add((source, i))
+    return out
+
+
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
-    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY])
+    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and bfc_went_on(e, scan)])
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
                                                                                      or retry_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
@@ -408,9 +424,16 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     bare = not events and bool(recovered) and all(e.kind in RECOVERY for e in recovered)
     if not events and (not recovered or bare):
         after: dict[str, int] = {}
+        skip: set[tuple[str, int]] = set()
         for m in recovered:
+            if m.kind in SELF_CONTAINED:
+                # a library's own caught shortage (TF's BFC warning, a skipped TensorRT tactic) recovers no
+                # other event: a failure before it still counts, only its own lines are not read (review,
+                # session 17: a traceback pasted above a BFC warning had read as "no failure")
+                skip.update(_own_lines(m, scan))
+                continue
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)
-        got = _reported(scan, model, after, sessions)
+        got = _reported(scan, model, after, sessions, frozenset(skip))
         if got is not None:
             ev, b = got
             used = fact_rules(facts, b, {ev.kind}, ev)

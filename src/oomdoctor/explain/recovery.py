@@ -58,6 +58,27 @@ def went_on(e: OomEvent, scan: LogScan) -> bool:
     return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
 
 
+# What ends a run after TensorFlow's BFC "not a failure" warning: an error or crash line (not a metric name
+# such as mean_squared_error), glog's E/F levels, a non-zero exit.
+_CRASH = re.compile(r"(?i:\b(?:error|exception|traceback|abort(?:ed)?|segmentation fault|core dumped|fatal|"
+                    r"terminate(?:d)?|check failed|killed|crash(?:ed|es)?)\b|exit(?:ed)? (?:with )?code -?[1-9])|"
+                    r"[a-z](?:Error|Exception)\b|"
+                    r"^\s*(?:\S+ \S+: )?[EF]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h):\d+\]")
+
+
+def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:
+    """TensorFlow's BFC "not a failure" warning (an oom_caught line) is a caught shortage only if no error or
+    crash follows it in its log (review, session 17: a warning above "Segmentation fault (core dumped)" or an
+    InternalError had read as "the job went on"). Nothing after it (a pasted warning): taken at its word.
+    Any other recovery line: True."""
+    if e.kind != "oom_caught" or TF_NOT_A_FAILURE not in e.text:
+        return True
+    got = _around(e, scan, e.line, e.line)  # from its first repeat: a crash between repeats counts too
+    if got is None:
+        return True
+    return not any(_CRASH.search(ln) for ln in got[1] if TF_NOT_A_FAILURE not in ln and not _TF_INFO_ALLOC.match(ln))
+
+
 _DIGITS_RUN = re.compile(r"\d+")
 _LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy"})
 LOOP_LINES = 20  # lines looked at on each side of a caught OOM

@@ -130,14 +130,16 @@ def _judged(line: str) -> bool:
     return False
 
 
-def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int] | None = None) -> tuple[str, int, str] | None:
+def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int] | None = None,
+                      skip: frozenset[tuple[str, int]] = frozenset()) -> tuple[str, int, str] | None:
     """(source, line, text) of the first line that reports a failure, or None; with `after`, only lines
-    past that line of their source (what comes after a recovered OOM's line)."""
+    past that line of their source (what comes after a recovered OOM's line); `skip`: (source, line) pairs
+    never read (a self-contained recovery line's own lines: it recovers nothing before or after it)."""
     after = after or {}
     for source, first, text in samples:
         for m in _TRACEBACK.finditer(text):
             n = first + text.count("\n", 0, m.start())
-            if n > after.get(source, -1):
+            if n > after.get(source, -1) and (source, n) not in skip:
                 if _IGNORED_TB.search(text, max(0, m.start() - 300), m.start()) or (
                         after and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
                     continue
@@ -152,7 +154,7 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
                 in_doc = not odd and not line.lstrip().startswith("```")  # a fence ends a pasted, cut docstring
             elif odd and _DEF_LINE.match(prev) and _DOC_OPEN.match(line.lstrip()):
                 in_doc = True
-            if first + i <= after.get(source, -1) or was_doc:
+            if first + i <= after.get(source, -1) or was_doc or (source, first + i) in skip:
                 prev = line[:_MAX_LINE].rstrip()
                 continue
             line = line[:_MAX_LINE]

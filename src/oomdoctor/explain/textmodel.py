@@ -65,9 +65,11 @@ def tokens(text: str) -> set[str]:
 # words (as scikit-learn's TfidfVectorizer with analyzer "word" and "char_wb", sublinear tf, smooth idf, each
 # block L2-normalised on its own), then a multinomial logistic regression (bench/explain_textmodel.py).
 # Character n-grams read what word splitting loses: identifiers (CUBLAS_STATUS_ALLOC_FAILED, OutOfMemoryError),
-# flags and paths cut at different places, misspellings. Out of fold on dev (1161 reports) the prior alone
-# 831 -> 850 right first; explain 876 -> 890, top two 984 -> 993; on the 275 dev reports of rounds z to ah,
-# read by the rules they arrived to, 197 -> 201 first, 223 -> 228 top two (docs/explain.md).
+# flags and paths cut at different places, misspellings. Out of fold on dev (1161 reports, this code's fit) the
+# prior alone 831 -> 852 right first; explain 876 -> 891, top two 984 -> 994; on the 275 dev reports of rounds z
+# to ah, read by the rules they arrived to, 197 -> 201 first, 223 -> 228 top two (docs/explain.md). The counts
+# are scikit-learn's; the vocabulary's ties at its cut are broken by name (scikit-learn's order is unspecified),
+# and word pairs include the event tags (`oomdoctor_hint_host_oom when`), unlike `tokens`.
 CHAR_NGRAMS = (3, 5)
 _SPACE = re.compile(r"\s+")
 
@@ -110,15 +112,16 @@ ANALYZERS = {"word": word_counts, "char": char_counts}
 
 def tfidf(counts: dict[str, int], idf: dict[str, float]) -> dict[str, float]:
     """(1 + ln tf) x idf of the terms in the table, L2-normalised over them; in sorted order."""
-    v = {t: (1.0 + math.log(c)) * idf[t] for t, c in sorted(counts.items()) if t in idf}
+    v = {t: (1.0 + math.log(c)) * idf[t] for t, c in sorted((t, c) for t, c in counts.items() if t in idf)}
     norm = math.sqrt(sum(x * x for x in v.values()))
     return {t: x / norm for t, x in v.items()} if norm > 0 else {}
 
 
 class TextModel:
-    """p(category | tokens): naive Bayes from per-category document counts of each token ("counts"), or
-    multinomial logistic regression from per-category weights of each token ("weights", the category
-    prior since session 13: bench/explain_textmodel.py says why)."""
+    """p(category | text): naive Bayes from per-category document counts of each token ("counts"; the
+    documentation model), multinomial logistic regression over binarised tokens ("weights", the category
+    prior in sessions 13-16) or over the tf-idf of words and character n-grams ("form": "tfidf", "blocks":
+    the category prior since session 17). bench/explain_textmodel.py says why."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.categories: list[str] = list(data["categories"])
@@ -156,6 +159,8 @@ class TextModel:
 
     def _load_tfidf(self, data: dict[str, Any]) -> None:
         k = len(self.categories)
+        if not isinstance(data["intercepts"], list) or not all(isinstance(x, (int, float)) for x in data["intercepts"]):
+            raise ValueError("intercepts are not a list of numbers")
         self.intercepts = [float(x) for x in data["intercepts"]]
         if len(self.intercepts) != k or not isinstance(data["blocks"], dict) or not data["blocks"]:
             raise ValueError("intercepts of the wrong size, or no blocks")
@@ -163,8 +168,11 @@ class TextModel:
         for name, table in data["blocks"].items():
             if name not in ANALYZERS or not isinstance(table, dict):
                 raise ValueError(f"unknown block {name!r}")
+            if not all(isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in table.values()):
+                raise ValueError("a term's row is not a list of numbers")
             rows = {str(t): [float(x) for x in v] for t, v in table.items()}
-            if any(len(v) != k + 1 or v[0] <= 0 for v in rows.values()):
+            # an idf is ln((1 + n) / (1 + df)) + 1: at least 1, and far below 1e3 for any corpus
+            if any(len(v) != k + 1 or not (math.isfinite(v[0]) and 1.0 <= v[0] < 1e3) for v in rows.values()):
                 raise ValueError("a term's row is not its idf and one weight per category")
             self.blocks[name] = ({t: v[0] for t, v in rows.items()}, {t: v[1:] for t, v in rows.items()})
         if not all(math.isfinite(x) and abs(x) < 1e6 for v in [self.intercepts] + [r for _, w in self.blocks.values()
@@ -175,7 +183,8 @@ class TextModel:
         """p(category | words); the words' summed log-likelihood is divided by `temper` (naive Bayes
         counts correlated words as independent evidence, so untempered posteriors are near 0 or 1). A
         logistic model's posterior is its own (no divisor): softmax of the intercepts plus the present
-        words' weights, each scaled by 1/sqrt(words present) as it was fitted."""
+        words' weights, each scaled by 1/sqrt(words present) as it was fitted; a tfidf model's, softmax of the
+        intercepts plus each block's normalised tf-idf times its weights (`temper` is for naive Bayes only)."""
         if self.blocks is not None:
             return self._tfidf(text)
         if self.weights is not None:
@@ -259,7 +268,7 @@ def fit(docs: list[tuple[str, str]], categories: list[str], vocab_size: int, min
 def _load(path: Path) -> TextModel | None:
     try:
         return TextModel(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
