@@ -1699,3 +1699,12 @@ def test_session13_documentation_that_quotes_a_known_status(monkeypatch) -> None
     oom = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
            "of 23.65 GiB of which 1.02 GiB is free.")
     assert explain_text([oom]).failures and not explain_text(text).failures
+
+
+def test_a_line_of_many_bfc_warnings_is_one_caught_shortage_without_recursion() -> None:
+    # hostile input (session 17): the warning's last sentence repeated 50000 times on one line had recursed past
+    # Python's limit when the text around each warning was read
+    w = "ran out of memory trying to allocate 2.15GiB. The caller indicates that this is not a failure. "
+    assert classify_line(w * 50000) == "oom_caught"
+    ex = explain_text([w * 5000])
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]

@@ -8,6 +8,7 @@ Pure: text in, (kind, numbers, details) out.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -688,6 +689,7 @@ TF_NOT_A_FAILURE = "indicates that this is not a failure"
 # The warning itself (not a line that quotes only its last sentence): a caught shortage, `oom_caught`. Read
 # before the mention test, which would take "not a failure" for a negation and leave the line to tf_oom.
 _BFC_CAUGHT = re.compile(BFC_CAUGHT)
+_BFC_PIECES = 8  # warnings on one line whose neighbouring text is still read (classify_line)
 
 
 def classify_line(line: str) -> str | None:
@@ -695,12 +697,16 @@ def classify_line(line: str) -> str | None:
     if line.lstrip().startswith("Search for `"):
         return None  # PyTorch's hint after a CUDA error ("Search for `cudaErrorMemoryAllocation' in ...")
     if TF_NOT_A_FAILURE in line:  # TF's BFC retry warning: a caught shortage, or a quotation of one
-        m = _BFC_CAUGHT.search(line)
-        if m is None:
+        spans = [m.span() for m in itertools.islice(_BFC_CAUGHT.finditer(line), _BFC_PIECES + 1)]
+        if not spans:
             return None
-        # what shares its line (interleaved stderr, a report quoting the warning and then its crash) is read too;
-        # not the head of another BFC warning wrapped onto the next line ("... (GPU_0_bfc) ran out of memory")
-        parts = (line[:m.start()], line[m.end():])
+        if len(spans) > _BFC_PIECES:
+            return "oom_caught"  # a storm of warnings on one line (a cut line ends in a piece of one): the warning
+        cuts = [0] + [i for sp in spans for i in sp] + [len(line)]
+        # what shares its line (interleaved stderr, a report quoting the warning and then its crash) is read too,
+        # piece by piece between the warnings (no piece holds a whole one: no recursion past one level); not the
+        # head of another BFC warning wrapped onto the next line ("... (GPU_0_bfc) ran out of memory")
+        parts = (line[a:b] for a, b in zip(cuts[::2], cuts[1::2]))
         around = next((k for k in map(classify_line, (p for p in parts if "bfc) ran out of memory" not in p)) if k), None)
         return around or "oom_caught"
     for kind, gate, pat in _GATED_PATTERNS:
