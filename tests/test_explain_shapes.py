@@ -1708,3 +1708,31 @@ def test_a_line_of_many_bfc_warnings_is_one_caught_shortage_without_recursion() 
     assert classify_line(w * 50000) == "oom_caught"
     ex = explain_text([w * 5000])
     assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+
+
+@pytest.mark.parametrize("line", [
+    # review 2, session 17: healthy TensorFlow output after the warning is no crash
+    "2023-05-01 10:00:03.000: E tensorflow/core/grappler/optimizers/meta_optimizer.cc:954] layout failed: INVALID_ARGUMENT",
+    "E0000 00:00:1700000000.123456   12345 cuda_dnn.cc:8310] Unable to register cuDNN factory",
+    "W tensorflow/core/kernels/data/generator_dataset_op.cc:108] Error occurred when finalizing GeneratorDataset iterator",
+    "Top-1 error: 23.4%  Top-5 error: 6.8%", "Validation error: 0.052", "INFO: Note: non-fatal warning, continuing",
+    "2 zombie workers killed by the pool, restarted", "OutOfRangeError: End of sequence",
+    "Training terminated by EarlyStopping at epoch 12",
+])
+def test_healthy_tensorflow_lines_after_a_bfc_warning_keep_it_recovered(line) -> None:
+    ex = explain_text([_BFC, _BFC, line, "Epoch 2/10 - loss: 0.31"])
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+
+
+def test_a_handled_traceback_beside_a_self_contained_marker_stays_handled() -> None:
+    # review 2, session 17: vLLM's preemption with a web server's handled request error after it (the rule that
+    # a thread's or ASGI app's traceback is handled was switched by `after`, which such markers no longer set)
+    pre = ("WARNING 10-01 12:00:00 scheduler.py:1089] Sequence group 37 is preempted by PreemptionMode.RECOMPUTE mode "
+           "because there is not enough KV cache space. This can affect the end-to-end performance.")
+    ex = explain_text([pre, pre, "ERROR:    Exception in ASGI application", "Traceback (most recent call last):",
+                       '  File "x.py", line 3, in app', "ValueError: prompt too long",
+                       "INFO: 127.0.0.1 - POST /v1/completions 200 OK"])
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+    # a traceback pasted before the preemption is still the failure
+    ex = explain_text(_TB + ["RuntimeError: engine died", pre])
+    assert ex.failures

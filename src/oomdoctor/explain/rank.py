@@ -427,9 +427,11 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
         skip: set[tuple[str, int]] = set()
         for m in recovered:
             if m.kind in SELF_CONTAINED:
-                # a library's own caught shortage (TF's BFC warning, a skipped TensorRT tactic) recovers no
-                # other event: a failure before it still counts, only its own lines are not read (review,
-                # session 17: a traceback pasted above a BFC warning had read as "no failure")
+                # a library's own caught shortage (every kinds.SELF_CONTAINED kind: TF's BFC warning, a skipped
+                # TensorRT tactic, Detectron2's CPU fallback, vLLM's preemption) recovers no other event: a failure
+                # before it still counts, only its own lines are not read (review, session 17: a traceback pasted
+                # above a BFC warning had read as "no failure"); a handled traceback near it stays handled
+                # (reported._HANDLED_TB, as with `after`)
                 skip.update(_own_lines(m, scan))
                 continue
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)

@@ -58,17 +58,21 @@ def went_on(e: OomEvent, scan: LogScan) -> bool:
     return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
 
 
-# What ends a run after TensorFlow's BFC "not a failure" warning: an error or crash line (not a metric name
-# such as mean_squared_error), glog's E/F levels, a non-zero exit.
-_CRASH = re.compile(r"(?i:\b(?:error|exception|traceback|abort(?:ed)?|segmentation fault|core dumped|fatal|"
-                    r"terminate(?:d)?|check failed|killed|crash(?:ed|es)?)\b|exit(?:ed)? (?:with )?code -?[1-9])|"
-                    r"[a-z](?:Error|Exception)\b|"
-                    r"^\s*(?:\S+ \S+: )?[EF]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h):\d+\]")
+# What ends a run after TensorFlow's BFC "not a failure" warning: a Python exception or traceback, a crash of
+# the process (segfault, abort, glog's F level, a bare "Killed", a non-zero exit), a reporter's "crashed". Not
+# glog's I/W/E lines (TF prints harmless E lines: "layout failed", "Unable to register cuDNN factory"), not
+# metrics or prose with "error" in them, not TF's "OutOfRangeError: End of sequence" (review 2, session 17).
+_GLOG_IWE = re.compile(r"^\s*(?:\S+ \S+: )?[IWE]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h|py):\d+\]")
+_CRASH = re.compile(r"^\s*(?:[\w.]+\.)?[A-Za-z_]\w*(?:Error|Exception):(?! End of sequence)|Traceback \(most recent call last\)|"
+                    r"(?i:segmentation fault|core dumped|\baborted\b|fatal python error|check failed|\bcrash(?:ed|es)?\b)|"
+                    r"^\s*Killed\s*$|exit(?:ed)? (?:with )?code -?[1-9]|"
+                    r"^\s*(?:\S+ \S+: )?F\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h):\d+\]")
 
 
 def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:
-    """TensorFlow's BFC "not a failure" warning (an oom_caught line) is a caught shortage only if no error or
-    crash follows it in its log (review, session 17: a warning above "Segmentation fault (core dumped)" or an
+    """TensorFlow's BFC "not a failure" warning (an oom_caught line) is a caught shortage only if no crash
+    (_CRASH) follows it in the scanner's sample that holds it (a log's head or tail: in a long log a crash far
+    from the warning is not seen) (review, session 17: a warning above "Segmentation fault (core dumped)" or an
     InternalError had read as "the job went on"). Nothing after it (a pasted warning): taken at its word.
     Any other recovery line: True."""
     if e.kind != "oom_caught" or TF_NOT_A_FAILURE not in e.text:
@@ -76,7 +80,7 @@ def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:
     got = _around(e, scan, e.line, e.line)  # from its first repeat: a crash between repeats counts too
     if got is None:
         return True
-    return not any(_CRASH.search(ln) for ln in got[1] if TF_NOT_A_FAILURE not in ln and not _TF_INFO_ALLOC.match(ln))
+    return not any(_CRASH.search(ln) for ln in got[1] if TF_NOT_A_FAILURE not in ln and not _GLOG_IWE.match(ln))
 
 
 _DIGITS_RUN = re.compile(r"\d+")

@@ -141,7 +141,7 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
             n = first + text.count("\n", 0, m.start())
             if n > after.get(source, -1) and (source, n) not in skip:
                 if _IGNORED_TB.search(text, max(0, m.start() - 300), m.start()) or (
-                        after and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
+                        (after or skip) and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
                     continue
                 return source, n, m.group(0)
     for source, first, text in samples:

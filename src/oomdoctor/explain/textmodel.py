@@ -65,7 +65,7 @@ def tokens(text: str) -> set[str]:
 # words (as scikit-learn's TfidfVectorizer with analyzer "word" and "char_wb", sublinear tf, smooth idf, each
 # block L2-normalised on its own), then a multinomial logistic regression (bench/explain_textmodel.py).
 # Character n-grams read what word splitting loses: identifiers (CUBLAS_STATUS_ALLOC_FAILED, OutOfMemoryError),
-# flags and paths cut at different places, misspellings. Out of fold on dev (1161 reports, this code's fit) the
+# flags and paths cut at different places, misspellings. Out of fold on dev (1161 reports, before round ai) the
 # prior alone 831 -> 852 right first; explain 876 -> 891, top two 984 -> 994; on the 275 dev reports of rounds z
 # to ah, read by the rules they arrived to, 197 -> 201 first, 223 -> 228 top two (docs/explain.md). The counts
 # are scikit-learn's; the vocabulary's ties at its cut are broken by name (scikit-learn's order is unspecified),
@@ -159,7 +159,7 @@ class TextModel:
 
     def _load_tfidf(self, data: dict[str, Any]) -> None:
         k = len(self.categories)
-        if not isinstance(data["intercepts"], list) or not all(isinstance(x, (int, float)) for x in data["intercepts"]):
+        if not isinstance(data["intercepts"], list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data["intercepts"]):
             raise ValueError("intercepts are not a list of numbers")
         self.intercepts = [float(x) for x in data["intercepts"]]
         if len(self.intercepts) != k or not isinstance(data["blocks"], dict) or not data["blocks"]:
@@ -168,7 +168,7 @@ class TextModel:
         for name, table in data["blocks"].items():
             if name not in ANALYZERS or not isinstance(table, dict):
                 raise ValueError(f"unknown block {name!r}")
-            if not all(isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in table.values()):
+            if not all(isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) for v in table.values()):
                 raise ValueError("a term's row is not a list of numbers")
             rows = {str(t): [float(x) for x in v] for t, v in table.items()}
             # an idf is ln((1 + n) / (1 + df)) + 1: at least 1, and far below 1e3 for any corpus
