@@ -1736,3 +1736,19 @@ def test_a_handled_traceback_beside_a_self_contained_marker_stays_handled() -> N
     # a traceback pasted before the preemption is still the failure
     ex = explain_text(_TB + ["RuntimeError: engine died", pre])
     assert ex.failures
+
+
+def test_hints_before_each_event_past_the_head_are_read_once_and_not_missed() -> None:
+    # session 17: the 40 lines before an event past the log's head are read for hints (a MIG line, an
+    # nvidia-smi row) only where the event before did not read them; a hint between two events is still found
+    from oomdoctor.explain.events import LogScanner
+    from oomdoctor.explain.patterns import ENV_BYTES
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"
+    pad = [f"step {i} loss 0.1 " + "x" * 200 for i in range(ENV_BYTES // 200 + 10)]
+    lines = pad + [oom] + ["step"] * 15 + ["  MIG 1g.10gb     Device  0: (UUID: MIG-4f2e)"] + ["step"] * 8 + [oom]
+    s = LogScanner()
+    s.feed_lines(lines)
+    scan = s.finish()
+    assert len([e for e in scan.events if e.kind == "torch_oom"]) >= 1
+    assert scan.env.get("mig"), scan.env

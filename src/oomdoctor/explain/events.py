@@ -161,6 +161,7 @@ class LogScanner:
         self._skip_to = 0
         self._start = self._end = 0
         self._src_bytes = 0
+        self._env_rescanned = 0  # the last line whose 40 lines before were read for hints (_line_hit)
         self._next_sample = FULL_READING_BYTES  # offsets in the log, not in spans: see _sample_readings
         self._sample_end = 0
         self.source = ""
@@ -174,7 +175,7 @@ class LogScanner:
             self._finish_event(ev)
         self._keep_sample()
         self.source, self._line, self._tail, self._src_bytes, self._head = name, 0, b"", 0, b""
-        self._next_sample, self._sample_end = FULL_READING_BYTES, 0
+        self._next_sample, self._sample_end, self._env_rescanned = FULL_READING_BYTES, 0, 0
 
     def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
         """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
@@ -236,8 +237,13 @@ class LogScanner:
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
-            for line in before.splitlines()[-40:]:
-                self._env_scan(line)
+            # each line once: in a storm of events (a TF retry storm prints thousands of BFC warnings) the 40
+            # lines before one event were mostly read for the one before it (session 17: 60k lines took 11 s)
+            fresh = 40 if not self._env_rescanned else min(40, lineno - self._env_rescanned - 1)
+            if fresh > 0:
+                for line in before.splitlines()[-fresh:]:
+                    self._env_scan(line)
+            self._env_rescanned = lineno
         if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
             self._pending = (ev, 8)
             self._skip_to = self._continue(block, le + 1)
