@@ -28,9 +28,13 @@ _ANNOUNCES = re.compile(r"attempting to recover from OOM")
 # tensorflow/stream_executor/cuda/cuda_driver.cc:763] failed to allocate 2.08G ... CUDA_ERROR_OUT_OF_MEMORY")
 # and its allocator then retries smaller; the job failed only if something else says so. Such lines
 # followed by the program's own output (not a log line, not an error) are a job that went on.
+def _glog(levels: str, files: str = "cc|h|py") -> str:
+    """A glog line's head at these levels ("I0527 10:00:00.1 123 file.cc:42]", with an optional timestamp first)."""
+    return rf"^\s*(?:\S+ \S+: )?[{levels}]\d{{0,4}}[ \d:.]{{0,40}}\S{{0,300}}?\.(?:{files}):\d+\]"
+
+
 _TF_INFO_ALLOC = re.compile(r"^\s*(?:\S+ \S+: )?I(?:\d{4} )?\S* .*\bfailed to allocate\b.*CUDA_ERROR_OUT_OF_MEMORY")
-_LOGGED_OR_ERROR = re.compile(r"^\s*(?:\S+ \S+: )?[IWEF]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h|py):\d+\]|(?i:error|exception|traceback|"
-                              r"abort|fault|killed|fatal|core dumped|terminate)")
+_LOGGED_OR_ERROR = re.compile(_glog("IWEF") + r"|(?i:error|exception|traceback|abort|fault|killed|fatal|core dumped|terminate)")
 
 
 def _around(e: OomEvent, scan: LogScan, start: int, end: int) -> tuple[list[str], list[str]] | None:
@@ -62,11 +66,10 @@ def went_on(e: OomEvent, scan: LogScan) -> bool:
 # the process (segfault, abort, glog's F level, a bare "Killed", a non-zero exit), a reporter's "crashed". Not
 # glog's I/W/E lines (TF prints harmless E lines: "layout failed", "Unable to register cuDNN factory"), not
 # metrics or prose with "error" in them, not TF's "OutOfRangeError: End of sequence" (review 2, session 17).
-_GLOG_IWE = re.compile(r"^\s*(?:\S+ \S+: )?[IWE]\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h|py):\d+\]")
+_GLOG_IWE = re.compile(_glog("IWE"))
 _CRASH = re.compile(r"^\s*(?:[\w.]+\.)?[A-Za-z_]\w*(?:Error|Exception):(?! End of sequence)|Traceback \(most recent call last\)|"
                     r"(?i:segmentation fault|core dumped|\baborted\b|fatal python error|check failed|\bcrash(?:ed|es)?\b)|"
-                    r"^\s*Killed\s*$|exit(?:ed)? (?:with )?code -?[1-9]|"
-                    r"^\s*(?:\S+ \S+: )?F\d{0,4}[ \d:.]{0,40}\S{0,300}?\.(?:cc|h):\d+\]")
+                    r"^\s*Killed\s*$|exit(?:ed)? (?:with )?code -?[1-9]|" + _glog("F", "cc|h"))
 
 
 def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:

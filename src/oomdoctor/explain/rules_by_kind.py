@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import OomEvent
-from oomdoctor.explain.figures import own_figure
+from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import LEAK_DENIED
 from oomdoctor.explain.rules import (
@@ -542,7 +542,7 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
             return 0.3, f"; but its pinned limit ({fb(limit)}) would have allowed this job's {fb(own)} and {fb(x)} asked"
         return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its MPS pinned limit ({fb(limit)})"
     gap = unaccounted(primary) if primary is not None else None
-    if t is not None and gap is not None and gap >= max(GIB, 0.1 * t):
+    if is_gap(gap, t):
         _, _, unnamed = _nvml_others(facts, primary, physical)
         seen = sum(int(p.get("used_bytes") or 0) for p in unnamed)
         if seen < gap / 2:
