@@ -5,6 +5,9 @@ these" score. This grid search picks T and the none-score that minimise the log 
 confirmed category on `dev`; the test split is never read here (its calibration table is printed
 by bench/explain_accuracy.py). Prints the fitted values and dev's log loss for the current ones.
 
+Superseded for the stored values (session 18): bench/explain_cv.py fits them on out-of-fold scores to the
+binary log loss of the top answer, words-only leaning apart; this script is kept for its log_loss.
+
 Since the text prior (explain/textmodel.py) is fitted on dev too, dev's in-sample scores overstate
 how sure it is on new logs: bench/explain_cv.py fits the same two values on out-of-fold scores (the
 prior fitted without the case it scores), and those are the ones to use (2026-11-25: T=0.7,

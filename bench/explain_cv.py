@@ -21,6 +21,7 @@ Usage: PYTHONPATH=src python bench/explain_cv.py [--rules-only] [--quick] [--no-
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from collections import defaultdict
@@ -130,24 +131,67 @@ def per_category(rows: list[tuple[str, list[str]]]) -> dict[str, tuple[int, int,
     return {c: tally(v) for c, v in sorted(by.items())}
 
 
+def _top(scores: dict[str, float], t: float, none: float) -> tuple[str, float] | None:
+    """The top answer and its confidence as rank._rank states it (clamped, rounded)."""
+    items = [(c, s) for c, s in scores.items() if s > 0]
+    if not items:
+        return None
+    top = max(s for _, s in items)
+    z = sum(math.exp((s - top) / t) for _, s in items) + math.exp((none - top) / t)
+    c, s = max(items, key=lambda kv: kv[1])
+    return c, round(max(0.01, min(0.99, math.exp((s - top) / t) / z)), 2)
+
+
+def top_loss(rows: list[tuple[str, dict[str, float]]], t: float, none: float) -> tuple[float, float]:
+    """(binary log loss of "the top answer is right", expected calibration error): what the calibration
+    table on test measures."""
+    pts = []
+    for truth, scores in rows:
+        got = _top(scores, t, none)
+        if got is not None:
+            pts.append((got[1], got[0] == truth))
+    if not pts:
+        return 0.0, 0.0
+    ll = -sum(math.log(max(c if ok else 1 - c, 1e-6)) for c, ok in pts) / len(pts)
+    ece = 0.0
+    for lo, hi in C.CALIBRATION_BINS:
+        inside = [(c, ok) for c, ok in pts if lo <= c < hi]
+        ece += abs(sum(c for c, _ in inside) - sum(ok for _, ok in inside))
+    return ll, ece / len(pts)
+
+
+GRID = [(t / 10, n / 10) for t in range(2, 41) for n in range(-30, 41, 2)]
+
+
 def calibrate(sc: Scorer, cases: list[dict]) -> None:
-    """rank.TEMPERATURE and rank.NONE_SCORE fitted on out-of-fold scores (the prior fitted without the
-    case it scores, at the stored weight and vocabulary): on in-sample scores the prior would look surer
-    than it is on new logs."""
+    """rank.TEMPERATURE / NONE_SCORE (answers with a failure line) and rank.TEMPERATURE_WORDS / NONE_SCORE_WORDS
+    (the words-only leaning) fitted on out-of-fold scores (the prior fitted without the case it scores, at the
+    stored weight and vocabulary: on in-sample scores the prior would look surer than it is on new logs), to
+    the binary log loss of the top answer being right (session 18; before, the log loss of the confirmed
+    category, which left the top answer under-confident)."""
     from explain_calibrate import log_loss
 
     from oomdoctor.explain import rank
 
-    rows = []
+    rows: dict[bool, list[tuple[str, dict[str, float]]]] = {False: [], True: []}
     for test in folds(cases, FOLDS):
         train = [i for i in range(len(cases)) if i not in set(test)]
         m = model_for(cases, train, TM.VOCAB)
         for i in test:
             ex = rank.explain_scan(sc.scans[i], None, m)
-            rows.append((cases[i]["category"], {h.category: h.score for h in ex.hypotheses if h.category != "unknown"}))
-    best = min((log_loss(rows, t / 10, n / 10), t / 10, n / 10) for t in range(3, 41) for n in range(-20, 41))
-    print(f"confidence on out-of-fold scores: current T={rank.TEMPERATURE} none={rank.NONE_SCORE} log loss "
-          f"{log_loss(rows, rank.TEMPERATURE, rank.NONE_SCORE):.3f}; fitted T={best[1]} none={best[2]} log loss {best[0]:.3f}")
+            sc_ = {h.category: h.score for h in ex.hypotheses if h.category != "unknown"}
+            rows[bool(ex.hypotheses) and not ex.events].append((cases[i]["category"], sc_))
+    for words, (t, n) in ((False, (rank.TEMPERATURE, rank.NONE_SCORE)), (True, (rank.TEMPERATURE_WORDS, rank.NONE_SCORE_WORDS))):
+        r = rows[words]
+        best = min(GRID, key=lambda p: top_loss(r, *p)[0])
+        name = "words-only leaning" if words else "answers with a failure line"
+        print(f"confidence, {name} ({len(r)} out of fold): stored T={t} none={n} top log loss {top_loss(r, t, n)[0]:.3f} "
+              f"ECE {top_loss(r, t, n)[1]:.3f}; fitted T={best[0]} none={best[1]} top log loss "
+              f"{top_loss(r, *best)[0]:.3f} ECE {top_loss(r, *best)[1]:.3f}")
+    a, b = rows[False], rows[True]
+    both = (log_loss(a, rank.TEMPERATURE, rank.NONE_SCORE) * len(a)
+            + log_loss(b, rank.TEMPERATURE_WORDS, rank.NONE_SCORE_WORDS) * len(b)) / max(1, len(a) + len(b))
+    print(f"log loss of the confirmed category (all {len(a) + len(b)} out of fold, stored values): {both:.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

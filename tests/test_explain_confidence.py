@@ -1,0 +1,36 @@
+"""The stated confidence: softmax over scores with its own temperature for the words-only leaning
+(session 18, fitted out of fold to whether the top answer is right), never overflowing."""
+
+from oomdoctor.explain import rank
+from oomdoctor.explain.rank import explain_text
+from oomdoctor.explain.rules import Board
+
+GROWING = ["After a few hundred iterations the GPU memory keeps growing and growing.",
+           "I append the loss to a list every step to plot it later."]
+
+
+def test_words_only_leaning_uses_its_own_temperature(monkeypatch):
+    before = explain_text(GROWING).hypotheses
+    assert before and not explain_text(GROWING).events
+    monkeypatch.setattr(rank, "TEMPERATURE_WORDS", 5.0)  # much flatter
+    flat = explain_text(GROWING).hypotheses
+    assert [h.category for h in flat] == [h.category for h in before]  # ranks never move with the temperature
+    assert flat[0].confidence < before[0].confidence
+
+
+def test_answers_with_a_failure_line_do_not_use_the_words_temperature(monkeypatch):
+    log = ["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.90 GiB total "
+           "capacity; 13.50 GiB already allocated; 1.00 GiB free; 14.00 GiB reserved in total by PyTorch)"]
+    before = [(h.category, h.confidence) for h in explain_text(log).hypotheses]
+    monkeypatch.setattr(rank, "TEMPERATURE_WORDS", 5.0)
+    assert [(h.category, h.confidence) for h in explain_text(log).hypotheses] == before
+
+
+def test_huge_scores_and_a_small_temperature_do_not_overflow():
+    b = Board()
+    b.add("true_capacity", 5000.0, "x")
+    b.add("fragmentation", 4999.5, "y")
+    hyps = rank._rank(b, 0.01, 0.0)
+    assert [h.category for h in hyps] == ["true_capacity", "fragmentation"]
+    assert hyps[0].confidence == 0.99 and hyps[1].confidence == 0.01
+    assert all(0.0 <= h.confidence <= 1.0 for h in rank._rank(b))
