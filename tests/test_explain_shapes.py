@@ -682,6 +682,23 @@ def test_tensorflow_bfc_not_a_failure_warning_is_a_caught_shortage() -> None:
     assert [e.kind for e in ex.failures] == ["tf_oom"] and not ex.recovered
 
 
+def test_a_bfc_warning_wrapped_before_its_second_sentence_is_still_caught() -> None:
+    # review, session 17 (left open then, fixed in session 18): a terminal or a paste that breaks the warning
+    # before "The caller indicates ..." left its first line a tf_oom failure
+    head = ("2019-03-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator (GPU_0_bfc) "
+            "ran out of memory trying to allocate 2.26GiB.")
+    tail = ("The caller indicates that this is not a failure, but may mean that there could be performance gains if "
+            "more memory were available.")
+    ex = explain_text([head, tail, "Epoch 1/10", "1000/1000 [====] - 20s 20ms/step - loss: 0.3"])
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+    ex = explain_text([head, "  " + tail, "Epoch 1/10"])  # indented continuation
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+    # without the second sentence it stays a failure; with a crash after it, the crash decides
+    assert [e.kind for e in explain_text([head, "Epoch 1/10"]).failures] == ["tf_oom"]
+    assert explain_text([head, tail, "Traceback (most recent call last):", '  File "t.py", line 3, in <module>',
+                         "tensorflow.python.framework.errors_impl.InternalError: Blas GEMM launch failed"]).failures
+
+
 _BFC = ("2019-01-01 12:00:00.000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of "
         "memory trying to allocate 2.15GiB. The caller indicates that this is not a failure, but may mean that there could "
         "be performance gains if more memory were available.")

@@ -234,6 +234,8 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
+        if kind == "tf_oom" and "ran out of memory trying to allocate" in text and self._bfc_wrapped(block, le):
+            kind = "oom_caught"  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
@@ -249,6 +251,16 @@ class LogScanner:
             self._skip_to = self._continue(block, le + 1)
         else:
             self._finish_event(ev)
+
+    def _bfc_wrapped(self, block: bytes, le: int) -> bool:
+        """The next line (in this block: a wrap across a block boundary is not seen) opens with the BFC
+        warning's second sentence, "The caller indicates that this is not a failure" (a terminal or a
+        paste broke the line there; review, session 17)."""
+        pos = le + 1
+        if pos >= self._end:
+            return False
+        nxt = block[pos:min(self._end, pos + 200)].lstrip(b" \t")
+        return nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode())
 
     def _env_scan(self, text: str) -> None:
         lower = None
