@@ -1769,3 +1769,28 @@ def test_hints_before_each_event_past_the_head_are_read_once_and_not_missed() ->
     scan = s.finish()
     assert len([e for e in scan.events if e.kind == "torch_oom"]) >= 1
     assert scan.env.get("mig"), scan.env
+
+
+@pytest.mark.parametrize("lines", [
+    # session 18: other languages' source quoting the message (a logging or error call, a compared status)
+    ["if (err == cudaErrorMemoryAllocation) {", '  LOG(ERROR) << "CUDA error: out of memory";', "  return false;", "}"],
+    ['    std::cerr << "CUDA out of memory while allocating the workspace" << std::endl;'],
+    ['    fprintf(stderr, "cudaMalloc failed: out of memory\\n");'],
+    ['\t\treturn fmt.Errorf("cuda: out of memory (%d bytes)", n)'],
+    ['        panic!("CUDA_ERROR_OUT_OF_MEMORY while creating the context");'],
+    ['  console.error("WebGPU device lost: out of memory");'],
+    ["## Troubleshooting", "If you see `RuntimeError: CUDA out of memory`, reduce the batch size."],
+])
+def test_source_code_and_docs_in_other_languages_are_no_failure(lines) -> None:
+    assert not explain_text(lines).failures, lines
+
+
+@pytest.mark.parametrize("line, kind", [
+    # ... while logs of the same messages stay failures
+    ("Check failed: err == CUBLAS_STATUS_SUCCESS (1 vs. 0) : Create cublas handle failed", "cublas_cudnn"),
+    ("E0101 12:00:00.000 123 gpu.cc:42] CUDA error: out of memory", "cuda_driver_oom"),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; 6.50 GiB already "
+     "allocated; 10.00 MiB free; 6.60 GiB reserved in total by PyTorch)", "torch_oom"),
+])
+def test_logs_of_those_messages_stay_failures(line, kind) -> None:
+    assert [e.kind for e in explain_text([line]).failures] == [kind]

@@ -41,6 +41,18 @@ _ADVICE_BEFORE = re.compile(
     r"|(?-i:\b(?:raise|except|assert|warnings\.warn|logger\.\w+|logging\.\w+|print)\b[^\n]{0,60})"
     # C++ code: "throw rmm::out_of_memory(...)", "catch (...)" (not CNTK's log "About to throw exception '...'")
     r"|(?-i:\b(?:throw\s+[\w:]+\(|catch\s*\()[^\n]{0,60})"
+    # other languages' logging and error calls (session 18): C++ `LOG(ERROR) << "..."`, `std::cerr <<`, C's
+    # `fprintf(stderr, "..."`, Go's `log.Printf("...` / `fmt.Errorf("...` / `errors.New("...`, Rust's `panic!("...`,
+    # JavaScript's `console.error("...`: a program's source quoting the message, never a log of it
+    r"|(?-i:(?:\bLOG\((?:INFO|WARNING|ERROR|FATAL|DFATAL)\)\s*<<|\bstd::c(?:err|out)\s*<<|\bf?printf\s*\(|"
+    r"\b(?:log|fmt|errors|klog|glog)\.(?:Print\w*|Fatal\w*|Error\w*|Warn\w*|Info\w*|New|Sprintf)\(|"
+    r"\b(?:panic|eprintln|println|format|bail|anyhow)!\(|\bconsole\.(?:log|error|warn)\()[^\n]{0,60})"
+    # a status compared or switched on: `if (err == cudaErrorMemoryAllocation)`, `case CUDA_ERROR_OUT_OF_MEMORY:`
+    # (not glog's "Check failed: err == CUBLAS_STATUS_SUCCESS", a log; not "will case an OOM", a typo of cause)
+    r"|(?-i:(?:\b(?:if|elif|while|assert)\b\s*\(?\s*[\w.\->:\[\]]{1,60}\s*[=!]=|^\s*case)\s*(?:[\w:]+::)?)"
+    # "If you see `RuntimeError: CUDA out of memory`": what a reader might meet (docs), a name and colon allowed
+    r"|\bif you\s+(?:see|get|encounter|hit|run into|receive|observe|experience|are seeing|are getting|still get)\s+"
+    r"(?:an?\s+|the\s+|this\s+)?[`\"'\u201c]?(?:[\w.]+(?:Error|Exception):\s*)?"
     # a class definition: "class OutOfMemoryError(MemoryError):" (CuPy's memory.pyx; session 10, aa3 dev)
     r"|(?-i:^\s*(?:cdef\s+|cpdef\s+)?class\s+\w+\s*\([^\n]{0,60})"
     r"|\b(?:no|without|zero|never|not an?|avoids?|prevents?|each|every|any|per|potential|possible)\s+(?:more\s+|any\s+|further\s+|an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?"
