@@ -34,3 +34,20 @@ def test_huge_scores_and_a_small_temperature_do_not_overflow():
     assert [h.category for h in hyps] == ["true_capacity", "fragmentation"]
     assert hyps[0].confidence == 0.99 and hyps[1].confidence == 0.01
     assert all(0.0 <= h.confidence <= 1.0 for h in rank._rank(b))
+
+
+def test_text_output_prints_evidence_for_at_most_four_causes_and_lists_the_rest():
+    from oomdoctor.explain.rank import Hypothesis
+    from oomdoctor.render.explain import to_text
+
+    ex = explain_text(["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    cats = ["host_oom", "gpu_sharing_limit", "true_capacity", "not_oom", "other_process", "fragmentation"]
+    ex.hypotheses = [Hypothesis(c, round(0.2 - 0.02 * i, 2), [f"evidence of {c}"], [], 1.0) for i, c in enumerate(cats)]
+    out = to_text(ex)
+    assert "4. not_oom" in out and "5. other_process" not in out and "evidence of other_process" not in out
+    assert "also ranked: other_process 0.12, fragmentation 0.10" in out
+    # a clear answer: the runner-up is always shown, causes under 0.05 after it are not
+    ex.hypotheses = [Hypothesis("true_capacity", 0.9, ["e1"], [], 3.0), Hypothesis("leak_in_code", 0.04, ["e2"], [], 0.1),
+                     Hypothesis("fragmentation", 0.03, ["e3"], [], 0.1)]
+    out = to_text(ex)
+    assert "2. leak_in_code" in out and "3. fragmentation" not in out and "also ranked: fragmentation 0.03" in out

@@ -28,6 +28,19 @@ def to_json(ex: Explanation) -> str:
     return dumps(ex.to_json())
 
 
+_MAX_HYPOTHESES_SHOWN = 4
+_MIN_CONFIDENCE_SHOWN = 0.05
+
+
+def _shown(hyps: list) -> int:
+    """How many hypotheses get their evidence printed: two at least, at most four, none under 0.05 past the
+    second (a flat leaning over eight causes is noise in a terminal; JSON keeps them all)."""
+    n = min(len(hyps), 2)
+    while n < min(len(hyps), _MAX_HYPOTHESES_SHOWN) and hyps[n].confidence >= _MIN_CONFIDENCE_SHOWN:
+        n += 1
+    return n
+
+
 def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     from rich.console import Console
     from rich.markup import escape
@@ -63,13 +76,19 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         rows = number_rows(p.numbers)
         if rows:
             con.print("  " + "; ".join(f"{k}: [bold]{v}[/bold]" for k, v in rows))
-    for i, h in enumerate(ex.hypotheses):
+    shown = _shown(ex.hypotheses)
+    for i, h in enumerate(ex.hypotheses[:shown]):
         con.print()
         con.print(f"[bold]{i + 1}. {h.category}[/bold]  confidence {h.confidence:.2f}")
         for e in h.evidence[:4]:
             con.print(f"   - {escape(e)}")
         for f in h.fixes[:2]:
             con.print(f"   [green]fix:[/green] {escape(f)}")
+    rest = ex.hypotheses[shown:]
+    if rest:
+        con.print()
+        con.print("   [dim]also ranked: " + ", ".join(f"{h.category} {h.confidence:.2f}" for h in rest)
+                  + " (--format json lists their evidence)[/dim]")
     decide = ex.to_decide()
     if decide:
         con.print()
