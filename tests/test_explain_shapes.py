@@ -699,6 +699,27 @@ def test_a_bfc_warning_wrapped_before_its_second_sentence_is_still_caught() -> N
                          "tensorflow.python.framework.errors_impl.InternalError: Blas GEMM launch failed"]).failures
 
 
+def test_a_bfc_warning_before_a_crash_is_said_not_scored() -> None:
+    # review, session 17 (left open then): the warning was dropped silently and the output said only "No OOM-like
+    # event found"; session 18: a note names the warning and the crash, in text and JSON, and nothing is scored
+    from oomdoctor.render.explain import to_text
+
+    bfc = ("2019-03-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran "
+           "out of memory trying to allocate 2.26GiB. The caller indicates that this is not a failure, but may mean that "
+           "there could be performance gains if more memory were available.")
+    ex = explain_text([bfc, "Epoch 1/10", "Segmentation fault (core dumped)"])
+    assert not ex.failures and not ex.recovered
+    assert ex.notes and "line 1" in ex.notes[0] and "line 3: Segmentation fault (core dumped)" in ex.notes[0]
+    assert ex.to_json()["notes"] == ex.notes and "Note: TensorFlow's allocator ran short" in to_text(ex)
+    # wrapped before its second sentence: the same
+    head, tail = bfc.split(" The caller")
+    ex = explain_text([head, "The caller" + tail, "Segmentation fault (core dumped)"])
+    assert not ex.recovered and ex.notes and "line 3" in ex.notes[0]
+    # a run that went on: no note
+    ok = explain_text([bfc, "Epoch 1/10", "1000/1000 - loss: 0.3"])
+    assert not ok.notes and "notes" not in ok.to_json() and ok.recovered
+
+
 _BFC = ("2019-01-01 12:00:00.000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of "
         "memory trying to allocate 2.15GiB. The caller indicates that this is not a failure, but may mean that there could "
         "be performance gains if more memory were available.")

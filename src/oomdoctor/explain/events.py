@@ -234,8 +234,9 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
-        if kind == "tf_oom" and "ran out of memory trying to allocate" in text and self._bfc_wrapped(block, le):
-            kind = "oom_caught"  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line
+        wrapped = kind == "tf_oom" and "ran out of memory trying to allocate" in text and self._bfc_wrapped(block, le)
+        if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
+            kind, text = "oom_caught", f"{text.rstrip()} {wrapped}"  # holds it, as recovery.bfc_crash expects
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
@@ -252,15 +253,17 @@ class LogScanner:
         else:
             self._finish_event(ev)
 
-    def _bfc_wrapped(self, block: bytes, le: int) -> bool:
-        """The next line (in this block: a wrap across a block boundary is not seen) opens with the BFC
-        warning's second sentence, "The caller indicates that this is not a failure" (a terminal or a
+    def _bfc_wrapped(self, block: bytes, le: int) -> str:
+        """The next line's text where it (in this block: a wrap across a block boundary is not seen) opens with
+        the BFC warning's second sentence, "The caller indicates that this is not a failure" (a terminal or a
         paste broke the line there; review, session 17)."""
         pos = le + 1
         if pos >= self._end:
-            return False
+            return ""
         nxt = block[pos:min(self._end, pos + 200)].lstrip(b" \t")
-        return nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode())
+        if not nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode()):
+            return ""
+        return _decode(nxt.split(b"\n", 1)[0])
 
     def _env_scan(self, text: str) -> None:
         lower = None

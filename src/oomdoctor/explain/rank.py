@@ -20,7 +20,7 @@ from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article
 from oomdoctor.explain.patterns import MACHINE_HINTS, classify_line
-from oomdoctor.explain.recovery import bfc_went_on, loop_went_on, recovered_events, retry_went_on, went_on
+from oomdoctor.explain.recovery import bfc_crash, loop_went_on, recovered_events, retry_went_on, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -159,6 +159,7 @@ class Explanation:
     scan: LogScan | None = None
     recovered: list[OomEvent] = field(default_factory=list)  # OOMs the job caught and went on from
     documentation: bool = False  # the text reads as documentation; its vague OOM wording was not a failure
+    notes: list[str] = field(default_factory=list)  # what the reader should know that is no event (a BFC warning before a crash)
 
     @property
     def category(self) -> str | None:
@@ -211,6 +212,8 @@ class Explanation:
             out["to_decide"] = self.to_decide()
         if self.facts_used:
             out["facts_used"] = self.facts_used
+        if self.notes:
+            out["notes"] = self.notes
         if self.scan is not None:
             out["scanned"] = {"lines": self.scan.lines, "bytes": self.scan.bytes,
                               "events_not_kept": self.scan.dropped_events,
@@ -396,6 +399,10 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
     return _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)
 
 
+def _where(source: str, line: int) -> str:
+    return f"{source}:{line}" if source else f"line {line}"
+
+
 def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
     """The lines of a recovery marker and of its repeats (lines between them that read as the same kind), not
     whatever else lies between its first and last repeat."""
@@ -413,7 +420,12 @@ def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
 
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
-    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and bfc_went_on(e, scan)])
+    crashes = {id(e): bfc_crash(e, scan) for e in scan.events if e.kind in RECOVERY}
+    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and crashes[id(e)] is None])
+    # a BFC warning followed by a crash is no caught shortage, and no failure by itself either: said, not scored
+    notes = [f"TensorFlow's allocator ran short at {_where(e.source, e.line)} (a warning its caller can do without: "
+             f"by itself no failure); then the job crashed at {_where(e.source, c[0])}: {c[1]}"
+             for e in scan.events if (c := crashes.get(id(e))) is not None][:3]
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
                                                                                      or retry_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
@@ -449,12 +461,12 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
             used = fact_rules(facts, b, {ev.kind}, ev)
             hyps = _rank(b)
             return Explanation(events=[ev], hypotheses=hyps, primary=ev,
-                               event_categories={0: hyps[0].category}, facts_used=used, scan=scan)
+                               event_categories={0: hyps[0].category}, facts_used=used, scan=scan, notes=notes)
     if not events:
         every = sorted(recovered, key=lambda e: (e.source, e.line))
         leaning = _words_only(scan, model) if not recovered else []
         return Explanation(events=every, hypotheses=leaning, scan=scan, recovered=recovered,
-                           documentation=documentation)
+                           documentation=documentation, notes=notes)
     boards = [_board_for(e, scan) for e in events]
     cats = {}
     for i, b in enumerate(boards):

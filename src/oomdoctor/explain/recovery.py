@@ -78,12 +78,20 @@ def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:
     from the warning is not seen) (review, session 17: a warning above "Segmentation fault (core dumped)" or an
     InternalError had read as "the job went on"). Nothing after it (a pasted warning): taken at its word.
     Any other recovery line: True."""
+    return bfc_crash(e, scan) is None
+
+
+def bfc_crash(e: OomEvent, scan: LogScan) -> tuple[int, str] | None:
+    """(line, text) of the crash that follows a BFC "not a failure" warning (bfc_went_on), or None."""
     if e.kind != "oom_caught" or TF_NOT_A_FAILURE not in e.text:
-        return True
+        return None
     got = _around(e, scan, e.line, e.line)  # from its first repeat: a crash between repeats counts too
     if got is None:
-        return True
-    return not any(_CRASH.search(ln) for ln in got[1] if TF_NOT_A_FAILURE not in ln and not _GLOG_IWE.match(ln))
+        return None
+    for i, ln in enumerate(got[1]):
+        if TF_NOT_A_FAILURE not in ln and not _GLOG_IWE.match(ln) and _CRASH.search(ln):
+            return e.line + 1 + i, ln.strip()[:200]
+    return None
 
 
 _DIGITS_RUN = re.compile(r"\d+")

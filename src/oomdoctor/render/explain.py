@@ -41,6 +41,13 @@ def _shown(hyps: list) -> int:
     return n
 
 
+def _notes(con, ex: Explanation) -> None:
+    from rich.markup import escape
+
+    for n in ex.notes:
+        con.print(f"[yellow]Note:[/yellow] {escape(n)}")
+
+
 def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     from rich.console import Console
     from rich.markup import escape
@@ -58,6 +65,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
                 con.print(f"   {h.category}  confidence {h.confidence:.2f}"
                           + (f"  [dim]decided by {escape(d['fact'])}: {escape(d['command'])}[/dim]" if d else ""))
             con.print("Paste the error message and its traceback for an answer.")
+        _notes(con, ex)
         return buf.getvalue()
     if not ex.failures:
         con.print(f"[bold green]No failure:[/bold green] {len(ex.recovered)} out-of-memory event(s) that the job "
@@ -89,6 +97,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         con.print()
         con.print("   [dim]also ranked: " + ", ".join(f"{h.category} {h.confidence:.2f}" for h in rest)
                   + " (--format json lists their evidence)[/dim]")
+    _notes(con, ex)
     decide = ex.to_decide()
     if decide:
         con.print()
