@@ -136,7 +136,7 @@ def _top(scores: dict[str, float], t: float, none: float) -> tuple[str, float] |
     items = [(c, s) for c, s in scores.items() if s > 0]
     if not items:
         return None
-    top = max(s for _, s in items)
+    top = max(none, max(s for _, s in items))
     z = sum(math.exp((s - top) / t) for _, s in items) + math.exp((none - top) / t)
     c, s = max(items, key=lambda kv: kv[1])
     return c, round(max(0.01, min(0.99, math.exp((s - top) / t) / z)), 2)
@@ -160,7 +160,7 @@ def top_loss(rows: list[tuple[str, dict[str, float]]], t: float, none: float) ->
     return ll, ece / len(pts)
 
 
-GRID = [(t / 10, n / 10) for t in range(2, 41) for n in range(-30, 41, 2)]
+GRID = [(t / 20, n / 10) for t in (2, 3) for n in range(-30, 41, 2)] + [(t / 10, n / 10) for t in range(2, 41) for n in range(-30, 41, 2)]
 
 
 def calibrate(sc: Scorer, cases: list[dict]) -> None:
@@ -188,6 +188,16 @@ def calibrate(sc: Scorer, cases: list[dict]) -> None:
         print(f"confidence, {name} ({len(r)} out of fold): stored T={t} none={n} top log loss {top_loss(r, t, n)[0]:.3f} "
               f"ECE {top_loss(r, t, n)[1]:.3f}; fitted T={best[0]} none={best[1]} top log loss "
               f"{top_loss(r, *best)[0]:.3f} ECE {top_loss(r, *best)[1]:.3f}")
+        # the fit itself judged out of sample: fitted on four fifths of these rows, scored on the fifth
+        rng = random.Random(SEED)
+        order = list(range(len(r)))
+        rng.shuffle(order)
+        fifths = [[r[j] for j in order[k::5]] for k in range(5)]
+        held = [top_loss(fifths[k], *min(GRID, key=lambda p: top_loss([x for g in range(5) if g != k for x in fifths[g]], *p)[0]))
+                for k in range(5)]
+        stored = [top_loss(fifths[k], t, n) for k in range(5)]
+        print(f"  5-fold over these rows, held-out fifths: fitted top log loss {sum(h[0] for h in held) / 5:.3f} ECE "
+              f"{sum(h[1] for h in held) / 5:.3f}; stored {sum(h[0] for h in stored) / 5:.3f} ECE {sum(h[1] for h in stored) / 5:.3f}")
     a, b = rows[False], rows[True]
     both = (log_loss(a, rank.TEMPERATURE, rank.NONE_SCORE) * len(a)
             + log_loss(b, rank.TEMPERATURE_WORDS, rank.NONE_SCORE_WORDS) * len(b)) / max(1, len(a) + len(b))

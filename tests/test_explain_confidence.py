@@ -34,6 +34,9 @@ def test_huge_scores_and_a_small_temperature_do_not_overflow():
     assert [h.category for h in hyps] == ["true_capacity", "fragmentation"]
     assert hyps[0].confidence == 0.99 and hyps[1].confidence == 0.01
     assert all(0.0 <= h.confidence <= 1.0 for h in rank._rank(b))
+    small = Board()
+    small.add("true_capacity", 0.5, "x")
+    assert rank._rank(small, 0.01, 10.0)[0].confidence == 0.01  # a none-score far above every score: no overflow either
 
 
 def test_text_output_prints_evidence_for_at_most_four_causes_and_lists_the_rest():

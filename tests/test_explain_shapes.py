@@ -699,6 +699,28 @@ def test_a_bfc_warning_wrapped_before_its_second_sentence_is_still_caught() -> N
                          "tensorflow.python.framework.errors_impl.InternalError: Blas GEMM launch failed"]).failures
 
 
+def test_wrapped_bfc_warnings_in_a_storm_and_after_an_info_failure_stay_caught() -> None:
+    # session 18's review: with the wrap read only by the scanner, line-by-line readers took the middle repeats'
+    # heads for tf_oom lines (a storm of 3+ read as a reported failure, exit 1), and TF's INFO-level allocation
+    # failure before a wrapped warning stopped counting as one the job went on from
+    def pair(i: int) -> list[str]:
+        return [f"2019-03-01 10:00:0{i}.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator "
+                "(GPU_0_bfc) ran out of memory trying to allocate 1.13GiB.",
+                "The caller indicates that this is not a failure, but may mean that there could be performance gains "
+                "if more memory were available."]
+    storm = [ln for i in range(4) for ln in pair(i) + [f"Epoch {i + 1}/10"]]
+    ex = explain_text(storm)
+    assert not ex.failures and [e.kind for e in ex.recovered] == ["oom_caught"]
+    info = ("2019-03-01 10:00:00.000000: I tensorflow/stream_executor/cuda/cuda_driver.cc:763] failed to allocate 2.08G "
+            "(2233466880 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY")
+    ex = explain_text([info] + pair(1) + ["Epoch 1/10", "100/100 - loss: 0.3"])
+    assert not ex.failures and sorted(e.kind for e in ex.recovered) == ["oom_caught", "tf_oom"]
+    # TF's real failure line ("... Current allocation summary follows.") is never taken for the warning's head
+    real = ("2019-03-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:267] Allocator (GPU_0_bfc) ran "
+            "out of memory trying to allocate 2.26GiB (rounded to 2424307712).  Current allocation summary follows.")
+    assert [e.kind for e in explain_text([real, pair(0)[1]]).events] == ["tf_oom"]
+
+
 def test_a_bfc_warning_before_a_crash_is_said_not_scored() -> None:
     # review, session 17 (left open then): the warning was dropped silently and the output said only "No OOM-like
     # event found"; session 18: a note names the warning and the crash, in text and JSON, and nothing is scored

@@ -45,6 +45,7 @@ SAMPLE_HEAD = 16 * 1024
 MAX_SAMPLED_SOURCES = 8
 
 # Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
+MAX_WRAPPED_BFC = 20_000  # lines of wrapped BFC warnings remembered (LogScan.bfc_wrapped): bounded memory
 _CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
 _MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
             "ALLOC_CONF", "Tried to allocate")
@@ -89,6 +90,9 @@ class LogScan:
     bytes: int = 0
     dropped_events: int = 0
     samples: list[tuple[str, int, str]] = field(default_factory=list)  # (source, first line, text): heads and tails
+    # (source, line) of TF BFC warnings broken before "The caller indicates ...": both lines of each (_bfc_wrapped),
+    # which line-by-line readers (recovery, reported failures) would take for a tf_oom line and a stray sentence
+    bfc_wrapped: frozenset[tuple[str, int]] = frozenset()
 
 
 def _decode(b: bytes) -> str:
@@ -158,6 +162,7 @@ class LogScanner:
         self._samples: list[tuple[str, int, str]] = []
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
+        self._wrapped: set[tuple[str, int]] = set()
         self._skip_to = 0
         self._start = self._end = 0
         self._src_bytes = 0
@@ -234,9 +239,12 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
-        wrapped = kind == "tf_oom" and "ran out of memory trying to allocate" in text and self._bfc_wrapped(block, le)
+        wrapped = (kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
+                   and self._bfc_wrapped(block, le))
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
             kind, text = "oom_caught", f"{text.rstrip()} {wrapped}"  # holds it, as recovery.bfc_crash expects
+            if len(self._wrapped) < MAX_WRAPPED_BFC:
+                self._wrapped.update(((self.source, lineno), (self.source, lineno + 1)))
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
@@ -422,7 +430,8 @@ class LogScanner:
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
-                       bytes=self._bytes, dropped_events=self._dropped, samples=self._samples)
+                       bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
+                       bfc_wrapped=frozenset(self._wrapped))
 
     def _keep_sample(self) -> None:
         """This source's head, and its tail past the head (a short log is all head)."""

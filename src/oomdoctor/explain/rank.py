@@ -54,7 +54,7 @@ _OTHER_EVENT_WEIGHT = 0.3
 # the category log loss 0.923 -> 0.909; ranks unchanged.
 TEMPERATURE = 1.0
 NONE_SCORE = -0.6
-TEMPERATURE_WORDS = 0.2  # the words-only leaning (_words_only): no failure line, scores are PRIOR_WEIGHT * p
+TEMPERATURE_WORDS = 0.2  # the words-only leaning (_words_only): no failure line; PRIOR_WEIGHT * p plus the prose rules
 NONE_SCORE_WORDS = 0.0
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
@@ -408,6 +408,7 @@ def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
     whatever else lies between its first and last repeat."""
     last = m.last_line or m.line
     out = {(m.source, m.line), (m.source, last)}
+    out.update(k for k in scan.bfc_wrapped if k[0] == m.source and m.line <= k[1] <= last + 1)  # a wrapped warning's two lines
     for source, first, text in scan.samples:
         if source != m.source or first > last:
             continue
@@ -444,7 +445,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     bare = not events and bool(recovered) and all(e.kind in RECOVERY for e in recovered)
     if not events and (not recovered or bare):
         after: dict[str, int] = {}
-        skip: set[tuple[str, int]] = set()
+        skip: set[tuple[str, int]] = set(scan.bfc_wrapped)  # a wrapped BFC warning reports no failure, caught or not
         for m in recovered:
             if m.kind in SELF_CONTAINED:
                 # a library's own caught shortage (every kinds.SELF_CONTAINED kind: TF's BFC warning, a skipped
@@ -539,7 +540,7 @@ def _rank(b: Board, temperature: float | None = None, none: float | None = None)
     t = TEMPERATURE if temperature is None else temperature
     n = NONE_SCORE if none is None else none
     hyps = []
-    top = max(s for _, s in items)  # shifted by the top score: exp() of a large score at a small temperature overflows
+    top = max(n, max(s for _, s in items))  # shifted by the largest: exp() of a large score at a small temperature overflows
     z = sum(math.exp((s - top) / t) for _, s in items) + math.exp((n - top) / t)
     for c, s in sorted(items, key=lambda kv: -kv[1]):
         conf = round(max(0.01, min(0.99, math.exp((s - top) / t) / z)), 2)

@@ -58,7 +58,8 @@ def went_on(e: OomEvent, scan: LogScan) -> bool:
         return False
     # the rest of the allocator's retry storm (more INFO-level failures, the BFC allocator's warnings
     # that say "this is not a failure") is not the program's output, nor an error
-    after = [ln for ln in got[1] if ln.strip() and not _TF_INFO_ALLOC.match(ln) and TF_NOT_A_FAILURE not in ln]
+    after = [ln for i, ln in enumerate(got[1], end + 1) if ln.strip() and not _TF_INFO_ALLOC.match(ln)
+             and TF_NOT_A_FAILURE not in ln and (e.source, i) not in scan.bfc_wrapped]
     return bool(after) and not any(_LOGGED_OR_ERROR.search(ln) for ln in after)
 
 

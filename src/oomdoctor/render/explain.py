@@ -87,7 +87,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     shown = _shown(ex.hypotheses)
     for i, h in enumerate(ex.hypotheses[:shown]):
         con.print()
-        con.print(f"[bold]{i + 1}. {h.category}[/bold]  confidence {h.confidence:.2f}")
+        con.print(f"[bold]{i + 1}. {escape(h.category)}[/bold]  confidence {h.confidence:.2f}")
         for e in h.evidence[:4]:
             con.print(f"   - {escape(e)}")
         for f in h.fixes[:2]:
@@ -95,7 +95,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     rest = ex.hypotheses[shown:]
     if rest:
         con.print()
-        con.print("   [dim]also ranked: " + ", ".join(f"{h.category} {h.confidence:.2f}" for h in rest)
+        con.print("   [dim]also ranked: " + ", ".join(f"{escape(h.category)} {h.confidence:.2f}" for h in rest)
                   + " (--format json lists their evidence)[/dim]")
     _notes(con, ex)
     decide = ex.to_decide()
