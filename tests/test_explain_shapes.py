@@ -1822,6 +1822,9 @@ def test_hints_before_each_event_past_the_head_are_read_once_and_not_missed() ->
     ['\t\treturn fmt.Errorf("cuda: out of memory (%d bytes)", n)'],
     ['        panic!("CUDA_ERROR_OUT_OF_MEMORY while creating the context");'],
     ['  console.error("WebGPU device lost: out of memory");'],
+    # an error-to-string switch (review, session 18: the returned string was a second match)
+    ["  switch (err) {", '    case CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";',
+     '    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";', "  }"],
     ["## Troubleshooting", "If you see `RuntimeError: CUDA out of memory`, reduce the batch size."],
 ])
 def test_source_code_and_docs_in_other_languages_are_no_failure(lines) -> None:
