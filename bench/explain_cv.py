@@ -21,6 +21,7 @@ Usage: PYTHONPATH=src python bench/explain_cv.py [--rules-only] [--quick] [--no-
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import random
 import sys
@@ -131,7 +132,7 @@ def per_category(rows: list[tuple[str, list[str]]]) -> dict[str, tuple[int, int,
     return {c: tally(v) for c, v in sorted(by.items())}
 
 
-def _top(scores: dict[str, float], t: float, none: float) -> tuple[str, float] | None:
+def _top(scores: dict[str, float], t: float, none: float, cap: float = 0.99) -> tuple[str, float] | None:
     """The top answer and its confidence as rank._rank states it (clamped, rounded)."""
     items = [(c, s) for c, s in scores.items() if s > 0]
     if not items:
@@ -139,15 +140,15 @@ def _top(scores: dict[str, float], t: float, none: float) -> tuple[str, float] |
     top = max(none, max(s for _, s in items))
     z = sum(math.exp((s - top) / t) for _, s in items) + math.exp((none - top) / t)
     c, s = max(items, key=lambda kv: kv[1])
-    return c, round(max(0.01, min(0.99, math.exp((s - top) / t) / z)), 2)
+    return c, min(cap, round(max(0.01, min(0.99, math.exp((s - top) / t) / z)), 2))
 
 
-def top_loss(rows: list[tuple[str, dict[str, float]]], t: float, none: float) -> tuple[float, float]:
+def top_loss(rows: list[tuple[str, dict[str, float]]], t: float, none: float, cap: float = 0.99) -> tuple[float, float]:
     """(binary log loss of "the top answer is right", expected calibration error): what the calibration
     table on test measures."""
     pts = []
     for truth, scores in rows:
-        got = _top(scores, t, none)
+        got = _top(scores, t, none, cap)
         if got is not None:
             pts.append((got[1], got[0] == truth))
     if not pts:
@@ -183,19 +184,20 @@ def calibrate(sc: Scorer, cases: list[dict]) -> None:
             rows[bool(ex.hypotheses) and not ex.events].append((cases[i]["category"], sc_))
     for words, (t, n) in ((False, (rank.TEMPERATURE, rank.NONE_SCORE)), (True, (rank.TEMPERATURE_WORDS, rank.NONE_SCORE_WORDS))):
         r = rows[words]
-        best = min(GRID, key=lambda p: top_loss(r, *p)[0])
+        loss = functools.partial(top_loss, cap=rank.WORDS_MAX_CONFIDENCE if words else 0.99)
+        best = min(GRID, key=lambda p: loss(r, *p)[0])
         name = "words-only leaning" if words else "answers with a failure line"
-        print(f"confidence, {name} ({len(r)} out of fold): stored T={t} none={n} top log loss {top_loss(r, t, n)[0]:.3f} "
-              f"ECE {top_loss(r, t, n)[1]:.3f}; fitted T={best[0]} none={best[1]} top log loss "
-              f"{top_loss(r, *best)[0]:.3f} ECE {top_loss(r, *best)[1]:.3f}")
+        print(f"confidence, {name} ({len(r)} out of fold): stored T={t} none={n} top log loss {loss(r, t, n)[0]:.3f} "
+              f"ECE {loss(r, t, n)[1]:.3f}; fitted T={best[0]} none={best[1]} top log loss "
+              f"{loss(r, *best)[0]:.3f} ECE {loss(r, *best)[1]:.3f}")
         # the fit itself judged out of sample: fitted on four fifths of these rows, scored on the fifth
         rng = random.Random(SEED)
         order = list(range(len(r)))
         rng.shuffle(order)
         fifths = [[r[j] for j in order[k::5]] for k in range(5)]
-        held = [top_loss(fifths[k], *min(GRID, key=lambda p: top_loss([x for g in range(5) if g != k for x in fifths[g]], *p)[0]))
+        held = [loss(fifths[k], *min(GRID, key=lambda p: loss([x for g in range(5) if g != k for x in fifths[g]], *p)[0]))
                 for k in range(5)]
-        stored = [top_loss(fifths[k], t, n) for k in range(5)]
+        stored = [loss(fifths[k], t, n) for k in range(5)]
         print(f"  5-fold over these rows, held-out fifths: fitted top log loss {sum(h[0] for h in held) / 5:.3f} ECE "
               f"{sum(h[1] for h in held) / 5:.3f}; stored {sum(h[0] for h in stored) / 5:.3f} ECE {sum(h[1] for h in stored) / 5:.3f}")
     a, b = rows[False], rows[True]

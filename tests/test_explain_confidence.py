@@ -54,3 +54,10 @@ def test_text_output_prints_evidence_for_at_most_four_causes_and_lists_the_rest(
                      Hypothesis("fragmentation", 0.03, ["e3"], [], 0.1)]
     out = to_text(ex)
     assert "2. leak_in_code" in out and "3. fragmentation" not in out and "also ranked: fragmentation 0.03" in out
+
+
+def test_a_leaning_from_words_alone_is_never_stated_surer_than_the_cap(monkeypatch):
+    capped = explain_text(GROWING).hypotheses
+    assert capped[0].confidence <= rank.WORDS_MAX_CONFIDENCE
+    monkeypatch.setattr(rank, "WORDS_MAX_CONFIDENCE", 0.99)
+    assert explain_text(GROWING).hypotheses[0].confidence > capped[0].confidence  # the cap is what held it down

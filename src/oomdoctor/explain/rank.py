@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import DECIDERS
@@ -56,6 +56,10 @@ TEMPERATURE = 1.0
 NONE_SCORE = -0.6
 TEMPERATURE_WORDS = 0.2  # the words-only leaning (_words_only): no failure line; PRIOR_WEIGHT * p plus the prose rules
 NONE_SCORE_WORDS = 0.0
+# A leaning from words alone is never stated surer than this: out of fold on dev (1189 reports, 217 leanings) those
+# stated at 0.85+ were right 87% of the time; capped at 0.9 the leanings' top log loss fell 0.574 -> 0.525
+# (5-fold CV over those rows, the cap chosen inside: 0.573 -> 0.551).
+WORDS_MAX_CONFIDENCE = 0.9
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
@@ -396,7 +400,7 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
         if p >= PRIOR_FLOOR:
             b.add(cat, PRIOR_WEIGHT * p, f"no failure line was found; the words of the text lean to {cat} "
                   f"(p = {p:.2f}, a word model fitted on confirmed reports)")
-    return _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)
+    return [replace(h, confidence=min(h.confidence, WORDS_MAX_CONFIDENCE)) for h in _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)]
 
 
 def _where(source: str, line: int) -> str:
