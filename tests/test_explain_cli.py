@@ -301,3 +301,20 @@ def test_torch_dsa_boilerplate_is_not_a_second_event(capsys):
     assert main(["explain", "--format", "json", str(fixture)]) == 1
     events = json.loads(capsys.readouterr().out)["events"]
     assert [(e["kind"], e["line"]) for e in events] == [("cuda_program_error", 3)]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "html"])
+def test_a_note_quoting_the_crash_is_redacted_and_escaped(tmp_path, capsys, fmt):
+    # session 18: the note after a BFC warning quotes the crash's line, so it passes the redactor like event text
+    log = tmp_path / "tf.log"
+    log.write_text("2019-03-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator "
+                   "(GPU_0_bfc) ran out of memory trying to allocate 2.26GiB. The caller indicates that this is not a "
+                   "failure, but may mean that there could be performance gains if more memory were available.\n"
+                   "Epoch 1/10\nFatal Python error: <b>x</b> token hf_abcdefghijklmnopqrstuvwxyz123456 Aborted\n")
+    main(["explain", "--format", fmt, str(log)])
+    out = capsys.readouterr().out
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in out and "Fatal Python error" in out
+    if fmt == "json":
+        assert "Fatal Python error" in json.loads(out)["notes"][0]
+    if fmt == "html":
+        assert "<b>x</b>" not in out and "&lt;b&gt;x&lt;/b&gt;" in out

@@ -51,6 +51,7 @@ def _redact(ex: Explanation) -> None:
         e.text = redact_text(e.text)
     for h in ex.hypotheses:  # evidence may quote the log (e.g. what the user wrote about memory)
         h.evidence = [redact_text(x) for x in h.evidence]
+    ex.notes = [redact_text(n) for n in ex.notes]  # a note quotes the crash's line
 
 
 def _threads(text: str) -> int:

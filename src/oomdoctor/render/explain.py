@@ -130,4 +130,4 @@ def to_html(ex: Explanation) -> str:
                        "category": ex.event_categories.get(i, ""), "text": e.text[:2000],
                        "numbers": number_rows(e.numbers), "primary": e is ex.primary})
     return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ex.hypotheses],
-                       events=events, facts_used=ex.facts_used)
+                       events=events, facts_used=ex.facts_used, notes=ex.notes)
