@@ -200,6 +200,13 @@ def calibrate(sc: Scorer, cases: list[dict]) -> None:
         stored = [loss(fifths[k], t, n) for k in range(5)]
         print(f"  5-fold over these rows, held-out fifths: fitted top log loss {sum(h[0] for h in held) / 5:.3f} ECE "
               f"{sum(h[1] for h in held) / 5:.3f}; stored {sum(h[0] for h in stored) / 5:.3f} ECE {sum(h[1] for h in stored) / 5:.3f}")
+        if words:  # the cap (rank.WORDS_MAX_CONFIDENCE) chosen inside the same folds, at the stored T and none
+            caps = (0.8, 0.85, 0.9, 0.95, 0.99)
+            rest = [[x for g in range(5) if g != k for x in fifths[g]] for k in range(5)]
+            chosen = [min(caps, key=lambda c, k=k: top_loss(rest[k], t, n, c)[0]) for k in range(5)]
+            print(f"  cap chosen inside the folds ({', '.join(map(str, chosen))}): top log loss "
+                  f"{sum(top_loss(fifths[k], t, n, chosen[k])[0] for k in range(5)) / 5:.3f}; no cap "
+                  f"{sum(top_loss(fifths[k], t, n)[0] for k in range(5)) / 5:.3f}")
     a, b = rows[False], rows[True]
     both = (log_loss(a, rank.TEMPERATURE, rank.NONE_SCORE) * len(a)
             + log_loss(b, rank.TEMPERATURE_WORDS, rank.NONE_SCORE_WORDS) * len(b)) / max(1, len(a) + len(b))

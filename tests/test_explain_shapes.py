@@ -1840,3 +1840,44 @@ def test_source_code_and_docs_in_other_languages_are_no_failure(lines) -> None:
 ])
 def test_logs_of_those_messages_stay_failures(line, kind) -> None:
     assert [e.kind for e in explain_text([line]).failures] == [kind]
+
+
+def _wrapped_pair(i: int) -> list[str]:
+    return [f"2019-03-01 10:00:{i % 60:02d}.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator "
+            "(GPU_0_bfc) ran out of memory trying to allocate 1.13GiB.",
+            "The caller indicates that this is not a failure, but may mean that there could be performance gains "
+            "if more memory were available."]
+
+
+def test_second_review_of_session_18_wrapped_bfc_lines(monkeypatch, tmp_path) -> None:
+    from oomdoctor.cli import main
+    from oomdoctor.explain import events
+
+    # a thread's traceback after a wrapped warning that a crash followed is still the failure (it was passed over
+    # as "handled" because the wrapped lines filled the skip set)
+    tb = ["Exception in thread Thread-1:", "Traceback (most recent call last):", '  File "t.py", line 3, in run',
+          "ValueError: bad shape", "Segmentation fault (core dumped)"]
+    assert explain_text(_wrapped_pair(0) + tb).failures
+    # a storm longer than what is remembered by line: the last pairs are remembered too (the tail sample's)
+    monkeypatch.setattr(events, "MAX_WRAPPED_BFC", 400)  # 200 first + 200 last lines; the head and tail samples
+    # (16 KiB each) hold fewer, the middle of the storm is read by no one
+    storm = ["Epoch 0"] + [ln for i in range(600) for ln in _wrapped_pair(i)] + ["Epoch 1/10 loss 0.3"]
+    ex = explain_text(storm)
+    assert not ex.failures and ex.recovered
+    # lines are counted on "\n" alone everywhere: a tqdm line of lone "\r" before the pair shifts nothing
+    log = tmp_path / "tqdm.log"
+    log.write_bytes(("start\n  0%|    | 0/100\r 50%|##  | 50/100\r100%|####| 100/100\n" + "\n".join(_wrapped_pair(1))
+                     + "\nEpoch 1/10 loss 0.3\n").encode())
+    assert main(["explain", str(log)]) == 0
+
+
+def test_a_note_cuts_the_crash_line_at_a_space() -> None:
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+    crash = "Fatal Python error: " + "x" * 170 + " " + token + " Aborted"
+    ex = explain_text([" ".join(_wrapped_pair(0)), "Epoch 1/10", crash])
+    assert ex.notes and "hf_" not in ex.notes[0] and ex.notes[0].endswith(" ...")
+
+
+def test_a_report_saying_a_call_returned_the_message_is_not_code() -> None:
+    ex = explain_text(['model.generate() return "CUDA error: out of memory" on the second call'])
+    assert [e.kind for e in ex.failures] == ["cuda_driver_oom"]

@@ -10,6 +10,7 @@ lines reach the detailed patterns here. Pure: bytes in, data out.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ SAMPLE_HEAD = 16 * 1024
 MAX_SAMPLED_SOURCES = 8
 
 # Kinds whose message continues on the next lines (old PyTorch messages wrap; kubectl folds lines).
-MAX_WRAPPED_BFC = 20_000  # lines of wrapped BFC warnings remembered (LogScan.bfc_wrapped): bounded memory
+MAX_WRAPPED_BFC = 20_000  # lines of wrapped BFC warnings remembered (LogScan.bfc_wrapped): the first half and the
+# last half seen (readers look only at a log's head and tail samples), so memory stays bounded in any storm
 _CONTINUED = {"torch_oom", "mps_oom", "tf_oom", "jax_oom", "hami_oom", "cupy_oom", "nccl_oom"}
 _MSG_END = ("reserved by PyTorch but unallocated", "reserved in total by PyTorch", " cached)",
             "ALLOC_CONF", "Tried to allocate")
@@ -162,7 +164,8 @@ class LogScanner:
         self._samples: list[tuple[str, int, str]] = []
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
-        self._wrapped: set[tuple[str, int]] = set()
+        self._wrapped: set[tuple[str, int]] = set()  # the first MAX_WRAPPED_BFC // 2 lines
+        self._wrapped_last: collections.deque[tuple[str, int]] = collections.deque(maxlen=MAX_WRAPPED_BFC // 2)
         self._skip_to = 0
         self._start = self._end = 0
         self._src_bytes = 0
@@ -243,8 +246,11 @@ class LogScanner:
                    and self._bfc_wrapped(block, le))
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
             kind, text = "oom_caught", f"{text.rstrip()} {wrapped}"  # holds it, as recovery.bfc_crash expects
-            if len(self._wrapped) < MAX_WRAPPED_BFC:
-                self._wrapped.update(((self.source, lineno), (self.source, lineno + 1)))
+            for key in ((self.source, lineno), (self.source, lineno + 1)):
+                if len(self._wrapped) < MAX_WRAPPED_BFC // 2:
+                    self._wrapped.add(key)
+                else:
+                    self._wrapped_last.append(key)
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
@@ -431,7 +437,7 @@ class LogScanner:
         self._keep_sample()
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
-                       bfc_wrapped=frozenset(self._wrapped))
+                       bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))
 
     def _keep_sample(self) -> None:
         """This source's head, and its tail past the head (a short log is all head)."""

@@ -51,7 +51,7 @@ _ADVICE_BEFORE = re.compile(
     # (not glog's "Check failed: err == CUBLAS_STATUS_SUCCESS", a log; not "will case an OOM", a typo of cause)
     r"|(?-i:(?:\b(?:if|elif|while|assert)\b\s*\(?\s*[\w.\->:\[\]]{1,60}\s*[=!]=|^\s*case)\s*(?:[\w:]+::)?)"
     # a string returned by code (an error-to-string switch: `case X: return "out of memory";`)
-    r"|(?-i:\breturn\s+(?:[\w:]+\()?[\"'])"
+    r"|(?-i:(?:^\s*|[;{:]\s*)return\s+(?:[\w:]+\()?[\"'])"
     # "If you see `RuntimeError: CUDA out of memory`": what a reader might meet (docs), a name and colon allowed
     r"|\bif you\s+(?:see|get|encounter|hit|run into|receive|observe|experience|are seeing|are getting|still get)\s+"
     r"(?:an?\s+|the\s+|this\s+)?[`\"'\u201c]?(?:[\w.]+(?:Error|Exception):\s*)?"

@@ -58,7 +58,7 @@ TEMPERATURE_WORDS = 0.2  # the words-only leaning (_words_only): no failure line
 NONE_SCORE_WORDS = 0.0
 # A leaning from words alone is never stated surer than this: out of fold on dev (1189 reports, 217 leanings) those
 # stated at 0.85+ were right 87% of the time; capped at 0.9 the leanings' top log loss fell 0.574 -> 0.525
-# (5-fold CV over those rows, the cap chosen inside: 0.573 -> 0.551).
+# (bench/explain_cv.py prints both; with the cap itself chosen inside a 5-fold CV over those rows, 0.573 -> 0.551).
 WORDS_MAX_CONFIDENCE = 0.9
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
@@ -358,16 +358,16 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
 
 def _reported(scan: LogScan, model: TextModel | None, after: dict[str, int] | None = None,
               sessions: dict[str, list[tuple[int, int]]] | None = None,
-              skip: frozenset[tuple[str, int]] = frozenset()) -> tuple[OomEvent, Board] | None:
+              skip: frozenset[tuple[str, int]] = frozenset(), handled: bool | None = None) -> tuple[OomEvent, Board] | None:
     """No event, no recovery (or only recovery lines, then what comes after them: `after`), but the text
     reports a failure (explain/reported.py): rank the causes from the text's own evidence (prose,
     readings, the text prior)."""
-    hit = failure_statement(scan.samples, after, skip)
+    hit = failure_statement(scan.samples, after, skip, handled)
     # a statement printed inside a passing test session (testrun.passing_sessions) is its test's own: look past it
     sessions = sessions or {}
     while hit is not None and (span := next((sv for sv in sessions.get(hit[0], []) if sv[0] < hit[1] < sv[1]), None)):
         after = {**(after or {}), hit[0]: max((after or {}).get(hit[0], -1), span[1])}
-        hit = failure_statement(scan.samples, after, skip)
+        hit = failure_statement(scan.samples, after, skip, handled)
     if hit is None:
         return None
     ev = OomEvent(REPORTED_KIND, hit[1], hit[2], source=hit[0])
@@ -460,7 +460,8 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
                 skip.update(_own_lines(m, scan))
                 continue
             after[m.source] = max(after.get(m.source, -1), m.last_line or m.line)
-        got = _reported(scan, model, after, sessions, frozenset(skip))
+        # a handled traceback is passed over only beside a recovery (not for a wrapped BFC warning a crash followed)
+        got = _reported(scan, model, after, sessions, frozenset(skip), handled=bool(recovered))
         if got is not None:
             ev, b = got
             used = fact_rules(facts, b, {ev.kind}, ev)

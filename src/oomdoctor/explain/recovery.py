@@ -91,7 +91,9 @@ def bfc_crash(e: OomEvent, scan: LogScan) -> tuple[int, str] | None:
         return None
     for i, ln in enumerate(got[1]):
         if TF_NOT_A_FAILURE not in ln and not _GLOG_IWE.match(ln) and _CRASH.search(ln):
-            return e.line + 1 + i, ln.strip()[:200]
+            crash = ln.strip()
+            # cut at a space, never inside a token (the redactor must see a secret whole: review, session 18)
+            return e.line + 1 + i, crash if len(crash) <= 200 else crash[:200].rsplit(" ", 1)[0] + " ..."
     return None
 
 

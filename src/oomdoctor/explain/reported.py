@@ -131,23 +131,27 @@ def _judged(line: str) -> bool:
 
 
 def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int] | None = None,
-                      skip: frozenset[tuple[str, int]] = frozenset()) -> tuple[str, int, str] | None:
+                      skip: frozenset[tuple[str, int]] = frozenset(),
+                      handled: bool | None = None) -> tuple[str, int, str] | None:
     """(source, line, text) of the first line that reports a failure, or None; with `after`, only lines
     past that line of their source (what comes after a recovered OOM's line); `skip`: (source, line) pairs
-    never read (a self-contained recovery line's own lines: it recovers nothing before or after it)."""
+    never read (a self-contained recovery line's own lines: it recovers nothing before or after it); `handled`:
+    whether a thread's or server's handled traceback is passed over (a job that went on from an OOM;
+    default: where `after` or `skip` is given)."""
+    handled = bool(after or skip) if handled is None else handled
     after = after or {}
     for source, first, text in samples:
         for m in _TRACEBACK.finditer(text):
             n = first + text.count("\n", 0, m.start())
             if n > after.get(source, -1) and (source, n) not in skip:
                 if _IGNORED_TB.search(text, max(0, m.start() - 300), m.start()) or (
-                        (after or skip) and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
+                        handled and _HANDLED_TB.search(text, max(0, m.start() - 300), m.start())):
                     continue
                 return source, n, m.group(0)
     for source, first, text in samples:
         prev = ""
         in_doc = False  # inside a docstring of pasted source: what code says of a failure, not one that happened
-        for i, line in enumerate(text.splitlines()):
+        for i, line in enumerate(text.split("\n")):  # "\n" only, as the scanner counts lines (not tqdm's "\r")
             was_doc = in_doc
             odd = bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
             if in_doc:

@@ -62,7 +62,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
             con.print("If the job did fail for memory, its words lean to (a word model, no failure line to read):")
             for h in ex.hypotheses[:3]:
                 d = h.to_json().get("decided_by")
-                con.print(f"   {h.category}  confidence {h.confidence:.2f}"
+                con.print(f"   {escape(h.category)}  confidence {h.confidence:.2f}"
                           + (f"  [dim]decided by {escape(d['fact'])}: {escape(d['command'])}[/dim]" if d else ""))
             con.print("Paste the error message and its traceback for an answer.")
         _notes(con, ex)
