@@ -1881,3 +1881,29 @@ def test_a_note_cuts_the_crash_line_at_a_space() -> None:
 def test_a_report_saying_a_call_returned_the_message_is_not_code() -> None:
     ex = explain_text(['model.generate() return "CUDA error: out of memory" on the second call'])
     assert [e.kind for e in ex.failures] == ["cuda_driver_oom"]
+
+
+def test_a_wrapped_bfc_pair_split_by_a_read_block_boundary() -> None:
+    # review, session 18: the scanner reads 8 MiB blocks of whole lines; a pair split between two blocks was tf_oom
+    from oomdoctor.explain.events import LogScanner
+    from oomdoctor.explain.rank import explain_scan
+
+    head, tail = _wrapped_pair(0)
+
+    def scan(*blocks: str, sources: tuple[str, ...] = ()):
+        s = LogScanner()
+        for i, b in enumerate(blocks):
+            if sources:
+                s.start_source(sources[i])
+            s.feed(b.encode())
+        return s.finish()
+
+    got = scan("Epoch 0\n" + head + "\n", tail + "\nEpoch 1/10 loss 0.3\n")
+    ex = explain_scan(got)
+    assert [e.kind for e in got.events] == ["oom_caught"] and not ex.failures and ex.recovered
+    assert ("", 2) in got.bfc_wrapped and ("", 3) in got.bfc_wrapped
+    # not wrapped: the head stays TF's failure, whether more input follows or the input ends there
+    assert [e.kind for e in scan("Epoch 0\n" + head + "\n", "Epoch 1/10\n").events] == ["tf_oom"]
+    assert [e.kind for e in scan("Epoch 0\n" + head + "\n").events] == ["tf_oom"]
+    # another file's first line never completes this one's warning
+    assert [e.kind for e in scan(head + "\n", tail + "\n", sources=("a.log", "b.log")).events] == ["tf_oom"]

@@ -164,6 +164,7 @@ class LogScanner:
         self._samples: list[tuple[str, int, str]] = []
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
+        self._bfc_head: OomEvent | None = None  # a BFC warning's head that ended a block (_resolve_bfc_head)
         self._wrapped: set[tuple[str, int]] = set()  # the first MAX_WRAPPED_BFC // 2 lines
         self._wrapped_last: collections.deque[tuple[str, int]] = collections.deque(maxlen=MAX_WRAPPED_BFC // 2)
         self._skip_to = 0
@@ -177,6 +178,7 @@ class LogScanner:
     # -- input ----------------------------------------------------------------------------------
     def start_source(self, name: str) -> None:
         """The following blocks come from another file: line numbers restart, context is cut."""
+        self._resolve_bfc_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
@@ -197,7 +199,9 @@ class LogScanner:
             index = index_block(block, start, end, self._src_bytes)
         self._start, self._end = start, end
         self._skip_to = start
-        if self._pending is not None:
+        if self._bfc_head is not None:  # (never with a pending continuation: a head line ends one)
+            self._resolve_bfc_head(block, start)  # may open its event and read its continuation here
+        elif self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
             self._sample_readings(block, start, end, index)
@@ -242,15 +246,11 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
-        wrapped = (kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
-                   and self._bfc_wrapped(block, le))
+        head = kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
+        wrapped = head and self._bfc_wrapped(block, le)
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
             kind, text = "oom_caught", f"{text.rstrip()} {wrapped}"  # holds it, as recovery.bfc_crash expects
-            for key in ((self.source, lineno), (self.source, lineno + 1)):
-                if len(self._wrapped) < MAX_WRAPPED_BFC // 2:
-                    self._wrapped.add(key)
-                else:
-                    self._wrapped_last.append(key)
+            self._remember_wrapped(lineno)
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
@@ -261,14 +261,46 @@ class LogScanner:
                 for line in before.splitlines()[-fresh:]:
                     self._env_scan(line)
             self._env_rescanned = lineno
-        if kind in _CONTINUED and not any(m in text for m in _MSG_END[:4]):
+        if head and le + 1 >= self._end:  # the block ends here: the next block's first line decides (feed)
+            self._bfc_head = ev
+            return
+        self._open_event(ev, block, le + 1)
+
+    def _open_event(self, ev: OomEvent, block: bytes, pos: int) -> None:
+        """Finish `ev`, or read its continuation lines from `pos` first."""
+        if ev.kind in _CONTINUED and not any(m in ev.text for m in _MSG_END[:4]):
             self._pending = (ev, 8)
-            self._skip_to = self._continue(block, le + 1)
+            self._skip_to = self._continue(block, pos)
         else:
             self._finish_event(ev)
 
+    def _remember_wrapped(self, lineno: int) -> None:
+        for key in ((self.source, lineno), (self.source, lineno + 1)):
+            if len(self._wrapped) < MAX_WRAPPED_BFC // 2:
+                self._wrapped.add(key)
+            else:
+                self._wrapped_last.append(key)
+
+    def _resolve_bfc_head(self, block: bytes | None, start: int) -> None:
+        """A BFC warning's head that ended the previous block: the first line of this one (None: no more input)
+        tells whether it was wrapped (review, session 18: the boundary fell inside long storms)."""
+        ev, self._bfc_head = self._bfc_head, None
+        if ev is None:
+            return
+        nxt = block[start:min(self._end, start + 200)].lstrip(b" \t") if block is not None else b""
+        if nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode()):
+            ev.kind = "oom_caught"
+            second = _decode(nxt.split(b"\n", 1)[0])
+            ev.text = f"{ev.text.rstrip()} {second}"[:MAX_EVENT_TEXT]
+            self._remember_wrapped(ev.line)
+            self._finish_event(ev)
+        elif block is None:
+            self._finish_event(ev)
+        else:
+            self._open_event(ev, block, start)
+
     def _bfc_wrapped(self, block: bytes, le: int) -> str:
-        """The next line's text where it (in this block: a wrap across a block boundary is not seen) opens with
+        """The next line's text where it (in this block; across a block boundary: _resolve_bfc_head) opens with
         the BFC warning's second sentence, "The caller indicates that this is not a failure" (a terminal or a
         paste broke the line there; review, session 17)."""
         pos = le + 1
@@ -429,6 +461,7 @@ class LogScanner:
             self._stride[label] *= 2
 
     def finish(self) -> LogScan:
+        self._resolve_bfc_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
