@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -99,12 +100,11 @@ def fit_prior(docs: list[tuple[str, str]], vocab: int = VOCAB, c_penalty: float 
     counted = {name: [ANALYZERS[name](t) for t, _ in docs] for name in sizes}
     tables: dict[str, dict[str, float]] = {}
     for name, (size, min_df) in sizes.items():
-        df: dict[str, int] = {}
-        tf: dict[str, int] = {}
+        df: Counter[str] = Counter()
+        tf: Counter[str] = Counter()
         for c in counted[name]:
-            for t, k in c.items():
-                df[t] = df.get(t, 0) + 1
-                tf[t] = tf.get(t, 0) + k
+            df.update(c.keys())
+            tf.update(c)
         kept = sorted((t for t in df if df[t] >= min_df), key=lambda t: (-tf[t], t))[:size]
         # rounded as stored, so that the weights are fitted to the idf the package reads
         tables[name] = {t: round(math.log((1 + n) / (1 + df[t])) + 1.0, DIGITS) for t in sorted(kept)}

@@ -92,7 +92,7 @@ class LogScan:
     bytes: int = 0
     dropped_events: int = 0
     samples: list[tuple[str, int, str]] = field(default_factory=list)  # (source, first line, text): heads and tails
-    # (source, line) of TF BFC warnings broken before "The caller indicates ...": both lines of each (_bfc_wrapped),
+    # (source, line) of TF BFC warnings broken before "The caller indicates ...": both lines of each (_bfc_second_sentence),
     # which line-by-line readers (recovery, reported failures) would take for a tf_oom line and a stray sentence
     bfc_wrapped: frozenset[tuple[str, int]] = frozenset()
 
@@ -112,6 +112,19 @@ def _wrapped_mention(before: str, text: str) -> bool:
     if not prev or not prev[-1:].isalpha():
         return False
     return P.classify_line(prev + " " + body.rstrip("\n")) is None
+
+
+_BFC_SECOND = b"The caller " + P.TF_NOT_A_FAILURE.encode()
+
+
+def _bfc_second_sentence(block: bytes, pos: int, end: int) -> str:
+    """The line at `pos` where it opens with TF's BFC warning's second sentence, "The caller indicates that this is
+    not a failure" (a terminal or a paste broke the warning there; review, session 17), else "". Within this block;
+    a head that ends a block waits for the next one (LogScanner._resolve_bfc_head)."""
+    if pos >= end:
+        return ""
+    nxt = block[pos:min(end, pos + 200)].lstrip(b" \t")
+    return _decode(nxt.split(b"\n", 1)[0]) if nxt.startswith(_BFC_SECOND) else ""
 
 
 _GUNICORN_KILL = re.compile(r"Worker \(pid:(\d+)\) was sent SIGKILL! Perhaps out of memory\?")
@@ -247,7 +260,7 @@ class LogScanner:
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
         head = kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
-        wrapped = head and self._bfc_wrapped(block, le)
+        wrapped = head and _bfc_second_sentence(block, le + 1, self._end)
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
             kind, text = "oom_caught", f"{text.rstrip()} {wrapped}"  # holds it, as recovery.bfc_crash expects
             self._remember_wrapped(lineno)
@@ -287,10 +300,9 @@ class LogScanner:
         ev, self._bfc_head = self._bfc_head, None
         if ev is None:
             return
-        nxt = block[start:min(self._end, start + 200)].lstrip(b" \t") if block is not None else b""
-        if nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode()):
+        second = _bfc_second_sentence(block, start, self._end) if block is not None else ""
+        if second:
             ev.kind = "oom_caught"
-            second = _decode(nxt.split(b"\n", 1)[0])
             ev.text = f"{ev.text.rstrip()} {second}"[:MAX_EVENT_TEXT]
             self._remember_wrapped(ev.line)
             self._finish_event(ev)
@@ -298,18 +310,6 @@ class LogScanner:
             self._finish_event(ev)
         else:
             self._open_event(ev, block, start)
-
-    def _bfc_wrapped(self, block: bytes, le: int) -> str:
-        """The next line's text where it (in this block; across a block boundary: _resolve_bfc_head) opens with
-        the BFC warning's second sentence, "The caller indicates that this is not a failure" (a terminal or a
-        paste broke the line there; review, session 17)."""
-        pos = le + 1
-        if pos >= self._end:
-            return ""
-        nxt = block[pos:min(self._end, pos + 200)].lstrip(b" \t")
-        if not nxt.startswith(b"The caller " + P.TF_NOT_A_FAILURE.encode()):
-            return ""
-        return _decode(nxt.split(b"\n", 1)[0])
 
     def _env_scan(self, text: str) -> None:
         lower = None

@@ -73,17 +73,12 @@ _CRASH = re.compile(r"^\s*(?:[\w.]+\.)?[A-Za-z_]\w*(?:Error|Exception):(?! End o
                     r"^\s*Killed\s*$|exit(?:ed)? (?:with )?code -?[1-9]|" + _glog("F", "cc|h"))
 
 
-def bfc_went_on(e: OomEvent, scan: LogScan) -> bool:
-    """TensorFlow's BFC "not a failure" warning (an oom_caught line) is a caught shortage only if no crash
-    (_CRASH) follows it in the scanner's sample that holds it (a log's head or tail: in a long log a crash far
-    from the warning is not seen) (review, session 17: a warning above "Segmentation fault (core dumped)" or an
-    InternalError had read as "the job went on"). Nothing after it (a pasted warning): taken at its word.
-    Any other recovery line: True."""
-    return bfc_crash(e, scan) is None
-
-
 def bfc_crash(e: OomEvent, scan: LogScan) -> tuple[int, str] | None:
-    """(line, text) of the crash that follows a BFC "not a failure" warning (bfc_went_on), or None."""
+    """(line, text) of the crash that follows TensorFlow's BFC "not a failure" warning (an oom_caught line), or
+    None: the warning is a caught shortage only where None. The crash (_CRASH) is looked for in the scanner's
+    sample that holds the warning (a log's head or tail: in a long log a crash far from the warning is not seen)
+    (review, session 17: a warning above "Segmentation fault (core dumped)" or an InternalError had read as "the
+    job went on"). Nothing after it (a pasted warning): taken at its word. Any other recovery line: None."""
     if e.kind != "oom_caught" or TF_NOT_A_FAILURE not in e.text:
         return None
     got = _around(e, scan, e.line, e.line)  # from its first repeat: a crash between repeats counts too

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -77,13 +78,7 @@ _SPACE = re.compile(r"\s+")
 def word_counts(text: str) -> dict[str, int]:
     """Word unigrams and bigrams (lower-cased, letters only: _WORD) with their counts."""
     words = _WORD.findall(text[:MAX_TEXT].lower())
-    out: dict[str, int] = {}
-    for w in words:
-        out[w] = out.get(w, 0) + 1
-    for a, b in zip(words, words[1:]):
-        k = f"{a} {b}"
-        out[k] = out.get(k, 0) + 1
-    return out
+    return dict(Counter(words) + Counter(f"{a} {b}" for a, b in zip(words, words[1:])))
 
 
 def char_counts(text: str) -> dict[str, int]:
