@@ -322,6 +322,8 @@ MENTIONS = [
     "It performs a binary search over batch sizes that succeed or lead to CUDA OOM until convergence.",
     # round 6 (i1_*): a bold title in a numbered list, a modal's consequence, a situation a FAQ names
     "2. **Out of Memory Errors**",
+    # session 19 (aa8 dev benign, moved by the refit): a bold label alone on its line, over what follows
+    "**OOM (CUDA out of memory):**",
     "            mixed adapter may be too big and result in OOM errors).",
     "When using the official Docker image, RayWorkerVllm died due to OOM, causing the model to fail to load",
     # session 3 (j3/j5 dev): format strings and grep of source, a PR's own words, a message assigned in

@@ -247,13 +247,14 @@ _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){3,}\s*$"
 # title of a bug, not this job's failure (session 9, round z10 dev benign); unlinked too ("- #1234 Executor OOM ...",
 # "| #14407 | [BUG] ... |"), with an issue number of three or more digits.
 _ISSUE_ENTRY = re.compile(r"^\s*(?:\|\s*|[-*+]\s+)(?:\[#\d+\]\(https?://[^)\s]+\)|#\d{3,}\b\s*[|:\-\u2013]?\s)")
-# a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ..."
+# a list item or paragraph that opens with a bold label: "*   **Out of Memory (OOM):** Try ...", or a label alone on
+# its line over what follows ("**OOM (CUDA out of memory):**", a cuDF guide; found when session 19's refit moved it)
 # A troubleshooting entry's field ("**Symptoms:** Model loading fails or the process is killed"): docs.
 # Only the bold label, and only where the line quotes no error by name (an issue form's "Symptom:" field
 # holding a pasted message is a report).
 _SYMPTOM_FIELD = re.compile(r"(?i)^\s*(?:[-*+]\s+)?\*\*symptoms?(?::\*\*|\*\*:)")
 _NAMED_ERROR = re.compile(r"\b\w*(?:Error|Exception)\b|CUDA error|Tried to allocate|[A-Z]+_[A-Z_]{3,}")
-_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)\s"
+_BOLD_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,40}(?::\*\*|\*\*:)(?:\s|$)"  # or the label alone on its line
                          # or a list item that is only a bold title: "2. **Out of Memory Errors**"
                          r"|^\s*(?:[-*+]\s+|\d+\.\s+)\*\*[^*:\n]{1,60}\*\*:?\s*$")
 _MECHANISM_AFTER = re.compile(r"(?i)[ _-](?:killer|debugging|back-?off|handl(?:ing|er)s?|retry|retries|recovery|detection|detector|protection|"
