@@ -100,6 +100,11 @@ OTHER_HOLDER_WORDS = [
     # session 8, round w1 (dev): co-tenants named as such
     ("w1_darkflow_636", "On running multiple instances of the same pipeline, all at the same time in parallel on the same GPU, I get CUDA_ERROR_OUT_OF_MEMORY."),
     ("w1_nvctk_235", "firing up 20 containers using CUDA is pratically impossible, because each container is using ~600MB and thus, the GPU eventually gets out of memory"),
+    # session 19 (silver items, not gold): models, instances and contexts sharing one GPU; memory held by another's work
+    ("silver_vllm_4242", "I am trying to serve two models (tinyllama 1b) on the same GPU."),
+    ("silver_vllm_17979", "Running more than 1 vllm instance on a single GPU with VLLM V1 enabled fails."),
+    ("silver_stylegan2ada_70", "When using more than 1 GPU, multiple cuda contexts are created on GPU 0."),
+    ("silver_nvcaffe_196", "It seems like it cannot allocate memory if still used by the training (but plenty of GPU RAM available)"),
 ]
 
 
@@ -170,7 +175,8 @@ def test_a_device_side_assert_is_the_incident_not_the_cuda_errors_after_it():
 def test_one_process_or_one_step_is_not_another_holder():
     # each/every of the job's own parts, or one GPU per process, is no co-tenant
     for line in ["each step uses about 600MB more than the last", "every epoch takes 3 GB", "DDP with 4 processes, one per GPU",
-                 "we launch one process per device and each process uses 20GB of its own GPU"]:
+                 "we launch one process per device and each process uses 20GB of its own GPU",
+                 "two models fit on one node with 8 GPUs", "the memory reserved by PyTorch", "3 GB used by the model"]:
         assert not explain_text([line]).scan.env.get("other_holder"), line
 
 

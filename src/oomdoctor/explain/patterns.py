@@ -424,7 +424,13 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b|"
                                # co-tenants named as such: "multiple instances of the same pipeline ... on the same GPU",
                                # "each container is using ~600MB", "every process's CUDA context" (session 8, round w1)
-                               r"\b(?:multiple|several|many|two|three|\d+)\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas)\b[^.\n]{0,80}\b(?:same|one|single) (?:physical )?(?:GPU|card|device)\b|"
+                               r"\b(?:multiple|several|many|two|three|\d+|more than (?:one|1))\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances?|workers|tasks|jobs|replicas|"
+                               # session 19 (silver, rules alone: 13 of 180 other_process items first): models, programs and
+                               # contexts too ("two models on the same GPU", "more than 1 vllm instance on a single GPU",
+                               # "multiple cuda contexts are created on GPU 0")
+                               r"models|programs|scripts|contexts|servers|engines|copies)\b[^.\n]{0,80}\b(?:(?:same|one|single) (?:physical )?(?:GPU|card|device)|gpu ?0|cuda:0|first gpu)\b|"
+                               # held by someone named: "still used by the training", "used by other work"
+                               r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:other|another|different|previous|running|existing|training)\b|"
                                r"\b(?:each|every) (?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
                                r"(?![^.\n]{0,40}\b(?:its own|per) (?:GPU|card|device)\b))"
                                # the same in Chinese reports: occupied (by others), not released, another process, the same card
@@ -494,7 +500,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
                      "one physical", "single gpu", "single card", "single device", "single physical", "each container", "each pod",
                      "each process", "each worker", "each instance", "every container", "every pod", "every process", "every worker",
-                     "every instance",
+                     "every instance", "more than", "gpu 0", "used by", "held by", "taken by", "consumed by", "hogged by",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
