@@ -38,6 +38,8 @@ REAL_SHAPES = [
     ("ca_ollama_1236", "CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:7358: out of memory", "cuda_driver_oom", "true_capacity"),
     # HAMi-core's own prefix is "HAMI-core"; blogs retype it "HAMi-core" (session 4: the dev case was missed)
     ("c4_kubesimplify_hami", "[HAMi-core ERROR (pid:4309 ... allocator.c:52)]: Device 0 OOM 9185657856 / 8388608000", "hami_oom", "gpu_sharing_limit"),
+    # its predecessor's prefix (4paradigm k8s-vgpu-scheduler; a silver item, session 19)
+    ("silver_hami_67", "[4pdvGPU ERROR (pid:310 thread=140540260047872 allocator.c:53)]: Device 0 OOM 10852066933 / 10307502080", "hami_oom", "gpu_sharing_limit"),
     ("hs_vllm_1160", "(raylet) node_manager.cc:3007: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons", "ray_oom", "host_oom"),
     ("lo_overcomplete_5", "In `log_metrics.py`, there is a GPU memory leak when we use `monitoring=2`:", "leak_report", "leak_in_code"),
     # a quotation after what happened to the job is the job's error, not docs quoting a phrase

@@ -80,7 +80,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # YOLOv5/Ultralytics AutoBatch (utils/autobatch.py): its profiler logs a batch size that ran out of
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
-    ("hami_oom", r"\[HAM[Ii]-core ERROR[^\]]*\]:\s*Device \d+ OOM"),  # "HAMi-core" as blogs retype it
+    # (its predecessor, 4paradigm's k8s-vgpu-scheduler, logged the same line as "[4pdvGPU ERROR ...]")
+    ("hami_oom", r"\[(?:HAM[Ii]-core|4pdvGPU) ERROR[^\]]*\]:\s*Device \d+ OOM"),  # "HAMi-core" as blogs retype it
     ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
     # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
     # e.g. inside a MIG instance (pytorch/pytorch#112377): an OOM whose message was lost.
@@ -252,7 +253,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "oom_caught": ("insufficient to use tactic", "to CPU due to CUDA OOM", "preempted by PreemptionMode",
                    "indicates that this is not a failure"),
     "autobatch_settled": ("AutoBatch: Using batch-size",),
-    "hami_oom": ("-core ERROR",),
+    "hami_oom": ("-core ERROR", "4pdvGPU ERROR"),
     "hami_device_full": ("cuMemoryAllocate failed",),
     "torch_oom_nvml": ("NVML_SUCCESS",),
     "tensorrt_oom": ("Cuda Runtime (out of memory)", "Requested amount of GPU memory"),
@@ -353,7 +354,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     "mig": re.compile(r"\bMIG \d+g\.\d+gb\b|\bnvidia\.com/mig-\d+g"),
     "kernel_release": re.compile(r"\b([3-6]\.\d{1,2}\.\d{1,3}-[0-9][\w.\-]*?(?:el\d|generic|amzn|azure|aws|gcp|default|x86_64)[\w.\-]*)"),
     "driver_version": re.compile(r"Driver Version:?\s*([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)"),
-    "hami": re.compile(r"HAM[Ii]-core|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
+    "hami": re.compile(r"HAM[Ii]-core|4pdvGPU|CUDA_DEVICE_MEMORY_LIMIT|nvidia\.com/gpumem|libvgpu\.so"),
     # WSL2: the kernel name, a Windows drive under /mnt, a default Windows host name in a prompt.
     "wsl": re.compile(r"microsoft-standard-WSL2|\bWSL ?2?\b|/mnt/[c-h]/|@DESKTOP-[A-Z0-9]{5,}"),
     "vcuda": re.compile(r"\bvcuda\b|tencent\.com/vcuda|gpu-manager"),
@@ -481,7 +482,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "mig": ("MIG ", "nvidia.com/mig-"),
     "kernel_release": tuple(f"el{d}" for d in range(10)) + ("generic", "amzn", "azure", "aws", "gcp", "default", "x86_64"),
     "driver_version": ("Driver Version",),
-    "hami": ("HAMI-core", "HAMi-core", "CUDA_DEVICE_MEMORY_LIMIT", "nvidia.com/gpumem", "libvgpu.so"),
+    "hami": ("HAMI-core", "HAMi-core", "4pdvGPU", "CUDA_DEVICE_MEMORY_LIMIT", "nvidia.com/gpumem", "libvgpu.so"),
     "wsl": ("WSL", "/mnt/", "@DESKTOP-"),
     "vcuda": ("vcuda", "gpu-manager"),
     "smi_process": ("MiB",),
