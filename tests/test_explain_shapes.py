@@ -1038,6 +1038,20 @@ def test_late_failure_and_growth_as_reporters_write_them() -> None:
         assert not explain_text([line]).scan.env.get("late_failure"), line
 
 
+def test_session19_growth_and_late_failure_in_more_words() -> None:
+    # silver leak items (session 19): VRAM or GPU usage as the subject, what builds up run after run until the OOM,
+    # number words and hedges before the epochs, "after a while"
+    for line, key in [("It seems the GPU consumption keeps increasing in the training loop", "growth"),
+                      ("it does not release the last cached output and keeps building up until it goes out of memory", "growth"),
+                      ("llama-server vram usage gradually increasing each run until OOM", "growth"),
+                      ("I kept OOMing after maybe six epochs of MNIST training", "late_failure"),
+                      ("When I use .predict(...) in a loop I run out of memory after a while", "late_failure")]:
+        assert explain_text([line]).scan.env.get(key), line
+    for line in ["VRAM usage is 6 GB at batch size 8", "GPU usage stays at 40%", "after two weeks of debugging I found the batch was too big",
+                 "it builds a graph of 20 layers"]:
+        assert not explain_text([line]).scan.env.get("growth"), line
+
+
 def test_review_session7_real_failures_stay_failures() -> None:
     # (review) the session-7 mention and article rules must not hide these real failures
     for lines in (

@@ -388,7 +388,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                              r"\b(?:code|config|script) already (?:has|have|set|use)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
-    "growth": re.compile(r"(?i)(?<!allow )(?<!set_)memory(?! growth)[^.\n]{0,50}?"
+    "growth": re.compile(r"(?i)(?:(?<!allow )(?<!set_)memory(?! growth)|\bvram\b|\bgpu (?:memory )?(?:usage|consumption))[^.\n]{0,50}?"
                          # not denied: "GPU memory does not keep increasing, it stays at 20G" (review, session 10)
                          r"(?<!\bnot )(?<!n't )(?<!\bnot keep )(?<!n't keep )(?<!\bnever )(?<!\bno longer )\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
@@ -400,6 +400,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          r"more and more|larger and larger|bigger and bigger|higher and higher)\b"
                          # the comparative: "the more time I train the model the larger memory is occupied"
                          r"|\bthe (?:more|longer)\b[^.\n]{0,60}\bthe (?:more|larger|bigger|higher)\b[^.\n]{0,15}\bmemory"
+                         # session 19 (silver leak items, rules alone): what piles up run after run until the OOM ("it does not
+                         # release the last cached output and keeps building up until it goes out of memory", "vram usage
+                         # gradually increasing each run until OOM")
+                         r"|\b(?:build(?:s|ing)? up|pil(?:es|ing) up|accumulat\w+)\b[^.\n]{0,40}\buntil\b"
+                         r"|\b(?:each|every) (?:time|run|call|request|generation|image|inference|iteration|step|epoch|batch)\b[^.\n]{0,60}\buntil\b[^.\n]{0,30}(?:out of memory|\boom\b|\bfull\b)"
                          # Chinese: (video) memory keeps / steadily / more and more increasing ("显存会一直增加到爆了";
                          # session 10, the text-only expert reading of dev reports)
                          # (a growth verb, not a level: "显存一直大于20G" / "持续高位" is none; not negated: review, session 10)
@@ -451,12 +456,15 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # saying "memory leak" were leaks.
     "leak_said": re.compile(r"(?i)\b(?:memory[ -]leak\w*|leak(?:s|ed|ing)? (?:\w+ ){0,2}memory)|(?:内存|显存)泄[漏露]"),
     # A job that ran for a while before failing: memory that grows (or a rare larger batch).
-    "late_failure": re.compile(r"(?i)\bafter (?:a (?:few|couple of)|several|many|so many|some|\d+) (?:\w+ )?"
+    "late_failure": re.compile(r"(?i)\bafter (?:maybe |about |around |roughly |approximately |like |only )?(?:a (?:few|couple of)|several|many|so many|some|\d+|"
+                               r"two|three|four|five|six|seven|eight|nine|ten|a dozen|dozens of|hundreds of|thousands of) (?:\w+ )?"
                                r"(?:iterations|epochs|steps|batches|hours|minutes|images|generations|requests|runs|calls)\b"
                                # "during the 23rd EPOCH", "crashes at iteration 68", "after approximately epoch ~50"
                                r"|\b(?:at|in|during|on|around|after) (?:the )?(?:approximately |about |around )?~?(?:[2-9]|\d{2,})(?:st|nd|rd|th) "
                                r"(?:epoch|iteration)\b"
-                               r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"),
+                               r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"
+                               # "I run out of memory after a while", "OOM after some time"
+                               r"|\b(?:out of memory|oom\w*|crash\w*|fails?)\b[^.\n]{0,30}\bafter (?:a while|some time)\b"),
     "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
 }
 
@@ -495,7 +503,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                    "till get", "till have", "till fail", "till crash", "till the same", "already ha", "already set",
                    "already use"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
-    "growth": ("memory", "显存", "内存"),
+    "growth": ("memory", "显存", "内存", "vram", "gpu usage", "gpu consumption", "gpu memory"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
