@@ -1931,3 +1931,12 @@ def test_a_wrapped_bfc_pair_split_by_a_read_block_boundary() -> None:
     assert [e.kind for e in scan("Epoch 0\n" + head + "\n").events] == ["tf_oom"]
     # another file's first line never completes this one's warning
     assert [e.kind for e in scan(head + "\n", tail + "\n", sources=("a.log", "b.log")).events] == ["tf_oom"]
+
+
+def test_a_log_line_pasted_as_one_code_span_is_read_as_the_line() -> None:
+    # silver (session 19): a report's whole failure line in inline code is the line itself, not a short quotation
+    ex = explain_text(["`srun: error: gpu001: task 0: Out Of Memory`", "#SBATCH --mem=0"])
+    assert ex.primary is not None and ex.primary.kind == "kernel_oom" and ex.hypotheses[0].category == "host_oom"
+    # a quotation inside prose, or a docs list item, stays a mention
+    for line in ["the `CUDA out of memory` error means the GPU is full", "- `CUDA out of memory`"]:
+        assert explain_text([line]).primary is None, line

@@ -220,8 +220,11 @@ def is_mention(line: str, start: int, end: int) -> bool:
         close = _CLOSE.get(q, q)
         j = line.find(close, end)
         # reported ("I get `...`") unless it names a kind of error in the plural, as a FAQ does
-        if 0 <= j - end <= 40 and (not _REPORTED_BEFORE.search(before[: qm.start()])
-                                   or _KIND_PLURAL.match(line, j + len(close))):
+        # (not a line that is one code span and nothing else, "`srun: error: gpu001: task 0: Out Of Memory`": a
+        # log line pasted in inline code; silver, session 19)
+        whole = not line[:start - len(before) + qm.start()].strip() and not line[j + len(close):].strip()
+        if 0 <= j - end <= 40 and not (whole and q == "`") and (not _REPORTED_BEFORE.search(before[: qm.start()])
+                                                               or _KIND_PLURAL.match(line, j + len(close))):
             return True
     return False
 
