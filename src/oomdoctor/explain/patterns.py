@@ -503,7 +503,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                    "till get", "till have", "till fail", "till crash", "till the same", "already ha", "already set",
                    "already use"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
-    "growth": ("memory", "显存", "内存", "vram", "gpu usage", "gpu consumption", "gpu memory"),
+    "growth": ("memory", "显存", "内存", "vram", "gpu usage", "gpu consumption", "gpu memory", "until"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
@@ -551,6 +551,9 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"ame card", b"ame device", b"ame physical", b"ne GPU", b"ne gpu", b"ne card", b"ne device", b"ne physical",
     b"ingle GPU", b"ingle gpu", b"ingle card", b"ingle device", b"ingle physical",
     *(f"{a} {n}".encode() for a in ("ach", "very") for n in ("container", "pod", "process", "worker", "instance")),
+    # session 19: what builds up until the OOM; memory held by another's work ("still used by the training"; Java's
+    # "Caused by" is a candidate too, a cost in the head only); "more than 1 ... instance on a single GPU"
+    b"until", b"Until", b"used by", b" held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
