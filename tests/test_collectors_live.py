@@ -327,3 +327,17 @@ def test_daemonset_names_the_node_and_reads_the_hosts_os_release(tmp_path):
     facts = {e.key: e for e in collect_system(ctx)}
     assert facts["host.name"].value == "gpu-node-17" and facts["host.name"].source == "env:NODE_NAME"
     assert facts["os.id"].value == "rocky 8.9"
+
+
+def test_an_emptied_hami_variable_is_no_hami(tmp_path):
+    # a shell that blanks CUDA_DEVICE_MEMORY_LIMIT / LD_PRELOAD has no HAMi limit (session 19: the H200 run's
+    # "outside the container" reading still saw HAMi from the empty variable)
+    from oomdoctor.collectors.sharing import collect_sharing
+
+    def hami(env):
+        ctx = CollectContext(root=tmp_path, env=env, runner=FakeRunner(),
+                             gpu=LiveBackend(PynvmlBackend(FakeNvml(init_error=12)), SmiCommandBackend(FakeRunner())))
+        return next(e for e in collect_sharing(ctx) if e.key == "sharing.hami").value
+
+    assert hami({"CUDA_DEVICE_MEMORY_LIMIT": "", "LD_PRELOAD": ""}) is None
+    assert hami({"CUDA_DEVICE_MEMORY_LIMIT": "4g"})["memory_limit"] == 4 * 1024**3

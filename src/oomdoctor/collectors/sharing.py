@@ -115,12 +115,13 @@ def _preloaded(ctx: CollectContext) -> tuple[list[str], list[str]]:
 
 def _hami(ctx: CollectContext) -> Entry:
     env = ctx.env
-    limits = {k: v for k, v in env.items() if re.fullmatch(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?", k)}
+    # (an empty value sets nothing: a shell that blanks the variable has no HAMi limit)
+    limits = {k: v for k, v in env.items() if re.fullmatch(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?", k) and v.strip()}
     file_libs, env_libs = _preloaded(ctx)
     preload = [lib for lib in file_libs + env_libs if "vgpu" in lib.lower()]
     libvgpu = ctx.exists("usr/local/vgpu/libvgpu.so")
     other = {k: env[k] for k in ("CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_OVERSUBSCRIBE",
-                                 "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL") if k in env}
+                                 "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL") if env.get(k, "").strip()}
     if not limits and not preload and not libvgpu and not other:
         if ctx.env_missing:
             return unproven(ctx, "sharing.hami", "CUDA_DEVICE_MEMORY_LIMIT and LD_PRELOAD unknown")

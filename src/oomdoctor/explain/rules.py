@@ -335,9 +335,14 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     _env_hints(b, env)
 
 
+# HAMi's own lines in a log ("[HAMI-core Msg ...]: Initializing"): the layer is there, its limit unknown.
+# rules_by_kind.fact_rules takes this back when the limit in hand would have allowed the job.
+HAMI_LOG_WEIGHT = 1.4
+
+
 def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
     if env.get("hami"):
-        b.add("gpu_sharing_limit", 1.4, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
+        b.add("gpu_sharing_limit", HAMI_LOG_WEIGHT, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
               "enforces a per-container memory limit", "raise nvidia.com/gpumem for the pod")
     if env.get("vcuda"):
         b.add("gpu_sharing_limit", 1.0, "the log mentions tkestack gpu-manager / vcuda, which hooks CUDA to "

@@ -11,6 +11,7 @@ from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, 
 from oomdoctor.explain.patterns import LEAK_DENIED
 from oomdoctor.explain.rules import (
     CONTEXT_MAX,
+    HAMI_LOG_WEIGHT,
     Board,
     _capacity_fix,
     _slice_evidence,
@@ -556,6 +557,29 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
     return 2.0, ""
 
 
+def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str]:
+    """How much HAMi being there says: with its limit in hand (CUDA_DEVICE_MEMORY_LIMIT[_i]), whether this job's
+    memory and its request fit under it. Inside a HAMi container CUDA's and NVML's totals are the limit (the hook
+    rewrites both), so the card's size cannot be the measure (H200, session 19, validation/explain_here_hami.py:
+    a limit set above the card and a job too big for the card read as the limit at 0.95)."""
+    h = facts.value("sharing.hami")
+    if not isinstance(h, dict) or primary is None:
+        return 2.0, ""
+    n = primary.numbers
+    gpu = primary.details.get("gpu")
+    per = h.get("memory_limits") or {}
+    limit = per.get(str(gpu)) if gpu is not None and isinstance(per, dict) else None
+    limit = limit if isinstance(limit, int) else h.get("memory_limit")
+    own = own_figure(n.get("process_bytes"), n.get("reserved_bytes"), n.get("allocated_bytes"),
+                     n.get("reserved_unallocated_bytes"), None)
+    x = n.get("requested_bytes")
+    if not isinstance(limit, int) or limit <= 0 or own is None or x is None:
+        return 2.0, ""
+    if own + x <= limit:
+        return 0.3, f"; but its limit ({fb(limit)}) would have allowed this job's {fb(own)} and {fb(x)} asked"
+    return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its HAMi limit ({fb(limit)})"
+
+
 def _mps_server_runs(facts: FactSet) -> bool:
     from oomdoctor.facts.gpu import is_mps_server  # facts only come with --here / --bundle (rank.py)
 
@@ -581,7 +605,11 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
                        ("sharing.mps", "MPS")):
         v = facts.value(key)
         if gpu_oom and v:
-            w, why = _mps_weight(facts, primary, physical) if key == "sharing.mps" else (2.0, "")
+            w, why = (_mps_weight(facts, primary, physical) if key == "sharing.mps"
+                      else _hami_weight(facts, primary) if key == "sharing.hami" else (2.0, ""))
+            if key == "sharing.hami" and w < 1 and any(e.startswith("the log shows HAMi")
+                                                       for e in b.evidence.get("gpu_sharing_limit", [])):
+                w -= HAMI_LOG_WEIGHT  # the limit in hand allowed the job: the log's HAMi lines only say it is there
             if isinstance(v, dict) and v.get("daemon_gone") and not _mps_server_runs(facts):
                 # killed without quit and no MPS server left: new clients run without MPS (H100, session 16);
                 # its limit held only for a job that ran before it died (review, session 16): a lead at most
@@ -613,7 +641,9 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
                   f"{key} = {v if isinstance(v, int) else len(v)}: the OOM killer acted on this machine", HOST_FIX)
             used.append(key)
     gpus = facts.value("driver.gpus") or []
-    if total and gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes"):
+    # (not under HAMi: its NVML hook reports the container's limit as the card's total, above the card too when
+    # the limit is; H200, session 19)
+    if total and gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes") and not facts.value("sharing.hami"):
         phys = int(gpus[0]["memory_total_bytes"])
         if total < 0.8 * phys:
             b.add("gpu_sharing_limit", 1.8, f"CUDA total {fb(total)} is far below the GPU's {fb(phys)} (NVML)")
