@@ -58,6 +58,9 @@ FIRING = [
     ("SHR002", {"sharing__mps": {"pipe_directory": "/tmp/nvidia-mps", "pinned_device_mem_limit": "0=2G"}}, "warning", "gpu_sharing_limit", "2.00 GiB"),
     ("SHR002", {"sharing__mps": {"pipe_directory": "/tmp/nvidia-mps", "control_present": True}}, "info", "other_process", "MPS is in use"),
     ("SHR003", {"sharing__hami": {"memory_limits": {"0": "3000m"}}}, "warning", "gpu_sharing_limit", "2.93 GiB"),
+    # HAMi's limit not in CUDA's path (H200, CUDA 13, session 19): PyTorch sees the whole card
+    ("SHR003", {"sharing__hami": {"memory_limit": 2 * GiB}, "torch__devices": [
+        {"name": "NVIDIA H200", "total_memory": 140 * GiB, "capability": "9.0"}]}, "warning", "other_process", "not applied to CUDA"),
     ("SHR004", {"sharing__vcuda": {"config": "/etc/vcuda/vcuda.config"}, "cuda__torch_runtime": "12.1"}, "error", "context_or_driver", "only up to 11.5"),
     ("SHR004", {"sharing__vcuda": {"config": "/etc/vcuda/vcuda.config"}, "sharing__k8s_resources": [
         {"pod": "p", "container": "c", "resource": "tencent.com/vcuda-memory", "value": "32"}], "cuda__torch_runtime": "11.3"}, "warning", "gpu_sharing_limit", "32 x 256 MiB = 8.00 GiB"),
@@ -150,3 +153,11 @@ def test_processes_named_in_the_jobs_logs_are_not_other_processes():
     facts = make_facts(driver__gpus=[a100(used=71 * GiB)], sharing__processes=procs, workload__oom_events=log)
     assert list(CHECKS["SHR010"].fn(facts)) == []
     assert list(CHECKS["SHR010"].fn(make_facts(driver__gpus=[a100(used=71 * GiB)], sharing__processes=procs)))
+
+
+def test_hami_applied_to_cuda_is_not_flagged():
+    # the hook in CUDA's path: PyTorch sees the limit (or less) as the card; a limit above the card binds nothing
+    for total, limit in ((2 * GiB, 2 * GiB), (140 * GiB, 400 * GiB)):
+        titles = [f.title for f in CHECKS["SHR003"].fn(make_facts(sharing__hami={"memory_limit": limit}, torch__devices=[
+            {"name": "NVIDIA H200", "total_memory": total, "capability": "9.0"}]))]
+        assert titles and not any("not applied" in t for t in titles), titles
