@@ -30,6 +30,10 @@ REAL_SHAPES = [
     ("cn_jaxsim_50", "2023-10-04 12:33:47.594219: E external/xla/xla/stream_executor/cuda/cuda_driver.cc:268] failed call to cuInit: CUDA_ERROR_UNKNOWN: unknown error", "driver_error", "context_or_driver"),
     ("c5_nvidiadocker_966", "   Failed to initialize NVML: Unknown Error", "driver_error", "context_or_driver"),
     # (a line that is one code span reads as the line itself since session 19: TensorFlow's stream executor message)
+    # session 19 (silver): a driver API call named with its out-of-memory result is the driver's error
+    ("silver_pvnet_13", "CUDA error at cuCtxCreate: Out of memory", "cuda_driver_oom", "other_process"),
+    ("silver_zluda_306", "Out of memory in cuStreamCreate(&cuda_stream_, CU_STREAM_NON_BLOCKING) (queue.cpp:21)", "cuda_driver_oom", "context_or_driver"),
+    ("silver_virtualobj_1", 'caught exception: Encountered a CUDA error: cudaDriver().CuDevicePrimaryCtxRetain( &context, dev.get() ) returned (2): Out of memory', "cuda_driver_oom", "other_process"),
     ("c5_squeezedet_77", "`failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`", "tf_oom", "other_process"),
     ("cn_digits_799", "F0528 22:26:23.117558 13844 syncedmem.hpp:18] Check failed: error == cudaSuccess (30 vs. 0) unknown error", "driver_error", "context_or_driver"),
     ("cn_pytorch_112950", 'RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at "../c10/cuda/CUDACachingAllocator.cpp":1123, please report a bug to PyTorch.', "torch_oom_nvml", "context_or_driver"),

@@ -494,7 +494,7 @@ def _norm(text: str) -> str:
 
 
 _CALL_SITES = (
-    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "cuCtxCreate")),
+    ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "CuDevicePrimaryCtxRetain", "cuCtxCreate")),
     ("pinned host memory (pin_memory)", ("pin_memory",)),
     ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
     ("cuBLAS/cuDNN handle creation", ("cublasCreate", "cudnnCreate", "getCurrentCUDABlasHandle")),

@@ -130,7 +130,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("batch_finder", r"No executable batch size found, reached zero"),
     # The CUDA driver/runtime's own error, not the caching allocator's (cudaErrorMemoryAllocation = 2,
     # CUDA_ERROR_OUT_OF_MEMORY) [CUDAERR]: context creation, cuBLAS/cuDNN handles, pinned host memory.
-    ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"),
+    ("cuda_driver_oom", r"CUDA error: out of memory|CUDA driver error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error 2 \(out of memory\)|CUDA error 2 at \S+: out of memory|error == cudaSuccess \(2 vs\. 0\)"
+                        # a driver API call named with its out-of-memory result (silver, session 19): "CUDA error at cuCtxCreate:
+                        # Out of memory", "CuDevicePrimaryCtxRetain( &context, dev.get() ) returned (2): Out of memory",
+                        # "Out of memory in cuStreamCreate(&cuda_stream_, ...)"
+                        r"|\b[Cc]u(?:CtxCreate|DevicePrimaryCtxRetain|StreamCreate|MemAlloc|MemCreate)\w*\b[^\n]{0,80}?[Oo]ut of memory"
+                        r"|\b[Oo]ut of memory in cu(?:CtxCreate|DevicePrimaryCtxRetain|StreamCreate|MemAlloc|MemCreate)\w*"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
     # Theano's CNMeM pool (lib.cnmem) reports its start-up reservation the same way (CNMEM_STATUS_*).
@@ -269,7 +274,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle"),
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
-    "cuda_driver_oom": ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
+    "cuda_driver_oom": ("out of memory", "Out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),
     "cublas_cudnn": ("_STATUS_", "cuDNN failed to initialize", "cublas runtime error"),
     "shm_error": ("shared memory", "</torch_", "capacity of /dev/shm", "killed by signal: Bus", "No space left on device", "failed to extend /dev/shm"),
     "dataloader_killed": ("killed by signal: Killed",),
