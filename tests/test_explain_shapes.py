@@ -1945,3 +1945,13 @@ def test_a_log_line_pasted_as_one_code_span_is_read_as_the_line() -> None:
     # a quotation inside prose, or a docs list item, stays a mention
     for line in ["the `CUDA out of memory` error means the GPU is full", "- `CUDA out of memory`"]:
         assert explain_text([line]).primary is None, line
+
+
+def test_a_request_of_over_a_hundred_cards_is_a_size_gone_wrong() -> None:
+    # dev af1_simba_attack_8 (1339.86 GiB on a 10.92 GiB card): not_oom first, the real need second
+    line = ("RuntimeError: CUDA out of memory. Tried to allocate 1339.86 GiB (GPU 0; 10.92 GiB total capacity; "
+            "1.02 GiB already allocated; 8.95 GiB free; 1.03 GiB reserved in total by PyTorch)")
+    assert [h.category for h in explain_text([line]).hypotheses][:2] == ["not_oom", "true_capacity"]
+    # ten times the card is a real need that does not fit
+    line = line.replace("1339.86 GiB", "109.20 GiB")
+    assert explain_text([line]).hypotheses[0].category == "true_capacity"
