@@ -1955,3 +1955,13 @@ def test_a_request_of_over_a_hundred_cards_is_a_size_gone_wrong() -> None:
     # ten times the card is a real need that does not fit
     line = line.replace("1339.86 GiB", "109.20 GiB")
     assert explain_text([line]).hypotheses[0].category == "true_capacity"
+
+
+def test_a_137_after_a_stop_that_timed_out_is_no_oom() -> None:
+    # silver (session 19): Docker's SIGKILL after the grace period; torchrun's SIGTERM to other ranks is no such stop
+    ex = explain_text(["Container takes 10s timeout to stop, exits with code 137"])
+    assert ex.hypotheses[0].category == "not_oom", [h.category for h in ex.hypotheses]
+    ex = explain_text(["Sending process 4243 closing signal SIGTERM",
+                       "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4242)",
+                       "Exited with code 137"])
+    assert ex.hypotheses[0].category == "host_oom"

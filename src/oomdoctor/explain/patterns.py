@@ -388,6 +388,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,50}"),
     # A line anywhere in the text that says a fix did not help ("It did not help, same error.", "My code already has:"),
     # read with pool_setting: the setting was tried, so the pool is not the answer (review, session 11).
+    # A stop, not the OOM killer, behind a 137: Docker sends SIGKILL when a container does not stop within its grace
+    # period ("Container takes 10s timeout to stop, exits with code 137"; silver, session 19). Not SIGTERM alone:
+    # torchrun sends it to the other ranks when one is OOM-killed.
+    "stop_kill": re.compile(r"(?i)\bdocker(?:-compose| compose)? stop\b|\bgrace period\b|\bgraceful(?:ly)? shut|"
+                            r"\btime ?out to stop\b|\bstop timeout\b|\btimes? out and stops?\b|\bdid ?n[o']t stop in time\b"),
     "fix_denied": re.compile(r"\b(?:did ?n[o']t|does ?n[o']t|do not|not) (?:help|work|fix|solve|change)|\bsame (?:error|issue|problem)\b|"
                              r"\bno effect\b|\bto no avail\b|\b[Ss]till (?:get|have|fail|crash|the same)|"
                              r"\b(?:code|config|script) already (?:has|have|set|use)"),
@@ -524,8 +529,10 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "g iteration ", "d epoch ", "d iteration ", "r epoch ", "r iteration ", "y epoch ", "y iteration "),
     "leak_words": ("graph", "no_grad", "detach", "creeping", "ops ", "nodes "),
     "leak_said": ("leak", "泄"),
+    "stop_kill": ("stop", "grace"),
 }
-ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said"})
+ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said",
+                          "stop_kill"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
 MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied"}  # a setting quoted in docs is no machine fact
@@ -558,7 +565,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     *(f"{a} {n}".encode() for a in ("ach", "very") for n in ("container", "pod", "process", "worker", "instance")),
     # session 19: what builds up until the OOM; memory held by another's work ("still used by the training"; Java's
     # "Caused by" is a candidate too, a cost in the head only); "more than 1 ... instance on a single GPU"
-    b"until", b"Until", b"used by", b" held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
+    b"stop", b"Stop", b"grace", b"Grace", b"until", b"Until", b"used by", b" held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 

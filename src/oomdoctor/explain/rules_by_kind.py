@@ -207,6 +207,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k == "exit_137":
         b.add("host_oom", 2.0, "exit code 137 = 128 + SIGKILL, the usual mark of the OOM killer (but docker "
               "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
+        if env.get("stop_kill"):
+            b.add("not_oom", 2.6, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
+                  "to a container that does not stop within its grace period, with memory to spare",
+                  "handle SIGTERM in the container's main process (exec form of CMD, an init such as tini) or raise "
+                  "the stop timeout (docker stop -t, terminationGracePeriodSeconds)")
     elif k == "xid":
         x = d.get("xid")
         if x in _XID_PROGRAM:
