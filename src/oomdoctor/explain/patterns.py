@@ -565,7 +565,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     *(f"{a} {n}".encode() for a in ("ach", "very") for n in ("container", "pod", "process", "worker", "instance")),
     # session 19: what builds up until the OOM; memory held by another's work ("still used by the training"; Java's
     # "Caused by" is a candidate too, a cost in the head only); "more than 1 ... instance on a single GPU"
-    b"stop", b"Stop", b"grace", b"Grace", b"until", b"Until", b"used by", b" held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
+    b"stop", b"Stop", b"grace", b"Grace", b"until", b"Until", b"used by", b"held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
