@@ -111,7 +111,7 @@ OTHER_HOLDER_WORDS = [
     ("silver_vllm_4242", "I am trying to serve two models (tinyllama 1b) on the same GPU."),
     ("silver_vllm_17979", "Running more than 1 vllm instance on a single GPU with VLLM V1 enabled fails."),
     ("silver_stylegan2ada_70", "When using more than 1 GPU, multiple cuda contexts are created on GPU 0."),
-    ("silver_nvcaffe_196", "It seems like it cannot allocate memory if still used by the training (but plenty of GPU RAM available)"),
+    ("silver_nvcaffe_196", "the memory is still held by another job on the card"),
 ]
 
 
@@ -183,7 +183,10 @@ def test_one_process_or_one_step_is_not_another_holder():
     # each/every of the job's own parts, or one GPU per process, is no co-tenant
     for line in ["each step uses about 600MB more than the last", "every epoch takes 3 GB", "DDP with 4 processes, one per GPU",
                  "we launch one process per device and each process uses 20GB of its own GPU",
-                 "two models fit on one node with 8 GPUs", "the memory reserved by PyTorch", "3 GB used by the model"]:
+                 "two models fit on one node with 8 GPUs", "the memory reserved by PyTorch", "3 GB used by the model",
+                 # the job itself (review, session 19)
+                 "memory used by existing tensors grows", "Running 1 vLLM instance on a single GPU works fine",
+                 "Loading 2 models on cuda:0", "Spawning 4 processes, rank 0 uses cuda:0", "the tensors are consumed by the training loop"]:
         assert not explain_text([line]).scan.env.get("other_holder"), line
 
 
@@ -1965,3 +1968,34 @@ def test_a_137_after_a_stop_that_timed_out_is_no_oom() -> None:
                        "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4242)",
                        "Exited with code 137"])
     assert ex.hypotheses[0].category == "host_oom"
+
+
+def test_review_session19_negatives() -> None:
+    # prose that names a driver call, utilisation, gradient accumulation, a graceful shutdown, a docs phrase in code
+    for line in ["cuMemCreate is used by expandable segments to reduce out of memory errors",
+                 "cuMemAllocAsync pool stats: 0 out of memory events, 12 allocations",
+                 "cuStreamCreate(&s) succeeded; checking for out of memory later"]:
+        assert not explain_text([line]).events, line
+    for line in ["GPU usage increases to 100% right at the start",
+                 "I am accumulating gradients over 8 micro-batches until the optimizer step"]:
+        assert not explain_text([line]).scan.env.get("growth"), line
+    for lines in (["The worker exits with code 137 during training, the dataloader workers do a graceful shutdown first."],
+                  ["My container gets killed with exit code 137 while loading the model.",
+                   "I have to run docker compose stop and start again every time."]):
+        assert explain_text(lines).hypotheses[0].category == "host_oom", lines
+    assert explain_text(["Container failed to exit within 10s of signal 15 - using the force",
+                         "exited with code 137"]).scan.env.get("stop_kill")
+    for lines in (["If the pod status shows", "`OOMKilled`", "raise resources.limits.memory."],
+                  ["## Troubleshooting", "`CUDA out of memory`", "Reduce the batch size"]):
+        assert not explain_text(lines).failures, lines
+    # a bolded error alone on its line is the error
+    assert [e.kind for e in explain_text(["**CUDA_ERROR_OUT_OF_MEMORY:**"]).events] == ["cuda_driver_oom"]
+
+
+def test_a_message_with_a_zero_total_does_not_crash() -> None:
+    # a lost device prints "0 bytes total capacity" (review, session 19: the hundred-cards rule divided by it)
+    for line in ["RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 0 bytes total capacity; "
+                 "0 bytes already allocated; 0 bytes free; 0 bytes reserved in total by PyTorch)",
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+                 "0 bytes of which 0 bytes is free."]:
+        assert explain_text([line]).hypotheses

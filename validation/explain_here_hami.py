@@ -36,6 +36,7 @@ CACHE_DIR = Path("/tmp/oomd-hami")
 # The job's need in GiB (NEED_GIB): under HAMi the device's total is the limit (cuDeviceTotalMem and
 # cudaMemGetInfo are hooked), so the shares below are of the physical card, read outside the container.
 NEED_ABS = H2.NEED.replace('need = float(os.environ["NEED"]) * total', 'need = float(os.environ["NEED_GIB"]) * GiB')
+assert NEED_ABS != H2.NEED, "explain_here_gpu2.NEED changed: NEED_GIB is no longer applied"
 
 # A job on the CUDA driver API itself (cuMemAlloc_v2, the symbol HAMi-core's hook exports): the C programs
 # HAMi's own tests use, for where a framework's runtime reaches the driver by entry points the hook does not
@@ -48,6 +49,7 @@ int main(void) {
     CUdevice d; CUcontext c; CUdeviceptr p; const char *name = 0, *msg = 0;
     double need = atof(getenv("NEED_GIB") ? getenv("NEED_GIB") : "1");
     size_t total = 0, free_b = 0;
+    setvbuf(stdout, NULL, _IONBF, 0);  /* one log file for both streams: keep their order */
     if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) { fprintf(stderr, "context failed\n"); return 3; }
     cuMemGetInfo(&free_b, &total);
     printf("device memory: %.2f GiB total, %.2f GiB free; allocating %.1f GiB\n", total / 1073741824.0,

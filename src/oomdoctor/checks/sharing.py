@@ -137,16 +137,17 @@ def _hami_not_applied(facts: FactSet, limits: dict[str, int | None]) -> Iterator
     an H200, driver 580, HAMi-core 8f3a89c: NVML showed the limit, PyTorch the whole card, and a 42 GiB job ran
     under a 21 GiB limit; HAMi-core#233; docs/validation/explain.md, session 19). The limit then isolates nothing."""
     seen: list[tuple[str, int, str]] = []
-    for d in as_list(facts.value("probe.mem_get_info")):
+    for i, d in enumerate(as_list(facts.value("probe.mem_get_info"))):
         if isinstance(d, dict) and as_int(d.get("total_bytes")):
-            seen.append((str(d.get("gpu", 0)), int(d["total_bytes"]), "probe.mem_get_info"))
+            gpu = d.get("gpu")
+            seen.append((str(gpu if isinstance(gpu, int) else i), int(d["total_bytes"]), "probe.mem_get_info"))
     if not seen:
         for i, d in enumerate(as_list(facts.value("torch.devices"))):
             if isinstance(d, dict) and as_int(d.get("total_memory")):
                 seen.append((str(i), int(d["total_memory"]), "torch.devices"))
     for gpu, total, key in seen:
         limit = limits.get(gpu) or limits.get("all")
-        if limit and total > 1.05 * limit:
+        if limit and limit > 0 and total > 1.05 * limit:
             yield finding("SHR003", L, Severity.WARNING, Confidence.MEDIUM,
                           f"HAMi's limit ({mib(limit)}) is not applied to CUDA here: PyTorch sees {mib(total)} on GPU {gpu}",
                           "the hook is not in CUDA's path (a CUDA runtime newer than the HAMi-core build hooks, e.g. "

@@ -195,6 +195,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
     if comment is not None and _HEDGE.search(line, comment.end(), start):
         return True  # "jobs_per_gpu: 1  # If each GPU has large memory, ... (until OOM)": a config's comment
     label = _BOLD_LABEL.match(line)
+    if label is not None and not line[label.end():].strip() and _NAMED_ERROR.search(line):
+        label = None  # a bolded error alone on its line ("**CUDA_ERROR_OUT_OF_MEMORY:**") is the error, not a label (review)
     if (_TABLE_ROW.match(line) or _ISSUE_ENTRY.match(line) or (label is not None and start < label.end()) or _TYPESET_QUOTE_LINE.match(line)
             or (_SYMPTOM_FIELD.match(line) and not _NAMED_ERROR.search(line))):
         return True  # a Markdown table of errors, or a bold label ("**Out of Memory (OOM):** try ..."): docs
@@ -222,7 +224,8 @@ def is_mention(line: str, start: int, end: int) -> bool:
         # reported ("I get `...`") unless it names a kind of error in the plural, as a FAQ does
         # (not a line that is one code span and nothing else, "`srun: error: gpu001: task 0: Out Of Memory`": a
         # log line pasted in inline code; silver, session 19)
-        whole = not line[:start - len(before) + qm.start()].strip() and not line[j + len(close):].strip()
+        whole = (not line[:start - len(before) + qm.start()].strip() and not line[j + len(close):].strip()
+                 and _LOG_LINE_SHAPE.search(line, start - len(before) + qm.start(), j))
         if 0 <= j - end <= 40 and not (whole and q == "`") and (not _REPORTED_BEFORE.search(before[: qm.start()])
                                                                or _KIND_PLURAL.match(line, j + len(close))):
             return True
@@ -233,6 +236,9 @@ def is_mention(line: str, start: int, end: int) -> bool:
 # (change logs, docs), not a failure that happened
 _CONDITIONAL = re.compile(r"(?i)\b(?:if|when(?:ever)?|in case|unless)\s+(?:the\s+|a\s+|your\s+|it\s+)?"
                           r"(?:[\w-]+\s+)?(?:runs?|goes|go|gets?)\s+out of (?:GPU |CUDA |device )?memory\b")
+# What a program's line has and a phrase set in code in docs ("`OOMKilled`", "`CUDA out of memory`") has not: a
+# "prefix: message" structure or a timestamp (review, session 19).
+_LOG_LINE_SHAPE = re.compile(r"\w[\w.\])]*: \S|\d{2}:\d{2}:\d{2}")
 _QUOTE_OPEN = re.compile("([\"'`\u201c\u2018])[\\w .-]{0,24}$")
 # A quotation that a report puts after what happened to the job: "I get `CUDA out of memory`", "it crashes
 # saying "CUDA driver version is insufficient..."", "fails with message `killed`". Not docs' quoting of

@@ -81,7 +81,7 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     # memory as a warning, then settles on a smaller one. A recovery only after an OOM (kinds.py).
     ("autobatch_settled", r"AutoBatch: Using batch-size \d+ for "),
     # (its predecessor, 4paradigm's k8s-vgpu-scheduler, logged the same line as "[4pdvGPU ERROR ...]")
-    ("hami_oom", r"\[(?:HAM[Ii]-core|4pdvGPU) ERROR[^\]]*\]:\s*Device \d+ OOM"),  # "HAMi-core" as blogs retype it
+    ("hami_oom", r"\[(?:HAM[Ii]-core|4pdvGPU) ERROR[^\]\n]{0,200}\]:\s*Device \d+ OOM"),  # "HAMi-core" as blogs retype it
     ("hami_device_full", r"cuMemoryAllocate failed res=2\b"),
     # PyTorch raises this assert while building the OOM message when NVML cannot report processes,
     # e.g. inside a MIG instance (pytorch/pytorch#112377): an OOM whose message was lost.
@@ -134,7 +134,9 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                         # a driver API call named with its out-of-memory result (silver, session 19): "CUDA error at cuCtxCreate:
                         # Out of memory", "CuDevicePrimaryCtxRetain( &context, dev.get() ) returned (2): Out of memory",
                         # "Out of memory in cuStreamCreate(&cuda_stream_, ...)"
-                        r"|\b[Cc]u(?:CtxCreate|DevicePrimaryCtxRetain|StreamCreate|MemAlloc|MemCreate)\w*\b[^\n]{0,80}?[Oo]ut of memory"
+                        # (the call's result, not prose that names the call: "cuMemCreate ... to reduce out of memory errors"; review)
+                        r"|\b[Cc]u(?:CtxCreate|DevicePrimaryCtxRetain|StreamCreate|MemAlloc|MemCreate)\w*"
+                        r"(?:\s*\((?:[^()\n]|\([^()\n]{0,40}\)){0,80}\))?\s*(?:returned\s*\(?2\)?|failed)?\s*:\s*[Oo]ut of memory\b"
                         r"|\b[Oo]ut of memory in cu(?:CtxCreate|DevicePrimaryCtxRetain|StreamCreate|MemAlloc|MemCreate)\w*"),
     # cuBLAS/cuDNN status codes (cuBLAS and cuDNN API references: ALLOC_FAILED = "resource allocation
     # failed inside the library ... usually a cudaMalloc() failure"; NOT_SUPPORTED/EXECUTION_FAILED = misuse).
@@ -391,14 +393,16 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # A stop, not the OOM killer, behind a 137: Docker sends SIGKILL when a container does not stop within its grace
     # period ("Container takes 10s timeout to stop, exits with code 137"; silver, session 19). Not SIGTERM alone:
     # torchrun sends it to the other ranks when one is OOM-killed.
-    "stop_kill": re.compile(r"(?i)\bdocker(?:-compose| compose)? stop\b|\bgrace period\b|\bgraceful(?:ly)? shut|"
-                            r"\btime ?out to stop\b|\bstop timeout\b|\btimes? out and stops?\b|\bdid ?n[o']t stop in time\b"),
+    # (only the stop timing out: "graceful shutdown" and a "docker stop" the reporter ran are no kill; review)
+    "stop_kill": re.compile(r"(?i)\bfailed to exit within \d+\s?s\b|\busing the force\b|\bdid ?n[o']t stop in time\b|"
+                            r"\btime ?out to stop\b|\bstop timeout\b|\btimes? out and stops?\b|"
+                            r"\bgrace period\b[^.\n]{0,30}\b(?:expired|exceeded|elapsed|timed? ?out)\b"),
     "fix_denied": re.compile(r"\b(?:did ?n[o']t|does ?n[o']t|do not|not) (?:help|work|fix|solve|change)|\bsame (?:error|issue|problem)\b|"
                              r"\bno effect\b|\bto no avail\b|\b[Ss]till (?:get|have|fail|crash|the same)|"
                              r"\b(?:code|config|script) already (?:has|have|set|use)"),
     # What people write next to the traceback: memory that keeps growing (the PyTorch FAQ symptom
     # of history kept across iterations). TensorFlow's "memory growth" option is not growth.
-    "growth": re.compile(r"(?i)(?:(?<!allow )(?<!set_)memory(?! growth)|\bvram\b|\bgpu (?:memory )?(?:usage|consumption))[^.\n]{0,50}?"
+    "growth": re.compile(r"(?i)(?:(?<!allow )(?<!set_)memory(?! growth)|\bvram\b|\bgpu (?:memory (?:usage|consumption)|consumption))[^.\n]{0,50}?"
                          # not denied: "GPU memory does not keep increasing, it stays at 20G" (review, session 10)
                          r"(?<!\bnot )(?<!n't )(?<!\bnot keep )(?<!n't keep )(?<!\bnever )(?<!\bno longer )\b(increases?|increasing|increased|grows?|growing|grew|growed|climbs?|climbing|keeps? (?:going )?up|rising|rises|accumulat\w+)\b"
                          r"|\b(?:slow|steady|steadily|continuous(?:ly)?|gradual(?:ly)?)[^.\n]{0,20}(?:increase|rise|rising|growth|grows?|growing)[^.\n]{0,30}memory"
@@ -413,8 +417,8 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                          # session 19 (silver leak items, rules alone): what piles up run after run until the OOM ("it does not
                          # release the last cached output and keeps building up until it goes out of memory", "vram usage
                          # gradually increasing each run until OOM")
-                         r"|\b(?:build(?:s|ing)? up|pil(?:es|ing) up|accumulat\w+)\b[^.\n]{0,40}\buntil\b"
-                         r"|\b(?:each|every) (?:time|run|call|request|generation|image|inference|iteration|step|epoch|batch)\b[^.\n]{0,60}\buntil\b[^.\n]{0,30}(?:out of memory|\boom\b|\bfull\b)"
+                         # (not gradient accumulation, which runs until the optimizer step by design; review)
+                         r"|\b(?:build(?:s|ing)? up|pil(?:es|ing) up|accumulat\w+(?! (?:the )?gradients?\b))\b[^.\n]{0,40}\buntil\b[^.\n]{0,30}(?:out of memory|\boom\b)"
                          # Chinese: (video) memory keeps / steadily / more and more increasing ("显存会一直增加到爆了";
                          # session 10, the text-only expert reading of dev reports)
                          # (a growth verb, not a level: "显存一直大于20G" / "持续高位" is none; not negated: review, session 10)
@@ -440,13 +444,19 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"\b(?:two|2|both|multiple|several)\s+(?:\w+\s+)?(?:kernels|notebooks|scripts|processes|instances|jobs)\s+(?:are\s+)?(?:running|open|at once|at the same time)\b|"
                                # co-tenants named as such: "multiple instances of the same pipeline ... on the same GPU",
                                # "each container is using ~600MB", "every process's CUDA context" (session 8, round w1)
-                               r"\b(?:multiple|several|many|two|three|\d+|more than (?:one|1))\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances?|workers|tasks|jobs|replicas|"
+                               r"\b(?:multiple|several|many|two|three|\d+|more than (?:one|1))\s+(?:\w+\s+){0,2}(?:containers|pods|processes|instances|workers|tasks|jobs|replicas|"
                                # session 19 (silver, rules alone: 13 of 180 other_process items first): models, programs and
                                # contexts too ("two models on the same GPU", "more than 1 vllm instance on a single GPU",
                                # "multiple cuda contexts are created on GPU 0")
-                               r"models|programs|scripts|contexts|servers|engines|copies)\b[^.\n]{0,80}\b(?:(?:same|one|single) (?:physical )?(?:GPU|card|device)|gpu ?0|cuda:0|first gpu)\b|"
-                               # held by someone named: "still used by the training", "used by other work"
-                               r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:other|another|different|previous|running|existing|training)\b|"
+                               r"models|programs|scripts|contexts|servers|engines|copies)\b[^.\n]{0,80}\b(?:same|one|single) (?:physical )?(?:GPU|card|device)\b|"
+                               # "more than 1 vllm instance on a single GPU"; contexts piled on the first GPU (not "2 models on cuda:0",
+                               # a job's own; review)
+                               r"\bmore than (?:one|1)\s+(?:\w+\s+){0,2}(?:instance|process|model|container|job|server)\b[^.\n]{0,80}\b(?:same|one|single) (?:physical )?(?:GPU|card|device)\b|"
+                               r"\b(?:multiple|several|many|\d+)\s+(?:\w+\s+){0,2}contexts\b[^.\n]{0,40}\b(?:gpu ?0|cuda:0|first gpu)\b|"
+                               # held by someone else: "used by other work", "held by another job", "used by a previous run" (not "the
+                               # training", "existing tensors": the job itself; review)
+                               r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:other|another|different)\b|"
+                               r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:previous|earlier|old) (?:job|process|run|container|notebook|kernel|instance)\b|"
                                r"\b(?:each|every) (?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
                                r"(?![^.\n]{0,40}\b(?:its own|per) (?:GPU|card|device)\b))"
                                # the same in Chinese reports: occupied (by others), not released, another process, the same card
@@ -474,7 +484,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"(?:epoch|iteration)\b"
                                r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"
                                # "I run out of memory after a while", "OOM after some time"
-                               r"|\b(?:out of memory|oom\w*|crash\w*|fails?)\b[^.\n]{0,30}\bafter (?:a while|some time)\b"),
+                               r"|\b(?:out of memory|oom(?:s|ed|ing)?|crash\w*|fail\w*)\b[^.\n]{0,30}\bafter (?:a while|some time)\b"),
     "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
 }
 
@@ -513,13 +523,14 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                    "till get", "till have", "till fail", "till crash", "till the same", "already ha", "already set",
                    "already use"),
     "tf_free_memory": ("Free memory: ", "freeMemory: "),
-    "growth": ("memory", "显存", "内存", "vram", "gpu usage", "gpu consumption", "gpu memory", "until"),
+    "growth": ("memory", "显存", "内存", "vram", "gpu consumption", "build", "piles up", "piling up", "accumulat"),
     "other_holder": ("released", "freed", "cleared", "ccupied", "busy gpu", "verlap", "gpu=", "gpu =", "extra ", "leftover", "zombie", "orphan", "other ", "revious ", "econd ", "ackground ",
                      "simultaneously", "same time", "concurrently", "kernels", "notebooks", "scripts", "processes",
                      "instances", "jobs", "same gpu", "same card", "same device", "same physical", "one gpu", "one card", "one device",
                      "one physical", "single gpu", "single card", "single device", "single physical", "each container", "each pod",
                      "each process", "each worker", "each instance", "every container", "every pod", "every process", "every worker",
-                     "every instance", "more than", "gpu 0", "used by", "held by", "taken by", "consumed by", "hogged by",
+                     "every instance", "more than", "contexts", "by other", "by another", "by a different", "by different",
+                     "by the other", "by an other", "previous ", "earlier ", "by old ",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
@@ -529,7 +540,8 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "g iteration ", "d epoch ", "d iteration ", "r epoch ", "r iteration ", "y epoch ", "y iteration "),
     "leak_words": ("graph", "no_grad", "detach", "creeping", "ops ", "nodes "),
     "leak_said": ("leak", "泄"),
-    "stop_kill": ("stop", "grace"),
+    "stop_kill": ("to exit within", "using the force", "stop in time", "out to stop", "stop timeout", "out and stop",
+                  "grace period"),
 }
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said",
                           "stop_kill"})
@@ -563,9 +575,12 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"ame card", b"ame device", b"ame physical", b"ne GPU", b"ne gpu", b"ne card", b"ne device", b"ne physical",
     b"ingle GPU", b"ingle gpu", b"ingle card", b"ingle device", b"ingle physical",
     *(f"{a} {n}".encode() for a in ("ach", "very") for n in ("container", "pod", "process", "worker", "instance")),
-    # session 19: what builds up until the OOM; memory held by another's work ("still used by the training"; Java's
-    # "Caused by" is a candidate too, a cost in the head only); "more than 1 ... instance on a single GPU"
-    b"stop", b"Stop", b"grace", b"Grace", b"until", b"Until", b"used by", b"held by", b"taken by", b"onsumed by", b"hogged by", b"ore than",
+    # session 19: a stop that timed out; what builds up until the OOM; memory held by another's work; "more than 1 ...
+    # instance on a single GPU"; contexts piled on GPU 0. Each the regex's own anchor, not a bare word ("stop", "until",
+    # "used by" made most lines of a healthy head candidates, 20-100x slower; review)
+    b"to exit within", b"using the force", b"stop in time", b"out to stop", b"top timeout", b"out and stop", b"race period",
+    b"uild up", b"uilds up", b"uilding up", b"by other", b"by another", b"by a different", b"by different", b"by the other",
+    b"by an other", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 

@@ -528,6 +528,7 @@ def _incident(ev: OomEvent, events: list[OomEvent]) -> bool:
 
 
 def _merge(into: Board, b: Board, w: float) -> None:
+    into.hami_log += b.hami_log * w
     for cat, s in b.scores.items():
         ev = b.evidence.get(cat, [])
         fixes = b.fixes.get(cat, [])

@@ -51,6 +51,9 @@ class Board:
     scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, list[str]] = field(default_factory=dict)
     fixes: dict[str, list[str]] = field(default_factory=dict)
+    # what the log's own HAMi lines added to gpu_sharing_limit (rules_by_kind.fact_rules takes it back when the
+    # limit in hand allowed the job; rank._merge scales it with the event's weight)
+    hami_log: float = 0.0
 
     def add(self, cat: str, weight: float, evidence: str, fix: str | None = None) -> None:
         self.scores[cat] = self.scores.get(cat, 0.0) + weight
@@ -84,7 +87,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     why_x = f"requested {fb(X)}" if X is not None else "the request"
     fits_after_defrag = X is not None and U is not None and U >= X
 
-    if X is not None and T is not None and X > ABSURD_SHARE * T:
+    if X is not None and T and X > ABSURD_SHARE * T:  # (a total of 0 bytes: a lost device, no share to take)
         # Dev (session 19): the three reports asking for over a hundred times the card (122x, 173x, 7e8x) were all
         # bugs (a shape or dtype gone wrong); an all-pairs matrix of a large set may really ask that much (second).
         b.add("not_oom", 3.0, f"one allocation of {fb(X)} is {X / T:.0f} times the whole GPU ({fb(T)}): a size that "
@@ -354,6 +357,7 @@ HAMI_LOG_WEIGHT = 1.4
 
 def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
     if env.get("hami"):
+        b.hami_log += HAMI_LOG_WEIGHT
         b.add("gpu_sharing_limit", HAMI_LOG_WEIGHT, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
               "enforces a per-container memory limit", "raise nvidia.com/gpumem for the pod")
     if env.get("vcuda"):

@@ -11,7 +11,6 @@ from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, 
 from oomdoctor.explain.patterns import LEAK_DENIED
 from oomdoctor.explain.rules import (
     CONTEXT_MAX,
-    HAMI_LOG_WEIGHT,
     Board,
     _capacity_fix,
     _slice_evidence,
@@ -208,7 +207,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("host_oom", 2.0, "exit code 137 = 128 + SIGKILL, the usual mark of the OOM killer (but docker "
               "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
         if env.get("stop_kill"):
-            b.add("not_oom", 2.6, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
+            b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
                   "handle SIGTERM in the container's main process (exec form of CMD, an init such as tini) or raise "
                   "the stop timeout (docker stop -t, terminationGracePeriodSeconds)")
@@ -562,27 +561,61 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
     return 2.0, ""
 
 
-def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str]:
-    """How much HAMi being there says: with its limit in hand (CUDA_DEVICE_MEMORY_LIMIT[_i]), whether this job's
-    memory and its request fit under it. Inside a HAMi container CUDA's and NVML's totals are the limit (the hook
-    rewrites both), so the card's size cannot be the measure (H200, session 19, validation/explain_here_hami.py:
-    a limit set above the card and a job too big for the card read as the limit at 0.95)."""
+def _hami_limit(h: dict, gpu: object) -> int | None:
+    """The HAMi limit of the failing device, as HAMi-core reads it: CUDA_DEVICE_MEMORY_LIMIT_<i> by the process's
+    CUDA ordinal (the index PyTorch's message prints, after CUDA_VISIBLE_DEVICES), the global variable where that
+    is unset or 0; HAMi's device plugin sets only the per-device ones, so without an index a single one is it."""
+    per = h.get("memory_limits") if isinstance(h.get("memory_limits"), dict) else {}
+    sized = {str(k): v for k, v in per.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    if gpu is not None and sized.get(str(gpu)):
+        return sized[str(gpu)]
+    g = h.get("memory_limit")
+    if isinstance(g, int) and not isinstance(g, bool) and g > 0:
+        return g
+    return next(iter(sized.values())) if gpu is None and len(sized) == 1 else None
+
+
+def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str, bool]:
+    """How much HAMi being there says, and whether its limit in hand would have allowed the job: this job's memory,
+    its request and the other processes the message lists (the limit is the container's, shared by its
+    processes) against it. Inside a HAMi container CUDA's and NVML's totals are the limit (the hook rewrites both),
+    so the card's size cannot be the measure (H200, session 19, validation/explain_here_hami.py: a limit set above
+    the card and a job too big for the card read as the limit at 0.95)."""
     h = facts.value("sharing.hami")
     if not isinstance(h, dict) or primary is None:
-        return 2.0, ""
+        return 2.0, "", False
+    if h.get("disabled"):
+        return 0.3, "; but CUDA_DISABLE_CONTROL turns its limit off", True
     n = primary.numbers
-    gpu = primary.details.get("gpu")
-    per = h.get("memory_limits") or {}
-    limit = per.get(str(gpu)) if gpu is not None and isinstance(per, dict) else None
-    limit = limit if isinstance(limit, int) else h.get("memory_limit")
+    limit = _hami_limit(h, primary.details.get("gpu"))
     own = own_figure(n.get("process_bytes"), n.get("reserved_bytes"), n.get("allocated_bytes"),
-                     n.get("reserved_unallocated_bytes"), None)
+                     n.get("reserved_unallocated_bytes"), n.get("total_bytes"))
     x = n.get("requested_bytes")
-    if not isinstance(limit, int) or limit <= 0 or own is None or x is None:
-        return 2.0, ""
-    if own + x <= limit:
-        return 0.3, f"; but its limit ({fb(limit)}) would have allowed this job's {fb(own)} and {fb(x)} asked"
-    return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its HAMi limit ({fb(limit)})"
+    if limit is None or own is None or x is None:
+        return 2.0, "", False
+    # the processes the message lists share the limit only where the message's total is the limit (the hook in CUDA's
+    # path, so the message sees the container); a co-tenant outside the container holds none of it (H200 run)
+    t = n.get("total_bytes")
+    inside = t is not None and abs(t - limit) <= 0.05 * limit
+    others = sum(int(p.get("bytes") or 0) for p in (primary.details.get("other_processes") or [])
+                 if isinstance(p, dict)) if inside else 0
+    need = own + x + others
+    held = f"{fb(own)} held" + (f", {fb(others)} of other processes" if others else "")
+    if need <= limit:
+        return 0.3, f"; but its limit ({fb(limit)}) would have allowed {held} and {fb(x)} asked", True
+    if h.get("oversubscribe"):
+        return 2.0, f"; {held} and {fb(x)} asked exceed its limit ({fb(limit)}), which CUDA_OVERSUBSCRIBE lets spill", False
+    return 3.5, f"; {held} and {fb(x)} asked exceed its HAMi limit ({fb(limit)})", False
+
+
+def _nvml_hooked(facts: FactSet, gpu: dict) -> bool:
+    """NVML's total is HAMi's limit (its hook rewrites nvmlDeviceGetMemoryInfo), not the card's."""
+    h = facts.value("sharing.hami")
+    if not isinstance(h, dict):
+        return False
+    limit = _hami_limit(h, gpu.get("index"))
+    nvml = gpu.get("memory_total_bytes")
+    return limit is not None and isinstance(nvml, int) and abs(nvml - limit) <= 0.05 * limit
 
 
 def _mps_server_runs(facts: FactSet) -> bool:
@@ -610,11 +643,16 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
                        ("sharing.mps", "MPS")):
         v = facts.value(key)
         if gpu_oom and v:
-            w, why = (_mps_weight(facts, primary, physical) if key == "sharing.mps"
-                      else _hami_weight(facts, primary) if key == "sharing.hami" else (2.0, ""))
-            if key == "sharing.hami" and w < 1 and any(e.startswith("the log shows HAMi")
-                                                       for e in b.evidence.get("gpu_sharing_limit", [])):
-                w -= HAMI_LOG_WEIGHT  # the limit in hand allowed the job: the log's HAMi lines only say it is there
+            allowed = False
+            if key == "sharing.mps":
+                w, why = _mps_weight(facts, primary, physical)
+            elif key == "sharing.hami":
+                w, why, allowed = _hami_weight(facts, primary)
+            else:
+                w, why = 2.0, ""
+            if allowed:  # the limit in hand allowed the job: the log's own HAMi lines only said it was there
+                w -= min(b.hami_log, b.scores.get("gpu_sharing_limit", 0.0))
+                b.hami_log = 0.0
             if isinstance(v, dict) and v.get("daemon_gone") and not _mps_server_runs(facts):
                 # killed without quit and no MPS server left: new clients run without MPS (H100, session 16);
                 # its limit held only for a job that ran before it died (review, session 16): a lead at most
@@ -646,9 +684,10 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
                   f"{key} = {v if isinstance(v, int) else len(v)}: the OOM killer acted on this machine", HOST_FIX)
             used.append(key)
     gpus = facts.value("driver.gpus") or []
-    # (not under HAMi: its NVML hook reports the container's limit as the card's total, above the card too when
-    # the limit is; H200, session 19)
-    if total and gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes") and not facts.value("sharing.hami"):
+    # (not where HAMi's NVML hook is in the path: it reports the container's limit as the card's total, above the
+    # card too when the limit is; H200, session 19. HAMi's plugin installs libvgpu.so on every node, so its mere
+    # presence does not mean NVML is hooked)
+    if total and gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes") and not _nvml_hooked(facts, gpus[0]):
         phys = int(gpus[0]["memory_total_bytes"])
         if total < 0.8 * phys:
             b.add("gpu_sharing_limit", 1.8, f"CUDA total {fb(total)} is far below the GPU's {fb(phys)} (NVML)")
