@@ -85,6 +85,8 @@ def test_hamis_per_device_limit_is_read_as_its_device_plugin_sets_it():
 def test_a_disabled_hami_is_not_blamed():
     top, r = _answer("hami_over_card", _with_hami("hami_over_card", memory_limit=100 * 1024**3, disabled="true"))
     assert top.category == "true_capacity", r
+    top, r = _answer("hami_over_card", _with_hami("hami_over_card", memory_limit=100 * 1024**3, disabled="false"))
+    assert top.category == "gpu_sharing_limit", r
 
 
 def test_the_take_back_is_what_the_log_lines_added_even_from_a_second_event():

@@ -584,7 +584,7 @@ def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str, 
     h = facts.value("sharing.hami")
     if not isinstance(h, dict) or primary is None:
         return 2.0, "", False
-    if h.get("disabled"):
+    if str(h.get("disabled") or "").strip().lower() in ("1", "true", "yes", "on"):
         return 0.3, "; but CUDA_DISABLE_CONTROL turns its limit off", True
     n = primary.numbers
     limit = _hami_limit(h, primary.details.get("gpu"))
