@@ -68,6 +68,49 @@ int main(void) {
 """
 
 
+# The same job reaching the driver as CUDA runtimes before 11.3 did, by dlopen + dlsym: HAMi-core's exported
+# dlsym hands back its hooks there (its build exports no cu* symbol, so a program linked to libcuda, DRIVER_JOB,
+# bypasses it; run 3 found that with LD_DEBUG=bindings).
+DLSYM_JOB = r"""
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef CUresult (*f_init)(unsigned int);
+typedef CUresult (*f_dev)(CUdevice *, int);
+typedef CUresult (*f_retain)(CUcontext *, CUdevice);
+typedef CUresult (*f_set)(CUcontext);
+typedef CUresult (*f_info)(size_t *, size_t *);
+typedef CUresult (*f_alloc)(CUdeviceptr *, size_t);
+typedef CUresult (*f_name)(CUresult, const char **);
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) { fprintf(stderr, "dlopen libcuda failed\n"); return 3; }
+    f_init init = (f_init)dlsym(h, "cuInit"); f_dev dev = (f_dev)dlsym(h, "cuDeviceGet");
+    f_retain retain = (f_retain)dlsym(h, "cuDevicePrimaryCtxRetain"); f_set set = (f_set)dlsym(h, "cuCtxSetCurrent");
+    f_info info = (f_info)dlsym(h, "cuMemGetInfo_v2"); f_alloc alloc = (f_alloc)dlsym(h, "cuMemAlloc_v2");
+    f_name name = (f_name)dlsym(h, "cuGetErrorName");
+    CUdevice d; CUcontext c; CUdeviceptr p; const char *n = "?";
+    double need = atof(getenv("NEED_GIB") ? getenv("NEED_GIB") : "1");
+    size_t total = 0, free_b = 0;
+    if (init(0) || dev(&d, 0) || retain(&c, d) || set(c)) { fprintf(stderr, "context failed\n"); return 3; }
+    info(&free_b, &total);
+    printf("device memory: %.2f GiB total, %.2f GiB free; allocating %.1f GiB\n", total / 1073741824.0,
+           free_b / 1073741824.0, need);
+    for (int i = 0; i < (int)need; i++) {
+        CUresult r = alloc(&p, (size_t)1 << 30);
+        if (r != CUDA_SUCCESS) {
+            name(r, &n);
+            fprintf(stderr, "cuMemAlloc of block %d (1 GiB) failed: %s\n", i, n);
+            return 1;
+        }
+    }
+    printf("done\n");
+    return 0;
+}
+"""
+
 # (truth, job source, job env, need (share of the card) or None, co-tenant (share of the card, outside the
 # container) or None, limit (share of the card), note)
 CASES: dict[str, tuple] = {
@@ -88,6 +131,14 @@ CASES: dict[str, tuple] = {
                              "driver-API job under a HAMi limit of 75%; co-tenant outside holds 60%; needs 50%"),
     "hami_driver_healthy": ("none", DRIVER_JOB, {}, 0.05, None, 0.15,
                             "driver-API job needing 5% under a HAMi limit of 15%"),
+    # run 3 (written before it ran): the driver reached by dlsym, as HAMi-core hooks it
+    "hami_dlsym_limit": ("gpu_sharing_limit", DLSYM_JOB, {}, 0.3, None, 0.15,
+                         "dlsym job under a HAMi limit of 15%; needs 30%"),
+    "hami_dlsym_limit_b": ("gpu_sharing_limit", DLSYM_JOB, {}, 0.6, None, 0.4,
+                           "dlsym job under a HAMi limit of 40%; needs 60%"),
+    "hami_dlsym_cotenant": ("other_process", DLSYM_JOB, {}, 0.5, 0.6, 0.75,
+                            "dlsym job under a HAMi limit of 75%; a co-tenant outside holds 60%; needs 50%"),
+    "hami_dlsym_healthy": ("none", DLSYM_JOB, {}, 0.05, None, 0.15, "dlsym job needing 5% under a HAMi limit of 15%"),
 }
 
 
@@ -115,10 +166,10 @@ def run_case(name: str, out: Path) -> dict:
     res: dict = {"case": name, "truth": truth, "note": note, "limit": limit, "card_gib": round(card, 1)}
     env = {**jenv, **hami_env(name, limit), **({"NEED_GIB": f"{need * card:.1f}"} if need else {})}
     log = out / f"{name}.log"
-    if src is DRIVER_JOB:
+    if src is DRIVER_JOB or src is DLSYM_JOB:
         csrc, job = out / f"{name}.c", out / name
         csrc.write_text(src)
-        cc = subprocess.run(["gcc", "-O1", "-o", str(job), str(csrc), "-I/usr/local/cuda/include", "-L/usr/local/cuda/lib64/stubs", "-lcuda"],
+        cc = subprocess.run(["gcc", "-O1", "-o", str(job), str(csrc), "-I/usr/local/cuda/include", "-L/usr/local/cuda/lib64/stubs", "-lcuda", "-ldl"],
                             capture_output=True, text=True, timeout=120)
         if cc.returncode:
             res["skipped"] = "gcc: " + cc.stderr[-300:]
