@@ -113,6 +113,9 @@ def hami(facts: FactSet) -> Iterator[Finding]:
     container sees CUDA_DEVICE_MEMORY_LIMIT as the GPU's size, and exceeding it fails with
     "[HAMI-core ERROR ...]: Device N OOM <new> / <limit>" while the card has room. Statically linked CUDA
     or a dlopen'd libcuda bypasses it. Source: environment-facts.md section 4 [HAMICORE][HAMIDP][HAMIOOM].
+    On an H200 (driver 580, CUDA 13; docs/validation/explain.md, session 19) HAMi-core 8f3a89c hooked NVML but
+    limited no allocation, by the CUDA 13 runtime, by a program linked to libcuda (its build exports no cu*
+    symbol) or by dlsym: hence the second warning, when CUDA's own total is above the limit.
     """
     h = as_dict(facts.value("sharing.hami"))
     preload = [str(p) for p in as_list(facts.value("sharing.ld_preload")) if "vgpu" in str(p).lower()]
