@@ -12,7 +12,7 @@ from oomdoctor.facts.gpu import as_list, gpus  # noqa: F401 - the checks' names 
 from oomdoctor.units import format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
-           "as_dict", "as_int", "as_list", "ev", "ev_value", "finding", "gpus", "mib", "short"]
+           "as_dict", "as_int", "as_list", "cuda_totals", "ev", "ev_value", "finding", "gpus", "mib", "short"]
 
 
 def short(value: Any, limit: int = 160) -> str:
@@ -67,3 +67,17 @@ def truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on", "enabled")
     return bool(value)
+
+
+def cuda_totals(facts: FactSet) -> Iterable[tuple[str, dict[str, Any], object, int]]:
+    """What CUDA tells this process each GPU holds: (fact key, item, GPU index, total bytes), from the probe's
+    `torch.cuda.mem_get_info()` (its "gpu" field) first, then the torch child's device properties (by position).
+    Under a slicing layer whose hook is in CUDA's path this is the slice (SHR011), else the card (SHR003)."""
+    for key, field, index_key in (("probe.mem_get_info", "total_bytes", "gpu"), ("torch.devices", "total_memory", None)):
+        for i, item in enumerate(as_list(facts.value(key))):
+            if not isinstance(item, dict):
+                continue
+            total = as_int(item.get(field))
+            gi = item.get(index_key) if index_key else i
+            if total:
+                yield key, item, (gi if isinstance(gi, int) else i), total

@@ -14,6 +14,7 @@ from oomdoctor.checks._util import (
     Severity,
     as_int,
     as_list,
+    cuda_totals,
     ev_value,
     finding,
     gpus,
@@ -104,24 +105,18 @@ def virtual_total(facts: FactSet) -> Iterator[Finding]:
     cards = gpus(facts)
     mig_on = mig_enabled(facts)
     seen: set[object] = set()
-    sources = [("probe.mem_get_info", "total_bytes", "gpu"), ("torch.devices", "total_memory", None)]
-    for key, field, index_key in sources:
-        for i, item in enumerate(as_list(facts.value(key))):
-            if not isinstance(item, dict):
-                continue
-            gi = item.get(index_key) if index_key else i
-            cuda_total = as_int(item.get(field))
-            card = _card_for(cards, item, gi)
-            nvml_total = as_int(item.get("nvml_total_bytes")) or as_int(card.get("memory_total_bytes"))
-            reserved = as_int(item.get("nvml_reserved_bytes")) or as_int(card.get("memory_reserved_bytes")) or 0
-            if not cuda_total or not nvml_total or cuda_total >= 0.97 * (nvml_total - reserved) or gi in seen:
-                continue
-            seen.add(gi)
-            yield finding("SHR011", L, Severity.INFO if mig_on else Severity.WARNING, Confidence.HIGH,
-                          f"GPU {gi}: CUDA reports {mib(cuda_total)} total but NVML reports {mib(nvml_total)}: "
-                          + ("the MIG instance's size" if mig_on else "a slicing layer limits this process"),
-                          "size the job for the CUDA total, or ask for a bigger share / whole GPU",
-                          Category.GPU_SHARING_LIMIT,
-                          [ev_value(key, f"total {mib(cuda_total)}", facts.source(key)),
-                           ev_value(f"driver.gpus[{card.get('index', gi)}].memory_total_bytes", mib(nvml_total),
-                                    facts.source("driver.gpus"))])
+    for key, item, gi, cuda_total in cuda_totals(facts):
+        card = _card_for(cards, item, gi)
+        nvml_total = as_int(item.get("nvml_total_bytes")) or as_int(card.get("memory_total_bytes"))
+        reserved = as_int(item.get("nvml_reserved_bytes")) or as_int(card.get("memory_reserved_bytes")) or 0
+        if not nvml_total or cuda_total >= 0.97 * (nvml_total - reserved) or gi in seen:
+            continue
+        seen.add(gi)
+        yield finding("SHR011", L, Severity.INFO if mig_on else Severity.WARNING, Confidence.HIGH,
+                      f"GPU {gi}: CUDA reports {mib(cuda_total)} total but NVML reports {mib(nvml_total)}: "
+                      + ("the MIG instance's size" if mig_on else "a slicing layer limits this process"),
+                      "size the job for the CUDA total, or ask for a bigger share / whole GPU",
+                      Category.GPU_SHARING_LIMIT,
+                      [ev_value(key, f"total {mib(cuda_total)}", facts.source(key)),
+                       ev_value(f"driver.gpus[{card.get('index', gi)}].memory_total_bytes", mib(nvml_total),
+                                facts.source("driver.gpus"))])

@@ -16,6 +16,7 @@ from oomdoctor.checks._util import (
     as_dict,
     as_int,
     as_list,
+    cuda_totals,
     ev,
     ev_value,
     finding,
@@ -139,16 +140,10 @@ def _hami_not_applied(facts: FactSet, limits: dict[str, int | None]) -> Iterator
     """CUDA in this container sees more than HAMi's limit: the hook is not in CUDA's path (a CUDA 13 runtime on
     an H200, driver 580, HAMi-core 8f3a89c: NVML showed the limit, PyTorch the whole card, and a 42 GiB job ran
     under a 21 GiB limit; HAMi-core#233; docs/validation/explain.md, session 19). The limit then isolates nothing."""
-    seen: list[tuple[str, int, str]] = []
-    for i, d in enumerate(as_list(facts.value("probe.mem_get_info"))):
-        if isinstance(d, dict) and as_int(d.get("total_bytes")):
-            gpu = d.get("gpu")
-            seen.append((str(gpu if isinstance(gpu, int) else i), int(d["total_bytes"]), "probe.mem_get_info"))
-    if not seen:
-        for i, d in enumerate(as_list(facts.value("torch.devices"))):
-            if isinstance(d, dict) and as_int(d.get("total_memory")):
-                seen.append((str(i), int(d["total_memory"]), "torch.devices"))
-    for gpu, total, key in seen:
+    seen: dict[str, tuple[int, str]] = {}
+    for key, _, gi, total in cuda_totals(facts):
+        seen.setdefault(str(gi), (total, key))  # the probe's reading first
+    for gpu, (total, key) in seen.items():
         limit = limits.get(gpu) or limits.get("all")
         if limit and limit > 0 and total > 1.05 * limit:
             yield finding("SHR003", L, Severity.WARNING, Confidence.MEDIUM,
