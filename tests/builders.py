@@ -111,3 +111,10 @@ def ids(report_or_findings: Any) -> set[str]:
 def at_least(report: Any, severity: str) -> list[Any]:
     order = ["info", "warning", "error", "critical"]
     return [f for f in report.findings if order.index(f.severity.value) >= order.index(severity)]
+
+
+def facts_from_json(raw: dict[str, dict[str, Any]]) -> FactSet:
+    """A FactSet from the JSON the validation scripts record of what `--here` read ({key: {value, source} or
+    {unavailable, source}}), as the replay tests load it."""
+    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
+                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())

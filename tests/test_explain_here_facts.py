@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from builders import facts_from_json
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.facts.base import Fact, FactSet, Unavailable
+from oomdoctor.facts.base import Fact, FactSet
 from oomdoctor.facts.gpu import mig_enabled
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200"
@@ -26,8 +27,7 @@ def facts_of(case: str, edit=None) -> FactSet:
     raw = json.loads((HERE / f"{case}.facts.json").read_text())
     if edit:
         raw = edit(copy.deepcopy(raw))
-    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    return facts_from_json(raw)
 
 
 def ranked(case: str, log: str = "log", facts: FactSet | None = None) -> list[str]:

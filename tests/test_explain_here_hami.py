@@ -13,16 +13,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builders import facts_from_json
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.facts.base import Fact, FactSet, Unavailable
+from oomdoctor.facts.base import FactSet
 
 HERE = Path(__file__).parent / "fixtures" / "here_hami_s19"
 
 
 def facts_of(case: str) -> FactSet:
     raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    return facts_from_json(raw)
 
 
 def hyps(case: str, here: bool):
@@ -53,8 +53,7 @@ def test_a_co_tenant_outside_the_container_stays_the_answer_under_a_roomy_limit(
 def _with_hami(case: str, **hami) -> FactSet:
     raw = json.loads((HERE / f"{case}.facts.json").read_text())
     raw["sharing.hami"]["value"].update(hami)
-    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    return facts_from_json(raw)
 
 
 def _answer(case: str, facts: FactSet, lines: list[str] | None = None):

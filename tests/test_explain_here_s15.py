@@ -13,16 +13,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builders import facts_from_json
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.facts.base import Fact, FactSet, Unavailable
+from oomdoctor.facts.base import FactSet
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200x4_s15"
 
 
 def facts_of(case: str) -> FactSet:
     raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    return facts_from_json(raw)
 
 
 def hyps(case: str, here: bool):
@@ -44,8 +44,7 @@ def test_a_known_limit_that_would_have_allowed_it_is_not_blamed():
     raw = json.loads((HERE / "mps_pinned_env_b.facts.json").read_text())
     raw = copy.deepcopy(raw)
     raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = "0=120G"
-    facts = FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                    else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    facts = facts_from_json(raw)
     ex = explain_text((HERE / "mps_pinned_env_b.log").read_text().splitlines(), facts)
     assert ex.hypotheses[0].category != "gpu_sharing_limit"
 

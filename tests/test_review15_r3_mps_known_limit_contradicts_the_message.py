@@ -13,8 +13,8 @@ import copy
 import json
 from pathlib import Path
 
+from builders import facts_from_json
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.facts.base import Fact, FactSet, Unavailable
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200x4_s15"
 
@@ -26,8 +26,7 @@ def _facts(limit):
     raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = limit
     if limit:
         raw["sharing.mps"]["value"]["env"].append("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-    return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
-                   else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+    return facts_from_json(raw)
 
 
 def _log():

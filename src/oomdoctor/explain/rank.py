@@ -528,7 +528,8 @@ def _incident(ev: OomEvent, events: list[OomEvent]) -> bool:
 
 
 def _merge(into: Board, b: Board, w: float) -> None:
-    into.hami_log += b.hami_log * w
+    for layer, h in b.layer_hints.items():
+        into.layer_hints[layer] = into.layer_hints.get(layer, 0.0) + h * w
     for cat, s in b.scores.items():
         ev = b.evidence.get(cat, [])
         fixes = b.fixes.get(cat, [])

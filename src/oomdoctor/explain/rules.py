@@ -51,9 +51,10 @@ class Board:
     scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, list[str]] = field(default_factory=dict)
     fixes: dict[str, list[str]] = field(default_factory=dict)
-    # what the log's own HAMi lines added to gpu_sharing_limit (rules_by_kind.fact_rules takes it back when the
-    # limit in hand allowed the job; rank._merge scales it with the event's weight)
-    hami_log: float = 0.0
+    # what a sharing layer's own lines in the log added to gpu_sharing_limit, by the layer's fact key
+    # ("sharing.hami"): fact_rules takes it back when that layer's limit, in hand, allowed the job;
+    # rank._merge scales it with the event's weight
+    layer_hints: dict[str, float] = field(default_factory=dict)
 
     def add(self, cat: str, weight: float, evidence: str, fix: str | None = None) -> None:
         self.scores[cat] = self.scores.get(cat, 0.0) + weight
@@ -350,15 +351,11 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     _env_hints(b, env)
 
 
-# HAMi's own lines in a log ("[HAMI-core Msg ...]: Initializing"): the layer is there, its limit unknown.
-# rules_by_kind.fact_rules takes this back when the limit in hand would have allowed the job.
-HAMI_LOG_WEIGHT = 1.4
-
-
 def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
     if env.get("hami"):
-        b.hami_log += HAMI_LOG_WEIGHT
-        b.add("gpu_sharing_limit", HAMI_LOG_WEIGHT, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
+        # its own lines ("[HAMI-core Msg ...]: Initializing"): the layer is there, its limit unknown
+        b.layer_hints["sharing.hami"] = b.layer_hints.get("sharing.hami", 0.0) + 1.4
+        b.add("gpu_sharing_limit", 1.4, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
               "enforces a per-container memory limit", "raise nvidia.com/gpumem for the pod")
     if env.get("vcuda"):
         b.add("gpu_sharing_limit", 1.0, "the log mentions tkestack gpu-manager / vcuda, which hooks CUDA to "

@@ -543,9 +543,7 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
     limit = _pinned_limit(mps.get("pinned_device_mem_limit"), primary.details.get("gpu") if primary else None) \
         if isinstance(mps, dict) else None
     if limit is not None and own is not None and x is not None:
-        if own + x <= limit:
-            return 0.3, f"; but its pinned limit ({fb(limit)}) would have allowed this job's {fb(own)} and {fb(x)} asked"
-        return 3.5, f"; this job's {fb(own)} held and {fb(x)} asked exceed its MPS pinned limit ({fb(limit)})"
+        return _limit_verdict(limit, own, x, 0, "MPS pinned limit")[:2]
     gap = unaccounted(primary) if primary is not None else None
     if is_gap(gap, t):
         _, _, unnamed = _nvml_others(facts, primary, physical)
@@ -599,13 +597,19 @@ def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str, 
     inside = t is not None and abs(t - limit) <= 0.05 * limit
     others = sum(int(p.get("bytes") or 0) for p in (primary.details.get("other_processes") or [])
                  if isinstance(p, dict)) if inside else 0
-    need = own + x + others
-    held = f"{fb(own)} held" + (f", {fb(others)} of other processes" if others else "")
-    if need <= limit:
-        return 0.3, f"; but its limit ({fb(limit)}) would have allowed {held} and {fb(x)} asked", True
-    if h.get("oversubscribe"):
-        return 2.0, f"; {held} and {fb(x)} asked exceed its limit ({fb(limit)}), which CUDA_OVERSUBSCRIBE lets spill", False
-    return 3.5, f"; {held} and {fb(x)} asked exceed its HAMi limit ({fb(limit)})", False
+    w, why, allowed = _limit_verdict(limit, own, x, others, "HAMi limit")
+    if not allowed and h.get("oversubscribe"):
+        return 2.0, why + ", which CUDA_OVERSUBSCRIBE lets spill", False
+    return w, why, allowed
+
+
+def _limit_verdict(limit: int, own: int, x: int, others: int, label: str) -> tuple[float, str, bool]:
+    """A sharing layer's limit in hand decides (review, session 15): what this job holds, what it asked and what
+    other processes under the same limit hold, against it. (weight, evidence, the limit allowed it)."""
+    held = f"this job's {fb(own)} held" + (f", {fb(others)} of other processes" if others else "")
+    if own + x + others <= limit:
+        return 0.3, f"; but its {label} ({fb(limit)}) would have allowed {held} and {fb(x)} asked", True
+    return 3.5, f"; {held} and {fb(x)} asked exceed its {label} ({fb(limit)})", False
 
 
 def _nvml_hooked(facts: FactSet, gpu: dict) -> bool:
@@ -650,9 +654,8 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
                 w, why, allowed = _hami_weight(facts, primary)
             else:
                 w, why = 2.0, ""
-            if allowed:  # the limit in hand allowed the job: the log's own HAMi lines only said it was there
-                w -= min(b.hami_log, b.scores.get("gpu_sharing_limit", 0.0))
-                b.hami_log = 0.0
+            if allowed:  # the limit in hand allowed the job: the layer's own log lines only said it was there
+                w -= min(b.layer_hints.pop(key, 0.0), b.scores.get("gpu_sharing_limit", 0.0))
             if isinstance(v, dict) and v.get("daemon_gone") and not _mps_server_runs(facts):
                 # killed without quit and no MPS server left: new clients run without MPS (H100, session 16);
                 # its limit held only for a job that ran before it died (review, session 16): a lead at most
