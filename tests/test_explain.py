@@ -375,6 +375,10 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # session 18: the refit with round aj took VALL-E's loop and the Go pod fixture (ae5_ksm_podtest_oomkilled_fixture)
     # under the gates and moved BatchFlow's batch-size-finder notes past the documentation gate (18 -> 17)
     "u4_batchflow_optbs_744",
+    # session 20, round am (dev, scored on arrival in session 19: 1 of its 8 dev benign texts): an error-reference
+    # page (deadends.dev) that heads with a whole PyTorch OOM message and lists workarounds with success rates, whose
+    # summary names "memory leak from accumulated gradients" (an English error-help page, as ag4's above)
+    "am1_deadends_pytorch_cuda_oom_page",
 })
 
 
