@@ -455,7 +455,7 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"\b(?:multiple|several|many|\d+)\s+(?:\w+\s+){0,2}contexts\b[^.\n]{0,40}\b(?:gpu ?0|cuda:0|first gpu)\b|"
                                # held by someone else: "used by other work", "held by another job", "used by a previous run" (not "the
                                # training", "existing tensors": the job itself; review)
-                               r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:other|another|different)\b|"
+                               r"\b(?:used|held|taken|consumed|hogged) by (?:(?:an? |the )?(?:other|different)|another)\b|"
                                r"\b(?:used|held|taken|consumed|hogged) by (?:an? |the )?(?:previous|earlier|old) (?:job|process|run|container|notebook|kernel|instance)\b|"
                                r"\b(?:each|every) (?:container|pod|process|worker|instance)(?:'s)?\s+(?:\w+\s+){0,3}?(?:takes?|uses?|using|consumes?|holds?|contributes?|occup\w+|creat\w+|CUDA context)\b"
                                r"(?![^.\n]{0,40}\b(?:its own|per) (?:GPU|card|device)\b))"
@@ -530,7 +530,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "one physical", "single gpu", "single card", "single device", "single physical", "each container", "each pod",
                      "each process", "each worker", "each instance", "every container", "every pod", "every process", "every worker",
                      "every instance", "more than", "contexts", "by other", "by another", "by a different", "by different",
-                     "by the other", "by an other", "previous ", "earlier ", "by old ",
+                     "by the other", "by an other", "by a other", "by an different", "by the different", "previous ", "earlier ", "by old ",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
@@ -580,7 +580,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     # "used by" made most lines of a healthy head candidates, 20-100x slower; review)
     b"to exit within", b"using the force", b"stop in time", b"out to stop", b"top timeout", b"out and stop", b"race period",
     b"uild up", b"uilds up", b"uilding up", b"by other", b"by another", b"by a different", b"by different", b"by the other",
-    b"by an other", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
+    b"by an other", b"by a other", b"by an different", b"by the different", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 
