@@ -93,7 +93,8 @@ def test_nvml_seeing_the_process_the_message_named_is_not_a_second_witness():
     assert [h.category for h in here.hypotheses[:2]] == ["other_process", "true_capacity"]
     # NVML's view adds little to the message's own reading (0.68 -> 0.78 at PRIOR_WEIGHT 1.0; 0.72 -> 0.81 since
     # session 20's 0.5, which leaves the words less room to lift true_capacity), never the 0.96 of two witnesses
-    assert here.hypotheses[0].confidence - text_only.hypotheses[0].confidence <= 0.1
+    # (0.98 with the bug put back, review); 0.15 leaves room for a recalibration, the score bound above does not move
+    assert here.hypotheses[0].confidence - text_only.hypotheses[0].confidence <= 0.15
     assert here.hypotheses[0].confidence < 0.85
     assert here.hypotheses[0].score - text_only.hypotheses[0].score <= 0.5
 

@@ -504,7 +504,7 @@ def clause_before(text: str, start: int, limit: int) -> str:
     ends = [m.end() for m in _CLAUSE_END.finditer(text, lo, start)]
     return text[ends[-1] if ends else lo:start]
 
-# As LINE_GATES, for ENV_PATTERNS; "growth" is case-insensitive, so its gate is tested on the lowered line.
+# As LINE_GATES, for ENV_PATTERNS; the caseless hints (ENV_CASELESS) have their gates tested on the lowered line.
 ENV_GATES: dict[str, tuple[str, ...]] = {
     "gpu_name": ("A10", "A30", "A40", "A800", "H100", "H200", "H800", "V100", "L4", "T4", "P100", "RTX"),
     "mig": ("MIG ", "nvidia.com/mig-"),
@@ -530,7 +530,8 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "one physical", "single gpu", "single card", "single device", "single physical", "each container", "each pod",
                      "each process", "each worker", "each instance", "every container", "every pod", "every process", "every worker",
                      "every instance", "more than", "contexts", "by other", "by another", "by a different", "by different",
-                     "by the other", "by an other", "by a other", "by an different", "by the different", "previous ", "earlier ", "by old ",
+                     "by the other", "by an other", "by a other", "by an different", "by the different", "by a old", "by an old", "by the old",
+                     "previous ", "earlier ", "by old ",
                      "占用", "释放", "进程", "程序", "任务", "同一",
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
@@ -548,8 +549,9 @@ ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
 MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied"}  # a setting quoted in docs is no machine fact
-# The head pre-filter looks for every exact-case gate, plus the verbs of "growth" as people write
-# them (lowered, "growth" needs "memory" and one of these).
+# The head pre-filter looks for every exact-case gate; the caseless hints' literals are listed by hand below (the
+# verbs of "growth" as people write them, the anchors of the prose hints), lower case unless a case variant is
+# listed: a phrase in capitals ("USED BY ANOTHER PROCESS") is not a candidate in the head (review, session 20).
 ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     g.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for g in gates
 } | {
@@ -580,7 +582,7 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     # "used by" made most lines of a healthy head candidates, 20-100x slower; review)
     b"to exit within", b"using the force", b"stop in time", b"out to stop", b"top timeout", b"out and stop", b"race period",
     b"uild up", b"uilds up", b"uilding up", b"by other", b"by another", b"by a different", b"by different", b"by the other",
-    b"by an other", b"by a other", b"by an different", b"by the different", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
+    b"by an other", b"by a other", b"by an different", b"by the different", b"by a old", b"by an old", b"by the old", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
 

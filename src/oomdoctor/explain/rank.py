@@ -48,15 +48,17 @@ _OTHER_EVENT_WEIGHT = 0.3
 # only 4 reports). T 1.1 with none 0.7 would have been worse out of fold (0.931).
 # Session 18 (2026-11-27): the fit above minimised the log loss of the confirmed category's probability, and left the
 # top answer under-confident below 0.85 (dev out of fold: ECE 0.099; answers stated at 0.24 right 49% of the time;
-# the words-only leaning, whose scores are the prior's p <= 1, at 0.23 right 57%). Refitted on the question the
+# the words-only leaning, whose scores were then the prior's p <= 1 plus the prose rules, at 0.23 right 57%). Refitted on the question the
 # calibration table asks (is the top answer right: binary log loss), with the words-only leaning apart. By a rule
 # written before (5-fold CV over the out-of-fold rows): ECE 0.106 -> 0.057, binary log loss 0.489 -> 0.454,
 # the category log loss 0.923 -> 0.909; ranks unchanged.
 TEMPERATURE = 1.0
 NONE_SCORE = -0.6
-# Session 20: PRIOR_WEIGHT 1.0 -> 0.5 halved the leaning's scores; refitted out of fold (dev, 1215 reports, 221
+# Session 20: PRIOR_WEIGHT 1.0 -> 0.5 halved the words' part of the leaning's scores (PRIOR_WEIGHT * p; the prose
+# rules' points stay); refitted out of fold (dev, 1215 reports, 221
 # leanings): T 0.2 / none 0.0 -> 0.1 / -0.4, held-out fifths' top log loss 0.656 -> 0.523 (ECE 0.224 -> 0.112); the
-# answers with a failure line kept 1.0 / -0.6 (fitted -1.0 lost on the held-out fifths, 0.425 against 0.422).
+# answers with a failure line kept 1.0 / -0.6 (fitted -1.0 lost on the held-out fifths, 0.425 against 0.422). The
+# cap below (WORDS_MAX_CONFIDENCE) was not re-checked after this refit.
 TEMPERATURE_WORDS = 0.1  # the words-only leaning (_words_only): no failure line; PRIOR_WEIGHT * p plus the prose rules
 NONE_SCORE_WORDS = -0.4
 # A leaning from words alone is never stated surer than this: out of fold on dev (1189 reports, 217 leanings) those
@@ -98,7 +100,7 @@ PRIOR_WEIGHT_VAGUE = 3.0  # session 13 (above)
 # Session 20: a rule-precision audit (docs/explain.md) found the driver's "CUDA error: out of memory" as uncertain
 # (context_or_driver, its rules' first answer, was the label in 12 of 53 dev reports and 7 of 23 silver items), but
 # giving its words this weight let the prior outweigh NVML's process list (tests/test_explain.py's hog with a bundle):
-# not adopted. What was: the default of a bare message (rules_by_kind, true_capacity 0.8 -> 0.4).
+# not adopted. Adopted instead: the default of a bare message (rules_by_kind, true_capacity 0.8 -> 0.4).
 VAGUE_KINDS = frozenset({"generic_oom", "reported_failure", "torch_oom_legacy"})
 # The least p(category | words) that makes a category a candidate. 0.1 until session 8; with the prior's
 # category shift (naive Bayes, sessions 8-12) a bare "out of memory" kept only true_capacity, and
