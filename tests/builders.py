@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from oomdoctor.explain.facts import records_from_lines
@@ -118,3 +121,20 @@ def facts_from_json(raw: dict[str, dict[str, Any]]) -> FactSet:
     {unavailable, source}}), as the replay tests load it."""
     return FactSet(Unavailable(k, v["unavailable"], v.get("source", "")) if "unavailable" in v
                    else Fact(k, v["value"], v["source"]) for k, v in raw.items())
+
+
+def recorded_facts(directory: Path, case: str, edit: Callable[[dict], dict] | None = None) -> FactSet:
+    """The facts a validation run recorded for `case` (<case>.facts.json in `directory`), optionally edited
+    first (each call loads the file afresh, so an edit changes nothing for the next)."""
+    raw = json.loads((directory / f"{case}.facts.json").read_text())
+    return facts_from_json(edit(raw) if edit else raw)
+
+
+def recorded_hypotheses(directory: Path, case: str, here: bool, log: str = "log") -> list[tuple[str, float]]:
+    """explain's ranked (category, confidence) for a recorded case's log (<case>.<log>), with its recorded facts
+    (`--here`) or the text alone."""
+    from oomdoctor.explain.rank import explain_text
+
+    facts = recorded_facts(directory, case) if here else None
+    ex = explain_text((directory / f"{case}.{log}").read_text().splitlines(), facts)
+    return [(h.category, h.confidence) for h in ex.hypotheses if h.category != "unknown"]

@@ -8,13 +8,12 @@ co-tenant and blamed a sharing limit.
 
 from __future__ import annotations
 
-import copy
-import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from builders import facts_from_json
+from builders import recorded_facts
 from oomdoctor.explain.rank import explain_text
 from oomdoctor.facts.base import Fact, FactSet
 from oomdoctor.facts.gpu import mig_enabled
@@ -23,11 +22,7 @@ HERE = Path(__file__).parent / "fixtures" / "here_h200"
 GIB = 1 << 30
 
 
-def facts_of(case: str, edit=None) -> FactSet:
-    raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    if edit:
-        raw = edit(copy.deepcopy(raw))
-    return facts_from_json(raw)
+facts_of = partial(recorded_facts, HERE)
 
 
 def ranked(case: str, log: str = "log", facts: FactSet | None = None) -> list[str]:

@@ -10,24 +10,18 @@ the limit at 0.95; the text alone had it right (true_capacity 0.67).
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from pathlib import Path
 
-from builders import facts_from_json
+from builders import recorded_facts, recorded_hypotheses
 from oomdoctor.explain.rank import explain_text
 from oomdoctor.facts.base import FactSet
 
 HERE = Path(__file__).parent / "fixtures" / "here_hami_s19"
 
 
-def facts_of(case: str) -> FactSet:
-    raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    return facts_from_json(raw)
-
-
-def hyps(case: str, here: bool):
-    ex = explain_text((HERE / f"{case}.log").read_text().splitlines(), facts_of(case) if here else None)
-    return [(h.category, h.confidence) for h in ex.hypotheses if h.category != "unknown"]
+facts_of = partial(recorded_facts, HERE)
+hyps = partial(recorded_hypotheses, HERE)
 
 
 def test_a_limit_above_what_the_job_asked_is_not_blamed():
@@ -51,9 +45,10 @@ def test_a_co_tenant_outside_the_container_stays_the_answer_under_a_roomy_limit(
 
 
 def _with_hami(case: str, **hami) -> FactSet:
-    raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    raw["sharing.hami"]["value"].update(hami)
-    return facts_from_json(raw)
+    def edit(raw: dict) -> dict:
+        raw["sharing.hami"]["value"].update(hami)
+        return raw
+    return recorded_facts(HERE, case, edit)
 
 
 def _answer(case: str, facts: FactSet, lines: list[str] | None = None):

@@ -10,24 +10,17 @@ card halved right answers although the message accounted for all of the failing 
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from pathlib import Path
 
-from builders import facts_from_json
+from builders import recorded_facts, recorded_hypotheses
 from oomdoctor.explain.rank import explain_text
-from oomdoctor.facts.base import FactSet
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200x4_s15"
 
 
-def facts_of(case: str) -> FactSet:
-    raw = json.loads((HERE / f"{case}.facts.json").read_text())
-    return facts_from_json(raw)
-
-
-def hyps(case: str, here: bool):
-    ex = explain_text((HERE / f"{case}.log").read_text().splitlines(), facts_of(case) if here else None)
-    return [(h.category, h.confidence) for h in ex.hypotheses if h.category != "unknown"]
+facts_of = partial(recorded_facts, HERE)
+hyps = partial(recorded_hypotheses, HERE)
 
 
 def test_mps_pinned_limit_is_the_answer_with_the_machine():
@@ -40,11 +33,10 @@ def test_mps_pinned_limit_is_the_answer_with_the_machine():
 
 
 def test_a_known_limit_that_would_have_allowed_it_is_not_blamed():
-    import copy
-    raw = json.loads((HERE / "mps_pinned_env_b.facts.json").read_text())
-    raw = copy.deepcopy(raw)
-    raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = "0=120G"
-    facts = facts_from_json(raw)
+    def edit(raw: dict) -> dict:
+        raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = "0=120G"
+        return raw
+    facts = recorded_facts(HERE, "mps_pinned_env_b", edit)
     ex = explain_text((HERE / "mps_pinned_env_b.log").read_text().splitlines(), facts)
     assert ex.hypotheses[0].category != "gpu_sharing_limit"
 

@@ -9,24 +9,22 @@ before `--here` ran (or runs in another pid namespace) is what the figures say.
 Built from tests/fixtures/here_h200x4_s15/mps_cotenant_b with the co-tenant taken out of the message and of
 NVML, and the limit put in the environment. BUG (medium): a confident wrong answer (0.9) against a fact in hand."""
 
-import copy
-import json
 from pathlib import Path
 
-from builders import facts_from_json
+from builders import recorded_facts
 from oomdoctor.explain.rank import explain_text
 
 HERE = Path(__file__).parent / "fixtures" / "here_h200x4_s15"
 
 
 def _facts(limit):
-    raw = json.loads((HERE / "mps_cotenant_b.facts.json").read_text())
-    raw = copy.deepcopy(raw)
-    raw["sharing.processes"]["value"] = [p for p in raw["sharing.processes"]["value"] if p["pid"] != 3670]
-    raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = limit
-    if limit:
-        raw["sharing.mps"]["value"]["env"].append("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-    return facts_from_json(raw)
+    def edit(raw: dict) -> dict:
+        raw["sharing.processes"]["value"] = [p for p in raw["sharing.processes"]["value"] if p["pid"] != 3670]
+        raw["sharing.mps"]["value"]["pinned_device_mem_limit"] = limit
+        if limit:
+            raw["sharing.mps"]["value"]["env"].append("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        return raw
+    return recorded_facts(HERE, "mps_cotenant_b", edit)
 
 
 def _log():

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
-from oomdoctor.facts.gpu import as_list, gpus  # noqa: F401 - the checks' names for them
+from oomdoctor.facts.gpu import as_list, gpus, truthy  # noqa: F401 - the checks' names for them
 from oomdoctor.units import format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
@@ -62,11 +62,6 @@ def finding(check_id: str, layer: Layer, severity: Severity, confidence: Confide
     return Finding(id=check_id, layer=layer, severity=severity, confidence=confidence, title=title,
                    remedy=remedy, category=category, evidence=tuple(evidence))
 
-
-def truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "enabled")
-    return bool(value)
 
 
 def cuda_totals(facts: FactSet) -> Iterable[tuple[str, dict[str, Any], object, int]]:

@@ -26,7 +26,7 @@ from oomdoctor.checks._util import (
     truthy,
 )
 from oomdoctor.checks.registry import check
-from oomdoctor.facts.gpu import mig_mode_on
+from oomdoctor.facts.gpu import hami_limit, mig_mode_on
 from oomdoctor.knowledge.sharing import KNOWN_PRELOAD_HOOKS, LAYERS, VCUDA_MAX_CUDA, VCUDA_MEMORY_UNIT
 from oomdoctor.knowledge.versions import cuda_mm, fmt
 from oomdoctor.units import parse_device_limits, parse_limit
@@ -133,19 +133,19 @@ def hami(facts: FactSet) -> Iterator[Finding]:
                   + (f" (NVML total as seen here: {mib(totals[0])})" if totals and totals[0] else ""),
                   "request more `nvidia.com/gpumem` (or `nvidia.com/gpumem-percentage`) for the pod, or shrink the "
                   "job to fit; the OOM text's 'total capacity' is the slice", SLICE, evidence)
-    yield from _hami_not_applied(facts, limits)
+    yield from _hami_not_applied(facts, h)
 
 
-def _hami_not_applied(facts: FactSet, limits: dict[str, int | None]) -> Iterator[Finding]:
+def _hami_not_applied(facts: FactSet, h: dict[str, Any]) -> Iterator[Finding]:
     """CUDA in this container sees more than HAMi's limit: the hook is not in CUDA's path (a CUDA 13 runtime on
     an H200, driver 580, HAMi-core 8f3a89c: NVML showed the limit, PyTorch the whole card, and a 42 GiB job ran
     under a 21 GiB limit; HAMi-core#233; docs/validation/explain.md, session 19). The limit then isolates nothing."""
-    seen: dict[str, tuple[int, str]] = {}
+    seen: dict[object, tuple[int, str]] = {}
     for key, _, gi, total in cuda_totals(facts):
-        seen.setdefault(str(gi), (total, key))  # the probe's reading first
+        seen.setdefault(gi, (total, key))  # the probe's reading first
     for gpu, (total, key) in seen.items():
-        limit = limits.get(gpu) or limits.get("all")
-        if limit and limit > 0 and total > 1.05 * limit:
+        limit = hami_limit(h, gpu)
+        if limit and total > 1.05 * limit:
             yield finding("SHR003", L, Severity.WARNING, Confidence.MEDIUM,
                           f"HAMi's limit ({mib(limit)}) is not applied to CUDA here: PyTorch sees {mib(total)} on GPU {gpu}",
                           "the hook is not in CUDA's path (a CUDA runtime newer than the HAMi-core build hooks, e.g. "

@@ -562,33 +562,21 @@ def _mps_weight(facts: FactSet, primary: OomEvent | None, physical: int | None |
     return 2.0, ""
 
 
-def _hami_limit(h: dict, gpu: object) -> int | None:
-    """The HAMi limit of the failing device, as HAMi-core reads it: CUDA_DEVICE_MEMORY_LIMIT_<i> by the process's
-    CUDA ordinal (the index PyTorch's message prints, after CUDA_VISIBLE_DEVICES), the global variable where that
-    is unset or 0; HAMi's device plugin sets only the per-device ones, so without an index a single one is it."""
-    per = h.get("memory_limits") if isinstance(h.get("memory_limits"), dict) else {}
-    sized = {str(k): v for k, v in per.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
-    if gpu is not None and sized.get(str(gpu)):
-        return sized[str(gpu)]
-    g = h.get("memory_limit")
-    if isinstance(g, int) and not isinstance(g, bool) and g > 0:
-        return g
-    return next(iter(sized.values())) if gpu is None and len(sized) == 1 else None
-
-
 def _hami_weight(facts: FactSet, primary: OomEvent | None) -> tuple[float, str, bool]:
     """How much HAMi being there says, and whether its limit in hand would have allowed the job: this job's memory,
     its request and the other processes the message lists (the limit is the container's, shared by its
     processes) against it. Inside a HAMi container CUDA's and NVML's totals are the limit (the hook rewrites both),
     so the card's size cannot be the measure (H200, session 19, validation/explain_here_hami.py: a limit set above
     the card and a job too big for the card read as the limit at 0.95)."""
+    from oomdoctor.facts.gpu import hami_limit, truthy
+
     h = facts.value("sharing.hami")
     if not isinstance(h, dict) or primary is None:
         return 2.0, "", False
-    if str(h.get("disabled") or "").strip().lower() in ("1", "true", "yes", "on"):
+    if truthy(h.get("disabled")):
         return 0.3, "; but CUDA_DISABLE_CONTROL turns its limit off", True
     n = primary.numbers
-    limit = _hami_limit(h, primary.details.get("gpu"))
+    limit = hami_limit(h, primary.details.get("gpu"))
     own = own_figure(n.get("process_bytes"), n.get("reserved_bytes"), n.get("allocated_bytes"),
                      n.get("reserved_unallocated_bytes"), n.get("total_bytes"))
     x = n.get("requested_bytes")
@@ -617,10 +605,12 @@ def _limit_verdict(limit: int, own: int, x: int, others: int, label: str) -> tup
 
 def _nvml_hooked(facts: FactSet, gpu: dict) -> bool:
     """NVML's total is HAMi's limit (its hook rewrites nvmlDeviceGetMemoryInfo), not the card's."""
+    from oomdoctor.facts.gpu import hami_limit
+
     h = facts.value("sharing.hami")
     if not isinstance(h, dict):
         return False
-    limit = _hami_limit(h, gpu.get("index"))
+    limit = hami_limit(h, gpu.get("index"))
     nvml = gpu.get("memory_total_bytes")
     return limit is not None and isinstance(nvml, int) and abs(nvml - limit) <= 0.05 * limit
 
