@@ -115,7 +115,7 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return None
     d = details or {}
     if d.get("absurd_size"):
-        return "not_oom"  # a request no device can hold: a corrupt size (patterns.ABSURD_BYTES)
+        return "not_oom"  # a request no device can hold, or 100x its card: a suspect size (patterns.ABSURD_BYTES, ABSURD_SHARE)
     if kind == "cublas_cudnn":
         status = str(d.get("status", ""))
         if status.endswith("ALLOC_FAILED"):

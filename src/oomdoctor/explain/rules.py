@@ -67,9 +67,6 @@ class Board:
                 fx.append(fix)
 
 
-# A request over this many times the whole GPU: a corrupt or wrong size more often than a real need.
-ABSURD_SHARE = 100
-
 ALLOC_CONF_FIX = ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1; one growing "
                   "segment per stream, so freed pieces can be reused for a larger block)")
 
@@ -88,15 +85,6 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     why_x = f"requested {fb(X)}" if X is not None else "the request"
     fits_after_defrag = X is not None and U is not None and U >= X
 
-    if X is not None and T and X > ABSURD_SHARE * T:  # (a total of 0 bytes: a lost device, no share to take)
-        # Dev (session 19): the three reports asking for over a hundred times the card (122x, 173x, 7e8x) were all
-        # bugs (a shape or dtype gone wrong); an all-pairs matrix of a large set may really ask that much (second).
-        b.add("not_oom", 3.0, f"one allocation of {fb(X)} is {X / T:.0f} times the whole GPU ({fb(T)}): a size that "
-              "large is usually a shape gone wrong (a broadcast, an outer product, a wrong dtype or dimension)",
-              "print the shapes before the op that failed (CUDA_LAUNCH_BLOCKING=1 points at it)")
-        b.add("true_capacity", 1.5, "or the step really asks that much (an all-pairs matrix of a large set): it must "
-              "be computed in chunks", "compute it in chunks, or shard it across GPUs")
-        return
     if X is not None and T is not None and X > T:
         b.add("true_capacity", 4.0, f"one allocation of {fb(X)} is larger than the whole GPU ({fb(T)})",
               "the tensor itself must shrink: check the shape that produced it (batch x sequence x hidden, "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.explain.events import OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
-from oomdoctor.explain.patterns import LEAK_DENIED
+from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
     CONTEXT_MAX,
     Board,
@@ -56,11 +56,20 @@ _XID_HEALTH = XID_HEALTH
 
 def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     k, d, n = ev.kind, ev.details, ev.numbers
-    if d.get("absurd_size"):
-        b.add("not_oom", 3.5, f"a request of {fb(n['requested_bytes'])}: no device has that much, so the size itself is "
+    x, t = n.get("requested_bytes", 0), n.get("total_bytes")
+    if d.get("absurd_size") and x >= ABSURD_BYTES:
+        b.add("not_oom", 3.5, f"a request of {fb(x)}: no device has that much, so the size itself is "
               "corrupt (an integer overflow, an uninitialised or negative dimension read as unsigned, a wrong dtype)",
               "find the tensor whose shape produced that size (CUDA_LAUNCH_BLOCKING=1, print the shapes before the op); "
               "a library regression is likely when it began with an upgrade")
+    elif d.get("absurd_size") and t:
+        # over patterns.ABSURD_SHARE times the card: usually a shape gone wrong; an all-pairs matrix of a large set may
+        # really ask that much (second)
+        b.add("not_oom", 3.0, f"one allocation of {fb(x)} is {x / t:.0f} times the whole GPU ({fb(t)}): a size that "
+              "large is usually a shape gone wrong (a broadcast, an outer product, a wrong dtype or dimension)",
+              "print the shapes before the op that failed (CUDA_LAUNCH_BLOCKING=1 points at it)")
+        b.add("true_capacity", 1.5, "or the step really asks that much (an all-pairs matrix of a large set): it must "
+              "be computed in chunks", "compute it in chunks, or shard it across GPUs")
     elif k in ("torch_oom", "mps_oom"):
         torch_oom(ev, b, env)
     elif k == "torch_oom_legacy":
