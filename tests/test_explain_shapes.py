@@ -1999,3 +1999,34 @@ def test_a_message_with_a_zero_total_does_not_crash() -> None:
                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
                  "0 bytes of which 0 bytes is free."]:
         assert explain_text([line]).hypotheses
+
+
+# A request over a hundred times the card its message names (patterns.ABSURD_SHARE) is the scanner's absurd_size,
+# as one of 64 TiB is: one reading, so the event's category hint (the word the prior reads) and the rules agree
+# (session 21; the torch rule had its own check before). Fifty times the card is still a request too big for it.
+_OOM_ASKING = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req}. GPU 0 has a total capacity of "
+               "{total} of which 20.12 GiB is free. Including non-PyTorch memory, this process has 3.41 GiB memory in "
+               "use. Of the allocated memory 3.02 GiB is allocated by PyTorch, and 120.55 MiB is reserved by PyTorch "
+               "but unallocated.")
+
+
+def test_a_request_over_a_hundred_times_the_card_is_a_suspect_size():
+    ex = explain_text([_OOM_ASKING.format(req="2.50 TiB", total="23.65 GiB")])  # ~108x, far below 64 TiB
+    assert ex.primary.details.get("absurd_size") is True
+    assert category_hint(ex.primary.kind, ex.primary.details, ex.primary.text) == "not_oom"
+    assert [h.category for h in ex.hypotheses[:2]] == ["not_oom", "true_capacity"]
+    assert "108 times the whole GPU" in ex.hypotheses[0].evidence[0]
+
+
+def test_fifty_times_the_card_is_too_big_not_suspect():
+    ex = explain_text([_OOM_ASKING.format(req="1.15 TiB", total="23.65 GiB")])  # ~50x
+    assert not ex.primary.details.get("absurd_size")
+    assert category_hint(ex.primary.kind, ex.primary.details, ex.primary.text) != "not_oom"
+    assert ex.hypotheses[0].category == "true_capacity"
+    assert "larger than the whole GPU" in ex.hypotheses[0].evidence[0]
+
+
+def test_a_total_of_zero_bytes_takes_no_share():
+    ex = explain_text([_OOM_ASKING.format(req="2.50 TiB", total="0 bytes")])
+    assert not ex.primary.details.get("absurd_size")
+    assert ex.hypotheses  # read, no crash, no division by zero
