@@ -103,6 +103,8 @@ FIRING = [
     ("WRK001", {"workload__oom_events": log_events("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free. Process 22 has 60.00 GiB memory in use.")}, "warning", "other_process", "another process held"),
     ("WRK001", {"workload__oom_events": log_events("RuntimeError: CUDA out of memory. Tried to allocate 734.00 MiB (GPU 0; 79.79 GiB total capacity; 40.20 GiB already allocated; 139.94 MiB free; 78.78 GiB reserved in total by PyTorch)")}, "warning", "fragmentation", "fragmentation"),
     ("WRK001", {"workload__oom_events": log_events("RuntimeError: CUDA error: an illegal memory access was encountered")}, "warning", "not_oom", "program error"),
+    # over 100x the card (explain.patterns' absurd_size): doctor reads the size as explain does (session 21's review)
+    ("WRK001", {"workload__oom_events": log_events("RuntimeError: CUDA out of memory. Tried to allocate 2.50 TiB (GPU 0; 23.65 GiB total capacity; 3.02 GiB already allocated; 20.12 GiB free; 3.14 GiB reserved in total by PyTorch)")}, "warning", "not_oom", "size gone wrong"),
 ]
 
 

@@ -2030,3 +2030,29 @@ def test_a_total_of_zero_bytes_takes_no_share():
     ex = explain_text([_OOM_ASKING.format(req="2.50 TiB", total="0 bytes")])
     assert not ex.primary.details.get("absurd_size")
     assert ex.hypotheses  # read, no crash, no division by zero
+
+
+_OOM_ASKING_2_0 = ("RuntimeError: CUDA out of memory. Tried to allocate {req} (GPU 0; 23.65 GiB total capacity; 3.02 GiB "
+                   "already allocated; 20.12 GiB free; 3.14 GiB reserved in total by PyTorch)")
+
+
+@pytest.mark.parametrize("req,absurd", [("2.50 TiB", True), ("2365.00 GiB", False), ("2366.00 GiB", True)])
+def test_the_share_reads_pytorch_2_0_messages_and_its_boundary(req, absurd):
+    """PyTorch <= 2.0's line format too; exactly 100x the card is not over it."""
+    ex = explain_text([_OOM_ASKING_2_0.format(req=req)])
+    assert bool(ex.primary.details.get("absurd_size")) is absurd
+    assert (ex.hypotheses[0].category == "not_oom") is absurd
+
+
+def test_64_tib_named_beside_a_card_is_the_size_alone():
+    """Both readings hold; the larger one wins: no device has that much, with no 'really asks that much' runner-up."""
+    ex = explain_text([_OOM_ASKING_2_0.format(req="70.00 TiB")])
+    assert ex.hypotheses[0].category == "not_oom" and "no device has that much" in ex.hypotheses[0].evidence[0]
+    assert not any("really asks that much" in e for h in ex.hypotheses for e in h.evidence)
+
+
+def test_the_bundle_record_of_a_suspect_size_says_not_oom():
+    from oomdoctor.explain.facts import records_from_lines
+
+    rec = records_from_lines([_OOM_ASKING_2_0.format(req="2.50 TiB")])[0]
+    assert rec["category"] == "not_oom" and rec["details"]["absurd_size"] is True

@@ -56,6 +56,11 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category 
     """(category, severity, confidence, why) for one event record (parsers.oom_facts.as_record)."""
     kind, spec = e["kind"], KINDS[e["kind"]]
     hint = Category(e["category"]) if e.get("category") else None
+    if e["details"].get("absurd_size"):
+        # a request of 64 TiB or over 100x its card (explain.patterns): a suspect size, as explain reads it
+        return (Category.NOT_OOM, Severity.WARNING, Confidence.MEDIUM,
+                "one allocation larger than any device, or over a hundred times the card: a size gone wrong "
+                "(a shape, dtype or overflow), not a job too big")
     if kind in ("torch_oom", "mps_oom"):
         return _torch(e["numbers"], e["details"], nvml_total)
     if kind == "hami_oom":

@@ -709,7 +709,10 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             det["shmem_rss_bytes"] = int(m.group(1)) * 1024
         det["cgroup"] = "Memory cgroup out of memory" in text or "CONSTRAINT_MEMCG" in text
-    x, t = nums.get("requested_bytes", 0), nums.get("total_bytes")
+    # The share is of the total the allocator's message names: only PyTorch's message names one beside the request
+    # (MPS names a "max allowed", HAMi a limit). Under HAMi/vcuda that total is the slice's, so a request over 100x a
+    # small slice reads as a suspect size too (docs/explain.md).
+    x, t = nums.get("requested_bytes", 0), nums.get("total_bytes") if kind == "torch_oom" else None
     if x >= ABSURD_BYTES or (t and x > ABSURD_SHARE * t):  # (a total of 0 bytes: a lost device, no share to take)
         det["absurd_size"] = True  # no device has that much, or not a hundredth of it: the size itself is suspect
     return nums, det

@@ -96,8 +96,8 @@ PRIOR_WEIGHT = 0.5
 # PRIOR_WEIGHT_VAGUE instead. Chosen out of fold on dev with the prior's temper (textmodel.TEMPER = 3;
 # 5 folds, 347 reports, 2026-11-26): 0.5 / 1.0 / 1.5 gave 265 / 266 / 268 right first (289 reports,
 # untempered: 228 / 231 / 228 at 0.5 / 1.0 / 1.5).
-# Session 21 (2026-11-28; PRIOR_WEIGHT now 0.5; rule written first: switch iff dev out of fold and silver CV both hold
-# and together gain 5): 1.5 / 2 / 3 / 4 / 5 gave 928 / 929 / 931 / 932 / 930 of 1217 dev out of fold, 994 / 998 / 1005 /
+# 3.0 from session 13 (above); 4.0 from session 21 (2026-11-28; PRIOR_WEIGHT now 0.5; rule written first: switch iff
+# dev out of fold and silver CV both hold and together gain 5): 1.5 / 2 / 3 / 4 / 5 gave 928 / 929 / 931 / 932 / 930 of 1217 dev out of fold, 994 / 998 / 1005 /
 # 1009 / 1011 of 1494 silver, the first answer's calibration error 0.072 / 0.065 / 0.052 / 0.041 / 0.039.
 PRIOR_WEIGHT_VAGUE = 4.0
 # Session 20: a rule-precision audit (docs/explain.md) found the driver's "CUDA error: out of memory" as uncertain
