@@ -115,7 +115,7 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return None
     d = details or {}
     if d.get("absurd_size"):
-        return "not_oom"  # a request no device can hold, or 100x its card: a suspect size (patterns.ABSURD_BYTES, ABSURD_SHARE)
+        return "not_oom"  # no device holds it, or over 100x its card: a suspect size (patterns.ABSURD_BYTES, _SHARE)
     if kind == "cublas_cudnn":
         status = str(d.get("status", ""))
         if status.endswith("ALLOC_FAILED"):

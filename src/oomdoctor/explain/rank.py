@@ -96,14 +96,13 @@ PRIOR_WEIGHT = 0.5
 # PRIOR_WEIGHT_VAGUE instead. Chosen out of fold on dev with the prior's temper (textmodel.TEMPER = 3;
 # 5 folds, 347 reports, 2026-11-26): 0.5 / 1.0 / 1.5 gave 265 / 266 / 268 right first (289 reports,
 # untempered: 228 / 231 / 228 at 0.5 / 1.0 / 1.5).
-# 3.0 from session 13 (above); 4.0 from session 21 (2026-11-28; PRIOR_WEIGHT now 0.5; rule written first: switch iff
-# dev out of fold and silver CV both hold and together gain 5): 1.5 / 2 / 3 / 4 / 5 gave 928 / 929 / 931 / 932 / 930 of 1217 dev out of fold, 994 / 998 / 1005 /
-# 1009 / 1011 of 1494 silver, the first answer's calibration error 0.072 / 0.065 / 0.052 / 0.041 / 0.039.
+# 3.0 from session 13 (above); 4.0 from session 21 (2026-11-28; PRIOR_WEIGHT now 0.5; rule written first: switch
+# iff dev out of fold and silver CV both hold and together gain 5): 1.5 / 2 / 3 / 4 / 5 gave 928 / 929 / 931 / 932 /
+# 930 of 1217 dev out of fold, 994 / 998 / 1005 / 1009 / 1011 of 1494 silver, the first answer's calibration error
+# 0.072 / 0.065 / 0.052 / 0.041 / 0.039.
 PRIOR_WEIGHT_VAGUE = 4.0
-# Session 20: a rule-precision audit (docs/explain.md) found the driver's "CUDA error: out of memory" as uncertain
-# (context_or_driver, its rules' first answer, was the label in 12 of 53 dev reports and 7 of 23 silver items), but
-# giving its words this weight let the prior outweigh NVML's process list (tests/test_explain.py's hog with a bundle):
-# not adopted. Adopted instead: the default of a bare message (rules_by_kind, true_capacity 0.8 -> 0.4).
+# The driver's "CUDA error: out of memory" is not among them, though its reading is as uncertain: why, in
+# rules.driver_oom's comment.
 VAGUE_KINDS = frozenset({"generic_oom", "reported_failure", "torch_oom_legacy"})
 # The least p(category | words) that makes a category a candidate. 0.1 until session 8; with the prior's
 # category shift (naive Bayes, sessions 8-12) a bare "out of memory" kept only true_capacity, and

@@ -286,7 +286,8 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     # (other_process 14 / 5, true_capacity 18 / 7; session 20's rule-precision audit). Not lowered: at 1.6 / 1.2 the
     # quoted PyTorch message of the seed case (tests/fixtures/seeds/000) became its primary event, and giving the
     # words the vague weight instead (adding the driver OOM to rank.VAGUE_KINDS, not done) let them outweigh NVML's
-    # process list.
+    # process list (tests/test_explain.py's hog with a bundle). Session 21: its words at a middle weight (1.5 / 2.5)
+    # gained too little out of sample (+0 / +3 of the +8 asked): not done either.
     b.add("context_or_driver", 2.6, f"'CUDA error: out of memory' is the driver's error{where}, not the "
           "caching allocator's (no 'Tried to allocate' numbers): the CUDA context or a first allocation failed",
           "run `oomdoctor doctor --probe` on that node (repeated context creation, other processes, driver "
