@@ -7,7 +7,7 @@ Dev is read with the stored prior (the rules are in sample there: written from i
 (tests/corpus/silver.jsonl, which train the prior but which rules were, up to session 19, not written from) with
 the rules alone, since the stored prior has learnt them. A site whose category is the label in under 40% of the
 texts it fires in, on both, over-claims: session 20 lowered one such default (a bare "out of memory" read as
-true_capacity 0.8 -> 0.4) after a rule written down first (docs/explain.md, "Rule precision").
+true_capacity 0.8 -> 0.4) after a rule written down first (docs/explain-design.md, "Rule precision").
 
 Site names are file:line at the commit run: compare two runs only at the same commit. The test split is never
 read. Usage: PYTHONPATH=src python bench/explain_rule_audit.py [--min-fires 10] [--below 0.4] [--all]

@@ -11,7 +11,7 @@ fresh fit, tests/test_explain_textmodel.py). Sessions 13-16 it was a logistic re
 words, before that a naive Bayes; the documentation model (docsmodel.json, report against
 documentation) still is a naive Bayes, and every form loads here.
 rank.py adds `PRIOR_WEIGHT * p(category | words)` to each category's rule score; the weight and the
-vocabulary size were chosen out of fold on dev (docs/explain.md). Pure: text in, numbers out; the
+vocabulary size were chosen out of fold on dev (docs/explain-design.md). Pure: text in, numbers out; the
 weights are package data (textmodel.json).
 """
 
@@ -68,9 +68,9 @@ def tokens(text: str) -> set[str]:
 # Character n-grams read what word splitting loses: identifiers (CUBLAS_STATUS_ALLOC_FAILED, OutOfMemoryError),
 # flags and paths cut at different places, misspellings. Out of fold on dev (1161 reports, before round ai) the
 # prior alone 831 -> 852 right first; explain 876 -> 891, top two 984 -> 994; on the 275 dev reports of rounds z
-# to ah, read by the rules they arrived to, 197 -> 201 first, 223 -> 228 top two (docs/explain.md). The counts
-# are scikit-learn's; the vocabulary's ties at its cut are broken by name (scikit-learn's order is unspecified),
-# and word pairs include the event tags (`oomdoctor_hint_host_oom when`), unlike `tokens`.
+# to ah, read by the rules they arrived to, 197 -> 201 first, 223 -> 228 top two (docs/explain-design.md).
+# The counts are scikit-learn's; the vocabulary's ties at its cut are broken by name (scikit-learn's order is
+# unspecified), and word pairs include the event tags (`oomdoctor_hint_host_oom when`), unlike `tokens`.
 CHAR_NGRAMS = (3, 5)
 _SPACE = re.compile(r"\s+")
 
