@@ -36,115 +36,38 @@ if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms 
 _MARKERS = MARKERS
 _GPU_KINDS = GPU_KINDS
 _OTHER_EVENT_WEIGHT = 0.3
-# Confidence = softmax(score / TEMPERATURE) over the categories plus a "none of these" score of
-# NONE_SCORE. Fitted on the dev split only, on out-of-fold scores (bench/explain_cv.py: the word prior
-# fitted without the fold it scores; 289 reports, 2026-11-26: log loss 0.694 at 0.6/1.1, 0.679 here);
-# in-sample fits (bench/explain_calibrate.py) were overconfident on the test split. The calibration
-# table on the test split is in docs/benchmarks.md. Refitted in session 5 after the prior's change
-# (548 dev reports, out of fold): 0.9 / 0.6-0.7 log loss 0.901, the former 0.7 / 0.6 0.917.
-# Session 11 (2026-11-27), by a rule written in session 10 before the data was seen: adopt the out-of-fold fit
-# (T 1.1, none -0.1; dev, 975 reports: log loss 0.911 against 0.926 at 0.9 / 0.7) iff it also lowers the top
-# answer's log loss on fresh dev reports scored with the code they arrived to (round ab: 0.360 against 0.400,
-# only 4 reports). T 1.1 with none 0.7 would have been worse out of fold (0.931).
-# Session 18 (2026-11-27): the fit above minimised the log loss of the confirmed category's probability, and left the
-# top answer under-confident below 0.85 (dev out of fold: ECE 0.099; answers stated at 0.24 right 49% of the time;
-# the words-only leaning, whose scores were then the prior's p <= 1 plus the prose rules, at 0.23 right 57%). Refitted on the question the
-# calibration table asks (is the top answer right: binary log loss), with the words-only leaning apart. By a rule
-# written before (5-fold CV over the out-of-fold rows): ECE 0.106 -> 0.057, binary log loss 0.489 -> 0.454,
-# the category log loss 0.923 -> 0.909; ranks unchanged.
+# How each constant below was chosen, with every figure: docs/explain-design.md, "The constants of rank.py".
+# Confidence = softmax(score / TEMPERATURE) over the categories plus a "none of these" score of NONE_SCORE.
+# Fitted out of fold on dev to the question the calibration table asks (is the top answer right).
 TEMPERATURE = 1.0
 NONE_SCORE = -0.6
-# Session 20: PRIOR_WEIGHT 1.0 -> 0.5 halved the words' part of the leaning's scores (PRIOR_WEIGHT * p; the prose
-# rules' points stay); refitted out of fold (dev, 1215 reports, 221
-# leanings): T 0.2 / none 0.0 -> 0.1 / -0.4, held-out fifths' top log loss 0.656 -> 0.523 (ECE 0.224 -> 0.112); the
-# answers with a failure line kept 1.0 / -0.6 (fitted -1.0 lost on the held-out fifths, 0.425 against 0.422). The
-# cap below (WORDS_MAX_CONFIDENCE) was not re-checked after this refit.
-TEMPERATURE_WORDS = 0.1  # the words-only leaning (_words_only): no failure line; PRIOR_WEIGHT * p plus the prose rules
+# The words-only leaning (no failure line; PRIOR_WEIGHT * p plus the prose rules) has its own, fitted the same way.
+TEMPERATURE_WORDS = 0.1
 NONE_SCORE_WORDS = -0.4
-# A leaning from words alone is never stated surer than this: out of fold on dev (1189 reports, 217 leanings) those
-# stated at 0.85+ were right 87% of the time; capped at 0.9 the leanings' top log loss fell 0.574 -> 0.525
-# (bench/explain_cv.py prints both; with the cap itself chosen inside a 5-fold CV over those rows, 0.573 -> 0.551).
+# A leaning from words alone is never stated surer than this (out of fold it over-claimed above 0.85).
 WORDS_MAX_CONFIDENCE = 0.9
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
 # The text prior (explain/textmodel.py): PRIOR_WEIGHT * p(category | words) is added to a category's
-# score where p >= PRIOR_FLOOR. Chosen by 5-fold cross-validation on dev (bench/explain_cv.py).
-# Session 5 (2026-11-26), with the 3000-word prior (textmodel.TEMPER 5), PRIOR_WEIGHT / _VAGUE at
-# 0.5/1.5 (before), 0.5/2.0, 0.75/2.0, 1.0/2.0: on the 103 m/n reports scored with the rules they arrived
-# to (not written from them) 46 / 46 / 47 / 49 right first, 65 / 66 / 66 / 65 top two; out of fold on dev
-# (548; the rules are in sample there, which favours them) 409 / 410 / 410 / 407. At 1.0 the words
-# outweigh the rules' reading of single real lines (tests/test_explain_shapes.py); 0.75 kept them then.
-# Session 13 (2026-11-27), the prior now a logistic regression (bench/explain_textmodel.py): out of fold on
-# dev (1026 reports, C 8, 3000 words) PRIOR_WEIGHT / _VAGUE 0.75 / 2, 0.75 / 3, 1.0 / 2, 1.0 / 3, 1.0 / 4,
-# 1.5 / 3 gave 772 / 776 / 773 / 777 / 776 / 772 right first (867 top two at 1.0 / 3); naive Bayes at its
-# best (0.5 / 2) 767 / 869. Re-checked after the silver grew (1533 items): 1.0 / 2, 1.0 / 3, 1.25 / 3,
-# 1.5 / 4, 2 / 4 gave 783 / 784 / 784 / 780 / 774 (top two 880 / 880 / 880 / 883 / 885); on the 156
-# reports the rules were not written from (bench/explain_arrival.py) 116 / 116 / - / 119 / 118. The
-# words-only threshold (0.15 / 0.2 / 0.3: 784 / 784 / 780), the floor (0.03 / 0.05 / 0.1: 784 / 784 / 783)
-# and the confidence's temperature (fit 1.0 / 0.0, log loss 0.883 against 0.884 stored) were re-checked
-# out of fold with this prior and kept.
-# Session 20 (2026-11-28, 1215 dev reports after round am; rule written down first): the inner CV on all of dev
-# chose 0.5; out of fold at fixed weights 0.25 / 0.5 / 0.75 / 1.0 / 1.5 / 5 / 10 / 20: 930 / 930 / 929 / 929 / 927 /
-# 919 / 912 / 899 right first (top two 1035 / 1038 / 1038 / 1039 / 1036 / 1036 / 1030 / 1026). On the silver items
-# (5 folds, the prior refitted without the fifth scored: a population the rules were mostly not written from)
-# 0 / 0.5 / 1 / 2 / 5 / 20: 627 / 999 / 1000 / 1001 / 1005 / 1011 of 1494 right first, under the +2% the rule asked
-# before preferring a weight other than dev's. The weight matters little once it is above 0: the rules' scores lead.
+# score where p >= PRIOR_FLOOR. Above 0 the weight matters little: where a rule fires its score leads.
 PRIOR_WEIGHT = 0.5
-# Events whose wording says no more than "out of memory" (no numbers, no source: generic_oom, a
-# reported failure, PyTorch <= 0.4's message): the rules' defaults are guesses there, so the words weigh
-# PRIOR_WEIGHT_VAGUE instead. Chosen out of fold on dev with the prior's temper (textmodel.TEMPER = 3;
-# 5 folds, 347 reports, 2026-11-26): 0.5 / 1.0 / 1.5 gave 265 / 266 / 268 right first (289 reports,
-# untempered: 228 / 231 / 228 at 0.5 / 1.0 / 1.5).
-# 3.0 from session 13 (above); 4.0 from session 21 (2026-11-28; PRIOR_WEIGHT now 0.5; rule written first: switch
-# iff dev out of fold and silver CV both hold and together gain 5): 1.5 / 2 / 3 / 4 / 5 gave 928 / 929 / 931 / 932 /
-# 930 of 1217 dev out of fold, 994 / 998 / 1005 / 1009 / 1011 of 1494 silver, the first answer's calibration error
-# 0.072 / 0.065 / 0.052 / 0.041 / 0.039.
+# Events whose wording says no more than "out of memory" (VAGUE_KINDS): the rules' defaults are guesses
+# there, so the words weigh more.
 PRIOR_WEIGHT_VAGUE = 4.0
 # The driver's "CUDA error: out of memory" is not among them, though its reading is as uncertain: why, in
 # rules.driver_oom's comment.
 VAGUE_KINDS = frozenset({"generic_oom", "reported_failure", "torch_oom_legacy"})
-# The least p(category | words) that makes a category a candidate. 0.1 until session 8; with the prior's
-# category shift (naive Bayes, sessions 8-12) a bare "out of memory" kept only true_capacity, and
-# out of fold on dev (831 reports) 0.1 / 0.07 / 0.05 / 0.03 gave 692 / 696 / 697 / 698 in the top two, 618
-# right first at each.
+# The least p(category | words) that makes a category a candidate.
 PRIOR_FLOOR = 0.05
-# No event and no failure statement: the words alone may still lean to a cause (an issue that
-# describes the failure without quoting it). Shown as a leaning, never as a failure (exit 0), when the
-# text speaks of memory at all and the prior's top category reaches WORDS_ONLY_MIN; 0 turns it off.
-# Chosen out of fold on dev (2026-11-26, 5 folds, the prior fitted without the fold it scores): 161/208
-# top-1 and 14 without an answer before; 164/208 and 7 with it at 0.3 to 0.5 (0.7: 8 without). With the
-# tempered prior (347 reports): 268/347 at 0.2, 0.3 and 0.4, 7 / 7 / 8 without an answer.
-# Session 5 (2026-11-26): on the 103 m/n reports scored with the code they arrived to (its rules were not
-# written from them, so the fairest look at the rules' out-of-sample share): 0.3 -> 0.2 gave 40 -> 44 right
-# first, 55 -> 61 in the top two, 22 -> 10 without an answer; out of fold on dev (548): 403 -> 404 first,
-# 22 -> 15 without an answer. Below 0.2 nothing changes (nine categories: the top one is rarely under 0.2).
+# No event and no failure statement: the words alone may still lean to a cause (an issue that describes
+# the failure without quoting it), shown as a leaning (exit 0) when the top p reaches this; 0 turns it off.
 WORDS_ONLY_MIN = 0.2
-# A text that reads as documentation (FAQs, change logs, code and comments: explain/docsmodel.json, fitted
-# on dev) is not taken to report a failure when its only OOM wording is vague (DOCS_WEAK_KINDS): no
-# known message, no numbers. Out of fold on dev (5 folds, 359 reports and 150 documentation texts,
-# 2026-11-26): at 0.99 no report was silenced and 44 of the 150 texts were recognised; at 0.9, 5
-# reports (4 of them answered right) would have been silenced. Re-chosen after the docs model's refit on
-# 505 dev reports and 177 documentation texts (session 4): at 0.99 / 0.98 / 0.97, 0 / 1 / 2 reports silenced
-# (0 / 0 / 1 of them answered right), 47 / 61 / 69 texts recognised. Session 5 (577 dev reports, 190
-# documentation texts, out of fold): at 0.99 / 0.98 / 0.97 / 0.95, 1 / 2 / 2 / 3 reports silenced (1 / 1 /
-# 1 / 2 of them answered right), 47 / 56 / 63 / 70 texts recognised: at 190 texts 0.97 silenced no more than 0.98.
-# After the p5 documentation texts joined (206 texts): 3 / 4 / 5 / 6 reports silenced (1 / 2 / 3 / 4
-# answered right), 59 / 65 / 69 / 82 texts recognised; kept at 0.97. Session 7 (738 dev reports, 277
-# documentation texts; bench/explain_docs_cv.py): at 0.99 / 0.98 / 0.97 / 0.95 / 0.9, 3 / 4 / 5 / 6 / 9
-# reports silenced (1 / 2 / 3 / 3 / 5 of them answered right), 94 / 103 / 111 / 120 / 139 texts
-# recognised: 0.95 recognises 9 more than 0.97 and silences no more right answers. Session 9 (950 dev
-# reports, 310 texts; recovered logs no longer learnt as documentation): 7 / 5 / 5 / 3 / 0 reports silenced at
-# 0.9 / 0.95 / 0.97 / 0.98 / 0.99 (6 / 5 / 5 / 3 / 0 answered right), 152 / 130 / 117 / 110 / 98 recognised: kept.
+# A text that reads as documentation (explain/docsmodel.json) is not taken to report a failure when its
+# only OOM wording is vague (DOCS_WEAK_KINDS): no known message, no numbers.
 DOCS_MIN = 0.95
-# Session 13 (2026-11-27): documentation, source and tests that quote a known message (any kind), when
-# the documentation model is surer still and no event carries the allocator's figures, a traceback or
-# the machine (_documentation). Chosen on dev (bench/explain_docs_cv.py --arrival, the documentation model
-# refitted 5 times without the fifth it scores), against the 36 dev benign texts that were false alarms
-# with the code their round arrived to (bench/explain_arrival.py --benign: rounds z, aa, ab, ac, ad, rules
-# not yet written from them) and every dev report: at 0.95 / 0.98 / 0.99 / 0.995, 5 / 2 / 2 / 1 reports
-# silenced (all answered right today) and 16 / 10 / 8 / 6 of the 36 recognised. In sample today it clears
-# one dev false alarm: rules written since had cleared most of the 36.
+# ... nor, when the documentation model is surer still, one that quotes a known message, if no event carries
+# the allocator's figures, a traceback or the machine (_documentation).
 DOCS_MIN_ANY = 0.99
 DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state"})
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
