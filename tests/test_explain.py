@@ -384,6 +384,16 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # in prose only whose "keeps reporting oom ... and the computing are sent to cpu" is detectron2's CPU fallback
     # (labelled recovered; the fallback is said only in the reporter's words, no log line of it)
     "an3_oneformer_87",
+    # session 22, round ao (web pages, dev, scored on arrival with the session's start code: 4 of its 6 dev benign
+    # texts; the refit that joined them cleared none): how-to articles that quote messages as examples: a Chinese
+    # "fix it 100%" page with a whole PyTorch message and its figures, a Chinese Kubernetes design post whose dd demo
+    # fills a 64M /dev/shm, a Chinese DataLoader tutorial quoting the shm message with "pid xxx", an English guide
+    # to OOMKilled / exit 137 with a `kubectl describe` example
+    "ao1_2048ai_bert_seq2seq_oom_fivefixes", "ao1_ieevee_k8s_pod_shm_64m_design",
+    "ao1_jishuzhan_num_workers_docker_shm_bus_error_howto", "ao3_devopsbeast_k8s_oomkilled_guide",
+    # session 22: the same refit moved the Anyscale PR's DeepSpeed cache-flush warning past the gates again (off the
+    # list in session 21, as it had raised no false alarm then)
+    "t5_anyscale_templates_cacheflush_pr252",
 })
 
 
