@@ -310,6 +310,8 @@ def test_dev_split_floor_and_no_false_alarms():
     benign = C.score_benign(C.load_benign("dev"))
     alarms = {r.id for r in benign if r.false_alarm}
     assert alarms <= KNOWN_DEV_FALSE_ALARMS, sorted(alarms - KNOWN_DEV_FALSE_ALARMS)
+    # and the list holds no text that no longer raises one (a refit may move a text either way: keep it true)
+    assert KNOWN_DEV_FALSE_ALARMS <= alarms, sorted(KNOWN_DEV_FALSE_ALARMS - alarms)
 
 
 # The dev benign logs explain still reports as failures: 0 until the sixth session's hard negatives (r4,
@@ -322,7 +324,7 @@ def test_dev_split_floor_and_no_false_alarms():
 # (docs/benchmarks.md), and t5's test source whose messages sit in plain indented string
 # literals (the review of session 7: a notebook's or a JSON array's real message looks the same, so an
 # indented quoted line is source only as an f-string or with a {placeholder}). Any other false alarm on
-# dev fails this test; fixing one of these shrinks the set.
+# dev fails this test, and so does an entry that no longer raises one (since session 22): fixing one shrinks the set.
 KNOWN_DEV_FALSE_ALARMS = frozenset({
     "r4_lmdeploy_faq_zh_tmoom", "r4_openillumi_ja_fragmentation", "r4_theneuralbase_hf_cudaoom_page",
     "t5_torchtnt_test_oom_source",
@@ -385,11 +387,12 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # (labelled recovered; the fallback is said only in the reporter's words, no log line of it)
     "an3_oneformer_87",
     # session 22, round ao (web pages, dev, scored on arrival with the session's start code: 4 of its 6 dev benign
-    # texts; the refit that joined them cleared none): how-to articles that quote messages as examples: a Chinese
-    # "fix it 100%" page with a whole PyTorch message and its figures, a Chinese Kubernetes design post whose dd demo
-    # fills a 64M /dev/shm, a Chinese DataLoader tutorial quoting the shm message with "pid xxx", an English guide
-    # to OOMKilled / exit 137 with a `kubectl describe` example
-    "ao1_2048ai_bert_seq2seq_oom_fivefixes", "ao1_ieevee_k8s_pod_shm_64m_design",
+    # texts; the refit that joined them cleared none): a Chinese Kubernetes design post whose dd demo fills a 64M
+    # /dev/shm (a real failure provoked on purpose), a Chinese DataLoader tutorial quoting the shm message with
+    # "pid xxx", an English guide to OOMKilled / exit 137 with a `kubectl describe` example. (The fourth, a Chinese
+    # "fix it 100%" page quoting an error from the author's own training with its figures, was dropped from the
+    # corpus on review: a failure without its cause is neither benign nor a report.)
+    "ao1_ieevee_k8s_pod_shm_64m_design",
     "ao1_jishuzhan_num_workers_docker_shm_bus_error_howto", "ao3_devopsbeast_k8s_oomkilled_guide",
     # session 22: the same refit moved the Anyscale PR's DeepSpeed cache-flush warning past the gates again (off the
     # list in session 21, as it had raised no false alarm then)
