@@ -14,6 +14,7 @@ three StepRunner steps; the peak reserved of each step after reset_peak_memory_s
 Estimate (CPU): hf.estimate_model(parallel=Plan(...)) as `estimate --model --parallel` does.
 
     python validation/parallel_traced.py --measure --out $OUT      # on a 2-GPU machine (runs torchrun)
+    (the HELDOUT4 configurations run on four ranks: `--only r4-...` on a 4-GPU machine)
     PYTHONPATH=src python validation/parallel_traced.py --estimate --out $OUT
 """
 
@@ -52,7 +53,23 @@ HELDOUT = [
     ("phi1.5-train-ddp-ckpt", "phi-1.5", "ddp", 8,
      {"task": "train", "seq_len": 2048, "gradient_checkpointing": True}, None),
 ]
-ALL = DEV + HELDOUT
+# Four ranks (session 22, 2026-11-28): written before any four-rank run, the estimator frozen at the commit that adds
+# them (docs/validation/estimate.md); HSDP here shards over 2 of the 4 ranks (2 replicas x 2 shards).
+HELDOUT4 = [
+    ("r4-qwen2.5-3b-train-fsdp", "qwen2.5-3b", "fsdp", 4, {"task": "train", "seq_len": 1024}, None),
+    ("r4-llama3-8b-train-fsdp", "llama3-8b", "fsdp", 1, {"task": "train", "seq_len": 1024}, None),
+    ("r4-stablelm-train-ddp", "stablelm-2-1.6b", "ddp", 4, {"task": "train", "seq_len": 1024}, None),
+    ("r4-qwen3-4b-fsdp-ckpt", "qwen3-4b", "fsdp", 4,
+     {"task": "train", "seq_len": 2048, "gradient_checkpointing": True}, None),
+    ("r4-tinyllama-train-hsdp2", "tinyllama-1.1b", "fsdp-hybrid", 4, {"task": "train", "seq_len": 1024}, 2),
+    ("r4-llama3b-lora-fsdp", "llama3.2-3b", "fsdp", 8, {"task": "lora", "seq_len": 1024}, None),
+    ("r4-opt1.3b-train-ddp", "opt-1.3b", "ddp", 8, {"task": "train", "seq_len": 1024}, None),
+]
+ALL = DEV + HELDOUT + HELDOUT4
+
+
+def ranks_of(cfg: tuple) -> int:
+    return 4 if cfg in HELDOUT4 else RANKS
 
 
 def _find(name: str) -> tuple:
@@ -70,6 +87,7 @@ def measure_one(name: str, out: Path) -> None:
     from oomdoctor.workload.step import StepRunner
 
     _, shape, strategy, batch, fields, shard = _find(name)
+    ranks = ranks_of(_find(name))
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
@@ -88,9 +106,9 @@ def measure_one(name: str, out: Path) -> None:
         from torch.distributed.fsdp import fully_shard
 
         if strategy == "fsdp-hybrid":
-            mesh = init_device_mesh("cuda", (RANKS // shard, shard), mesh_dim_names=("replicate", "shard"))
+            mesh = init_device_mesh("cuda", (ranks // shard, shard), mesh_dim_names=("replicate", "shard"))
         else:
-            mesh = init_device_mesh("cuda", (RANKS,))
+            mesh = init_device_mesh("cuda", (ranks,))
         blocks = set(getattr(model, "_no_split_modules", None) or ())
         for m in list(model.modules()):
             if m is not model and type(m).__name__ in blocks:
@@ -102,7 +120,7 @@ def measure_one(name: str, out: Path) -> None:
     steps = zoo.measure_steps(torch, runner)
     row = {"name": name, "rank": rank, "allocated_before_build": before, "steps": steps,
            "measured_reserved": max(s["peak_reserved"] for s in steps)}
-    gathered: list = [None] * RANKS
+    gathered: list = [None] * ranks
     dist.all_gather_object(gathered, row)
     if rank == 0:
         with (out / "parallel_traced.jsonl").open("a") as f:
@@ -116,7 +134,7 @@ def measure_all(out: Path, names: list[str], deadline: float) -> None:
         if time.time() - t0 > deadline:
             print(f"deadline: {name} and later not run", flush=True)
             break
-        cmd = ["torchrun", "--nproc_per_node", str(RANKS), str(Path(__file__).resolve()), "--one", name,
+        cmd = ["torchrun", "--nproc_per_node", str(ranks_of(_find(name))), str(Path(__file__).resolve()), "--one", name,
                "--out", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
         print(name, "rc", r.returncode, f"{time.time() - t0:.0f}s", flush=True)
@@ -137,8 +155,8 @@ def estimate_one(cfg: tuple) -> dict:
     name, shape, strategy, batch, fields, shard = cfg
     t = time.time()
     est = estimate_model(zoo._config(shape), zoo._recipe(fields), batch, gpu="h100",
-                         parallel=Plan(strategy, RANKS, shard))
-    return {"name": name, "set": "dev" if cfg in DEV else "heldout", "per_rank_reserved": est.peak_reserved_bytes,
+                         parallel=Plan(strategy, ranks_of(cfg), shard))
+    return {"name": name, "set": "dev" if cfg in DEV else "heldout", "ranks": ranks_of(cfg), "per_rank_reserved": est.peak_reserved_bytes,
             "peak_phase": est.peak_phase, "breakdown": est.breakdown, "seconds": round(time.time() - t, 1)}
 
 
