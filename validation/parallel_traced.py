@@ -1,4 +1,4 @@
-"""Per-rank memory of DDP and FSDP2, traced over a fake process group, against two real GPUs (issue 18).
+"""Per-rank memory of DDP and FSDP2, traced over a fake process group, against two (and, HELDOUT4, four) real GPUs.
 
 Written on 2026-11-26 after the tracer (estimate/parallel_trace.py) was written and tuned on the four
 configurations of validation/parallel_per_rank.py (measured on 2026-11-25; those are `dev` here). The
@@ -171,7 +171,8 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = a.only.split(",") if a.only else [c[0] for c in ALL]
+    # without --only: the two-rank sets (the four-rank ones need a 4-GPU machine and their own estimates file)
+    names = a.only.split(",") if a.only else [c[0] for c in DEV + HELDOUT]
     if a.one:
         measure_one(a.one, out)
     elif a.estimate:

@@ -11,7 +11,7 @@
     workspaces, reduce_staging, cudnn_splitk_h100
                   measured knowledge of library workspaces (pure tables)
     parallel      per-rank answer: traced DDP/FSDP2 shaped, ZeRO arithmetic on the single-GPU breakdown (pure)
-    parallel_trace  DDP / FSDP2 over torch's fake process group, for tracing rank 0 (measured on 2 GPUs)
+    parallel_trace  DDP / FSDP2 over torch's fake process group, for tracing rank 0 (measured on 2 and 4 GPUs)
     deepspeed_emulation
                   DeepSpeed ZeRO-2/3's tensors as an optimizer object, for tracing rank 0 (torch)
 """

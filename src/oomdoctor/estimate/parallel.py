@@ -26,11 +26,12 @@ _TRACED = "traced over a fake process group; measured on 2 H200s (2026-11-26) an
 VALIDATION = {
     "ddp": f"{_TRACED}: 3 held-out runs on 2 ranks -1.6% to +0.1%; 2 held-out full-training runs on 4 ranks UNDER by "
            "5.6% (the allocator reserved 1.5 GiB more in step 3) and 11.7% (on 2 of 4 ranks a transient of one gradient "
-           "copy at step 2, DDP's bucket rebuild, which is not traced): leave that headroom; not validated beyond 4 ranks",
+           "copy at step 2, probably DDP's bucket rebuild, not traced; seen on 2 ranks too, inside the reserved pool): "
+           "leave that headroom; not validated beyond 4 ranks",
     "fsdp": f"{_TRACED}: 5 held-out runs on 2 ranks, 4 within -0.3% to +0.1%, one +12.8% (Gemma-2, over); 4 held-out "
             "runs on 4 ranks -1.3% to +0.5% (Llama-3-8B among them); not validated beyond 4 ranks",
     "fsdp-hybrid": f"{_TRACED}: 1 held-out run (2 replicas of 1 shard) -0.01%, 1 on 4 ranks (2 replicas of 2 shards) "
-                   "+0.3%; wider shard groups not validated",
+                   "+0.3%; wider shard groups and more than 4 ranks not validated",
     "zero2": "an emulation of DeepSpeed ZeRO-2's tensors, traced; measured against DeepSpeed 0.19.8 (bf16, "
              "defaults) on 2 H200s, 2026-11-26, validation/parallel_zero.py: 5 held-out runs -0.01% to +2.5%; "
              "other DeepSpeed versions and settings (overlap_comm, bucket sizes, offload) not validated",
