@@ -25,9 +25,10 @@ STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
 _TRACED = "traced over a fake process group; measured on 2 H200s (2026-11-26) and 4 H200s (2026-11-28), validation/parallel_traced.py"
 VALIDATION = {
     "ddp": f"{_TRACED}: 3 held-out runs on 2 ranks -1.6% to +0.1%; 2 held-out full-training runs on 4 ranks UNDER by "
-           "5.6% (the allocator reserved 1.5 GiB more in step 3) and 11.7% (on 2 of 4 ranks a transient of one gradient "
-           "copy at step 2, probably DDP's bucket rebuild, not traced; seen on 2 ranks too, inside the reserved pool): "
-           "leave that headroom; not validated beyond 4 ranks",
+           "5.6% (the allocator reserved 1.5 GiB more in step 3) and 11.7% (on 2 of 4 ranks one gradient copy more at "
+           "step 2: DDP's bucket rebuild, which races with the old buckets' release, so ranks and runs differ; not "
+           "traced; seen on 2 ranks too): leave one gradient copy of headroom, or pass gradient_as_bucket_view=True to "
+           "DDP, which removed it; not validated beyond 4 ranks",
     "fsdp": f"{_TRACED}: 5 held-out runs on 2 ranks, 4 within -0.3% to +0.1%, one +12.8% (Gemma-2, over); 4 held-out "
             "runs on 4 ranks -1.3% to +0.5% (Llama-3-8B among them); not validated beyond 4 ranks",
     "fsdp-hybrid": f"{_TRACED}: 1 held-out run (2 replicas of 1 shard) -0.01%, 1 on 4 ranks (2 replicas of 2 shards) "
