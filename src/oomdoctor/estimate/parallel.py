@@ -91,9 +91,22 @@ def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks
 
 def from_traced(est: Any, strategy: str, ranks: int, shard_size: int | None = None) -> dict[str, Any]:
     """The per-rank answer from an Estimate traced as rank 0 of `strategy` (hf.estimate_model(parallel=...)),
-    in the same shape as per_rank's."""
-    return {"strategy": strategy, "ranks": ranks,
-            "shard_size": (shard_size or ranks) if strategy == "fsdp-hybrid" else None,
-            "peak_reserved_bytes": est.peak_reserved_bytes, "process_total_bytes": est.process_total_bytes,
-            "breakdown": dict(est.breakdown), "peak_phase": est.peak_phase, "traced": True,
-            "validated_on_hardware": False, "validation": VALIDATION[strategy]}
+    in the same shape as per_rank's. Under DDP also the worst rank: DDP rebuilds its gradient buckets before the
+    second iteration and, on a rank where that races with the old buckets' release, holds one gradient copy more
+    (measured on 4 H200s, docs/validation/estimate.md; the trace skips the rebuild, which reads values). A job
+    fails on its worst rank, so that figure is the one to fit."""
+    out = {"strategy": strategy, "ranks": ranks,
+           "shard_size": (shard_size or ranks) if strategy == "fsdp-hybrid" else None,
+           "peak_reserved_bytes": est.peak_reserved_bytes, "process_total_bytes": est.process_total_bytes,
+           "breakdown": dict(est.breakdown), "peak_phase": est.peak_phase, "traced": True,
+           "validated_on_hardware": False, "validation": VALIDATION[strategy]}
+    if strategy == "ddp":
+        extra = int(est.breakdown.get("gradients", 0))
+        out["bucket_rebuild_bytes"] = extra
+        out["worst_rank_reserved_bytes"] = est.peak_reserved_bytes + extra
+    return out
+
+
+def rank_fits(rank: dict[str, Any], limit: int) -> bool:
+    """Whether every rank fits under `limit` (the caching allocator's cap): the worst rank's figure where known."""
+    return rank.get("worst_rank_reserved_bytes", rank["peak_reserved_bytes"]) <= limit
