@@ -90,11 +90,22 @@ def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks
             "breakdown": out, "validated_on_hardware": False, "validation": VALIDATION[strategy]}
 
 
-def from_traced(est: Any, strategy: str, ranks: int, shard_size: int | None = None) -> dict[str, Any]:
+def from_traced(est: Any, strategy: str, ranks: int, shard_size: int | None = None,
+                worst: Any = None) -> dict[str, Any]:
     """The per-rank answer from an Estimate traced as rank 0 of `strategy` (hf.estimate_model(parallel=...)),
-    in the same shape as per_rank's."""
-    return {"strategy": strategy, "ranks": ranks,
-            "shard_size": (shard_size or ranks) if strategy == "fsdp-hybrid" else None,
-            "peak_reserved_bytes": est.peak_reserved_bytes, "process_total_bytes": est.process_total_bytes,
-            "breakdown": dict(est.breakdown), "peak_phase": est.peak_phase, "traced": True,
-            "validated_on_hardware": False, "validation": VALIDATION[strategy]}
+    in the same shape as per_rank's. `worst` (DDP): the trace of a rank on which the bucket rebuild holds the old
+    buckets through the second step (Plan.rebuild_held), a race that picks ranks at random: a job fails on its
+    worst rank, so that is the figure `fits` is judged on (rank_fits)."""
+    out = {"strategy": strategy, "ranks": ranks,
+           "shard_size": (shard_size or ranks) if strategy == "fsdp-hybrid" else None,
+           "peak_reserved_bytes": est.peak_reserved_bytes, "process_total_bytes": est.process_total_bytes,
+           "breakdown": dict(est.breakdown), "peak_phase": est.peak_phase, "traced": True,
+           "validated_on_hardware": False, "validation": VALIDATION[strategy]}
+    if worst is not None:
+        out["worst_rank_reserved_bytes"] = max(worst.peak_reserved_bytes, est.peak_reserved_bytes)
+    return out
+
+
+def rank_fits(rank: dict[str, Any], limit: int) -> bool:
+    """Whether every rank fits under `limit` (the caching allocator's cap): the worst rank's figure where traced."""
+    return rank.get("worst_rank_reserved_bytes", rank["peak_reserved_bytes"]) <= limit

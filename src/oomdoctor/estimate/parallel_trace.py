@@ -30,6 +30,7 @@ class Plan:
     shard_size: int | None = None  # fsdp-hybrid: ranks per shard group
     blocks: tuple[str, ...] = ()  # FSDP2: class names of the modules sharded one by one (default:
     # the model's _no_split_modules, as transformers' and accelerate's FSDP wrapping use)
+    rebuild_held: bool = False  # DDP: trace the rank on which the bucket rebuild holds the old buckets (_NoRebuild)
 
     def mesh_shape(self) -> tuple[int, ...]:
         if self.strategy == "fsdp-hybrid":
@@ -92,14 +93,41 @@ def _ddp_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the 
 class _NoRebuild:
     """DDP's reducer, except that its buckets are not rebuilt before the second forward: the rebuild
     broadcasts bucket indices (values fake tensors do not have). The rebuilt buckets hold the same
-    gradients in the order they became ready; the old ones are freed after the new ones exist, a
-    transient of one gradient copy while no gradients are live (not recorded)."""
+    gradients in the order they became ready. On 4 H200s some ranks, different from run to run, held one
+    bucket set more through the second step (the old buckets' release races the rebuild;
+    docs/validation/estimate.md): with `held`, that rank is traced, a second set of buckets (DDP's sizes: 1 MiB
+    first, then 25 MiB, in reverse parameter order) made at the second forward and kept until the third."""
 
-    def __init__(self, reducer: Any) -> None:
+    FIRST_BUCKET = 1 << 20
+    BUCKET = 25 << 20
+
+    def __init__(self, reducer: Any, params: list[Any] | None = None) -> None:
         self._reducer = reducer
+        self._params = params
+        self._calls = 0
+        self._held: list[Any] | None = None
 
     def _rebuild_buckets(self) -> bool:
+        self._calls += 1
+        if self._params is not None and self._calls == 2:
+            self._held = self._buckets()
+        elif self._calls == 3:
+            self._held = None
         return False
+
+    def _buckets(self) -> list[Any]:
+        import torch
+
+        out, size, cap, first = [], 0, self.FIRST_BUCKET, None
+        for p in reversed(self._params or []):
+            first = p if first is None else first
+            size += p.numel() * p.element_size()
+            if size >= cap:
+                out.append(torch.empty(size // first.element_size(), dtype=first.dtype, device=first.device))
+                size, cap, first = 0, self.BUCKET, None
+        if size:
+            out.append(torch.empty(size // first.element_size(), dtype=first.dtype, device=first.device))
+        return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reducer, name)
@@ -129,7 +157,8 @@ def wrap(model: Any, plan: Plan, mesh: Any) -> Any:
         with _ddp_without_value_checks():
             wrapped = DDP(model)
         wrapped.register_comm_hook(plan.ranks, _ddp_hook)
-        wrapped.reducer = _NoRebuild(wrapped.reducer)
+        params = [p for p in model.parameters() if p.requires_grad] if plan.rebuild_held else None
+        wrapped.reducer = _NoRebuild(wrapped.reducer, params)
         return wrapped
     from torch.distributed.fsdp import fully_shard
 
