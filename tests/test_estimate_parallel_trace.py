@@ -49,6 +49,26 @@ def test_ddp_adds_one_bucket_copy_of_the_gradients(single):
     assert replay(trace.events).peak_allocated > replay(single[0].events).peak_allocated
 
 
+def test_ddp_rank_holding_its_old_buckets_allocates_a_second_set_in_step_2():
+    """Plan.rebuild_held: the rank on which DDP's bucket rebuild holds the old buckets (a race seen on 4 H200s) gets a
+    second bucket set from the second forward to the third, in DDP's bucket sizes; the plain trace does not."""
+    plain, info = _trace(Plan("ddp", 4))
+    held, _ = _trace(Plan("ddp", 4, rebuild_held=True))
+    extra = sum(size for op, _, size, _ in held.events if op == "a") - sum(size for op, _, size, _ in plain.events if op == "a")
+    grads = info["parameter_bytes"]  # bf16 weights, bf16 gradients: one gradient copy is the weights' size
+    assert extra == pytest.approx(grads, rel=0.02)
+    sizes = sorted({size for op, _, size, _ in held.events if op == "a"} - {size for op, _, size, _ in plain.events if op == "a"})
+    assert sizes and max(sizes) <= 26 << 20  # buckets of at most ~25 MiB, not one whole-gradient block
+    assert replay(held.events).peak_allocated >= replay(plain.events).peak_allocated + grads * 0.9
+
+
+def test_rank_fits_uses_the_worst_rank_where_traced():
+    from oomdoctor.estimate.parallel import rank_fits
+
+    assert rank_fits({"peak_reserved_bytes": 10}, 10)
+    assert not rank_fits({"peak_reserved_bytes": 10, "worst_rank_reserved_bytes": 12}, 11)
+
+
 def test_fsdp_shards_parameters_and_state_and_uses_its_streams(single):
     trace, info = _trace(Plan("fsdp", 4))
     sharded = sum(size for sid, size in _cats(trace, "parameters").items()
@@ -125,6 +145,26 @@ def test_cli_reports_traced_per_rank(tmp_path, capsys):
     assert rank["strategy"] == "fsdp" and "2 H200" in rank["validation"]
     # sharded state; on a model this small FSDP2's stream pools can cost more than sharding saves
     assert 0 < rank["breakdown"]["optimizer_state"] <= out["breakdown"]["optimizer_state"] / 3
+    assert "worst_rank_reserved_bytes" not in rank  # only DDP has a racing rebuild
+
+
+def test_cli_ddp_reports_the_worst_rank_and_fits_on_it(tmp_path, capsys):
+    import json
+
+    from oomdoctor.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    args = ["estimate", "--model", str(tmp_path / "config.json"), "--task", "train", "--batch-size", "2",
+            "--seq-len", "128", "--parallel", "ddp", "--ranks", "4"]
+    main(args + ["--format", "json"])
+    rank = json.loads(capsys.readouterr().out)["per_rank"]
+    assert rank["worst_rank_reserved_bytes"] >= rank["peak_reserved_bytes"]
+    between = (rank["worst_rank_reserved_bytes"] + rank["peak_reserved_bytes"]) // 2
+    if rank["worst_rank_reserved_bytes"] > rank["peak_reserved_bytes"]:  # a limit only the plain rank fits under
+        main(args + ["--memory-limit", str(between), "--format", "json"])
+        assert json.loads(capsys.readouterr().out)["per_rank"]["fits"] is False
+    main(args)
+    assert "worst rank: peak reserved" in capsys.readouterr().out
 
 
 def test_zero2_emulation_holds_deepspeeds_tensors(single):
