@@ -60,6 +60,10 @@ def test_ddp_rank_holding_its_old_buckets_allocates_a_second_set_in_step_2():
     sizes = sorted({size for op, _, size, _ in held.events if op == "a"} - {size for op, _, size, _ in plain.events if op == "a"})
     assert sizes and max(sizes) <= 26 << 20  # buckets of at most ~25 MiB, not one whole-gradient block
     assert replay(held.events).peak_allocated >= replay(plain.events).peak_allocated + grads * 0.9
+    # the held set is dropped again (at the third forward): every bucket-sized block allocated in step 2 is freed
+    new_ids = {sid for op, sid, size, _ in held.events if op == "a" and size in set(sizes)}
+    freed = {sid for op, sid, _, _ in held.events if op == "f"}
+    assert new_ids and new_ids <= freed
 
 
 def test_rank_fits_uses_the_worst_rank_where_traced():
@@ -160,9 +164,10 @@ def test_cli_ddp_reports_the_worst_rank_and_fits_on_it(tmp_path, capsys):
     rank = json.loads(capsys.readouterr().out)["per_rank"]
     assert rank["worst_rank_reserved_bytes"] >= rank["peak_reserved_bytes"]
     between = (rank["worst_rank_reserved_bytes"] + rank["peak_reserved_bytes"]) // 2
-    if rank["worst_rank_reserved_bytes"] > rank["peak_reserved_bytes"]:  # a limit only the plain rank fits under
-        main(args + ["--memory-limit", str(between), "--format", "json"])
-        assert json.loads(capsys.readouterr().out)["per_rank"]["fits"] is False
+    assert rank["worst_rank_reserved_bytes"] > rank["peak_reserved_bytes"]
+    # a limit only the plain rank fits under: the job does not fit, and the exit code says so
+    assert main(args + ["--memory-limit", str(between), "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["per_rank"]["fits"] is False
     main(args)
     assert "worst rank: peak reserved" in capsys.readouterr().out
 

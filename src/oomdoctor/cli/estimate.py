@@ -167,4 +167,4 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
     else:
         out = render.model_text(est, args.model, search, rank)
     emit(out, args)
-    return EXIT_FINDINGS if est.fits is False else EXIT_OK
+    return EXIT_FINDINGS if est.fits is False or (rank is not None and rank.get("fits") is False) else EXIT_OK

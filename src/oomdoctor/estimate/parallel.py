@@ -24,9 +24,9 @@ STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "fsdp-hybrid")
 # other interconnects and NCCL's own buffers (outside PyTorch's allocator) are not measured.
 _TRACED = "traced over a fake process group; measured on 2 H200s (2026-11-26) and 4 H200s (2026-11-28), validation/parallel_traced.py"
 VALIDATION = {
-    "ddp": f"{_TRACED}: the peak: 3 held-out runs on 2 ranks -1.6% to +0.1%; 17 runs on 4 ranks within -2.2% to "
+    "ddp": f"{_TRACED}: the peak: 3 held-out runs on 2 ranks -1.6% to +0.1%; 17 runs on 4 ranks within -2.1% to "
            "+0.3% of the smallest rank in 14, 5.6-5.7% under in 3 (OPT-1.3B; Phi-1.5 twice). The worst rank (one whose "
-           "bucket rebuild holds the old buckets through step 2, a race that hit some rank in 11 of the 17): 10 "
+           "bucket rebuild holds the old buckets through step 2, a race that hit some rank in 12 of the 17): 10 "
            "held-out runs, the largest rank within -0.1% to +0.3% of it whenever the race hit (8), over by up to 8.1% "
            "when it did not; gradient_as_bucket_view=True avoided the race in a probe; not validated beyond 4 ranks",
     "fsdp": f"{_TRACED}: 5 held-out runs on 2 ranks, 4 within -0.3% to +0.1%, one +12.8% (Gemma-2, over); 4 held-out "

@@ -108,6 +108,8 @@ class _NoRebuild:
         self._held: list[Any] | None = None
 
     def _rebuild_buckets(self) -> bool:
+        # DDP calls this at every forward under grad mode; the --model recipes run one forward per step, so the
+        # second call is the second step's (a workload with several forwards per step would move it earlier)
         self._calls += 1
         if self._params is not None and self._calls == 2:
             self._held = self._buckets()
@@ -118,15 +120,16 @@ class _NoRebuild:
     def _buckets(self) -> list[Any]:
         import torch
 
-        out, size, cap, first = [], 0, self.FIRST_BUCKET, None
+        out: list[Any] = []
+        open_: dict[tuple[Any, Any], list[int]] = {}  # one running bucket per (dtype, device), as DDP keeps: [size, cap]
         for p in reversed(self._params or []):
-            first = p if first is None else first
-            size += p.numel() * p.element_size()
-            if size >= cap:
-                out.append(torch.empty(size // first.element_size(), dtype=first.dtype, device=first.device))
-                size, cap, first = 0, self.BUCKET, None
-        if size:
-            out.append(torch.empty(size // first.element_size(), dtype=first.dtype, device=first.device))
+            key = (p.dtype, p.device)
+            b = open_.setdefault(key, [0, self.FIRST_BUCKET])
+            b[0] += p.numel()
+            if b[0] * p.element_size() >= b[1]:
+                out.append(torch.empty(b[0], dtype=p.dtype, device=p.device))
+                b[0], b[1] = 0, self.BUCKET
+        out += [torch.empty(n, dtype=k[0], device=k[1]) for k, (n, _) in open_.items() if n]
         return out
 
     def __getattr__(self, name: str) -> Any:

@@ -108,13 +108,15 @@ def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[
                      f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
                      f"{format_bytes(rank['process_total_bytes'])}"
                      + (f" (at {rank['peak_phase']})" if rank.get("peak_phase") else "")
-                     + ("" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
+                     + ("" if "fits" not in rank or rank.get("worst_rank_reserved_bytes") is not None
+                        else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
         for k in ("parameters", "gradients", "optimizer_state"):
             lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
         if rank.get("worst_rank_reserved_bytes") is not None:
+            verdict = "" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")
             lines.append(f"    worst rank: peak reserved {format_bytes(rank['worst_rank_reserved_bytes'])} where DDP's bucket "
-                         "rebuild holds the old buckets through step 2 (a race: some ranks, some runs); "
-                         "DDP(..., gradient_as_bucket_view=True) avoided it on the H200s")
+                         "rebuild holds the old buckets through step 2 (a race: some ranks, some runs; the fit is judged "
+                         "on this); DDP(..., gradient_as_bucket_view=True) avoided it in a probe" + verdict)
     red = d.get("reduced_depth")
     if red:
         lines.append(f"  traced at {red['traced_depths'][0]} and {red['traced_depths'][1]} of {red['depth']} blocks, "
