@@ -91,7 +91,7 @@ ALL = DEV + HELDOUT + HELDOUT4 + HELDOUT4B + HELDOUT4C
 
 
 def ranks_of(cfg: tuple) -> int:
-    return 4 if cfg in HELDOUT4 or cfg in HELDOUT4B or cfg in HELDOUT4C else RANKS
+    return 4 if cfg in HELDOUT4 + HELDOUT4B + HELDOUT4C else RANKS
 
 
 def _find(name: str) -> tuple:
@@ -171,7 +171,7 @@ def estimate_one(cfg: tuple) -> dict:
     torch.set_num_threads(2)
     import estimate_llm_zoo as zoo
 
-    from oomdoctor.estimate.hf import estimate_model
+    from oomdoctor.estimate.hf import estimate_model, estimate_per_rank
     from oomdoctor.estimate.parallel_trace import Plan
 
     name, shape, strategy, batch, fields, shard = cfg
@@ -180,8 +180,8 @@ def estimate_one(cfg: tuple) -> dict:
                          parallel=Plan(strategy, ranks_of(cfg), shard))
     worst = None
     if strategy == "ddp" and cfg in HELDOUT4C:  # the rank on which the bucket rebuild holds the old buckets
-        worst = estimate_model(zoo._config(shape), zoo._recipe(fields), batch, gpu="h100",
-                               parallel=Plan(strategy, ranks_of(cfg), shard, rebuild_held=True)).peak_reserved_bytes
+        worst = estimate_per_rank(zoo._config(shape), zoo._recipe(fields), batch, Plan(strategy, ranks_of(cfg), shard),
+                                  gpu="h100")["worst_rank_reserved_bytes"]
     return {"name": name, "set": "dev" if cfg in DEV else "heldout", "ranks": ranks_of(cfg), "per_rank_reserved": est.peak_reserved_bytes,
             "worst_rank_reserved": worst,
             "peak_phase": est.peak_phase, "breakdown": est.breakdown, "seconds": round(time.time() - t, 1)}

@@ -145,21 +145,11 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
             search = hf.search_fit(config, recipe, batch, args.gpu)
     rank = None
     if args.parallel:
-        from oomdoctor.estimate.parallel import from_traced, rank_fits
         from oomdoctor.estimate.parallel_trace import Plan
 
-        plan = Plan(args.parallel, args.ranks, args.shard_size)
         with progress(f"tracing rank 0 of {args.parallel} over {args.ranks} ranks", args) as update:
-            est_rank = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf,
-                                         parallel=plan)
-            worst = None
-            if args.parallel == "ddp":
-                update("tracing a rank on which DDP's bucket rebuild holds the old buckets")
-                worst = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf,
-                                          parallel=Plan(args.parallel, args.ranks, rebuild_held=True))
-        rank = from_traced(est_rank, args.parallel, args.ranks, args.shard_size, worst)
-        if est.memory_limit_bytes is not None:
-            rank["fits"] = rank_fits(rank, est.memory_limit_bytes)
+            rank = hf.estimate_per_rank(config, recipe, batch, Plan(args.parallel, args.ranks, args.shard_size),
+                                        gpu=args.gpu, memory_limit=limit, alloc_conf=conf, on_step=update)
     if args.format == "json":
         from oomdoctor.render.envelope import dumps
 

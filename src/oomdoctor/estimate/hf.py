@@ -478,6 +478,23 @@ def _labeler(config: Any, recipe: Recipe) -> Callable[[Any], str | None]:
     return label
 
 
+def estimate_per_rank(config: Any, recipe: Recipe, batch_size: int, plan: Any, *, gpu: str | None = None,
+                      memory_limit: int | None = None, alloc_conf: Any = None,
+                      on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The per-rank answer for `plan` (estimate.parallel_trace.Plan): rank 0 traced, and under DDP also the rank whose
+    bucket rebuild holds the old buckets through step 2 (a race; parallel.from_traced judges `fits` on it)."""
+    from oomdoctor.estimate.parallel import from_traced
+
+    kw = {"gpu": gpu, "memory_limit": memory_limit, "alloc_conf": alloc_conf}
+    est = estimate_model(config, recipe, batch_size, parallel=plan, **kw)
+    worst = None
+    if plan.strategy == "ddp":
+        if on_step is not None:
+            on_step("tracing a rank on which DDP's bucket rebuild holds the old buckets")
+        worst = estimate_model(config, recipe, batch_size, parallel=replace(plan, rebuild_held=True), **kw)
+    return from_traced(est, plan.strategy, plan.ranks, plan.shard_size, worst)
+
+
 def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | None = None,
                    memory_limit: int | None = None, alloc_conf: Any = None, parallel: Any = None) -> Any:
     from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf

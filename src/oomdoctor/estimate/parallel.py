@@ -102,6 +102,8 @@ def from_traced(est: Any, strategy: str, ranks: int, shard_size: int | None = No
            "validated_on_hardware": False, "validation": VALIDATION[strategy]}
     if worst is not None:
         out["worst_rank_reserved_bytes"] = max(worst.peak_reserved_bytes, est.peak_reserved_bytes)
+    if est.memory_limit_bytes is not None:
+        out["fits"] = rank_fits(out, est.memory_limit_bytes)
     return out
 
 
