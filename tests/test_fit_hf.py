@@ -99,3 +99,49 @@ def test_backward_oom_mid_accumulation_raises_rather_than_corrupt(tmp_path):
 
     with pytest.raises(fit.FitOutOfMemoryError, match="middle of a gradient-accumulation cycle"):
         train(tmp_path, Late, model, ga=2, min_micro_batch=2)
+
+
+class Syncing(Tiny):
+    """Stands in for DDP's no_sync(): records, per forward, whether gradients would be synchronised."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.sync, self.synced = True, []
+
+    def no_sync(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def off():
+            before, self.sync = self.sync, False
+            try:
+                yield
+            finally:
+                self.sync = before
+        return off()
+
+    def forward(self, x, labels=None):
+        if self.training:
+            self.synced.append(self.sync)
+        return super().forward(x, labels)
+
+
+def test_pieces_but_the_last_do_not_synchronise(tmp_path):
+    _, ref = train(tmp_path / "ref", transformers.Trainer, Tiny())
+    model = Syncing()
+    trainer, got = train(tmp_path / "split", Split, model, micro_batch=4)
+    assert model.synced == [False, False, False, True] * 4  # 4 steps of 16 in pieces of 4: one sync per step
+    assert trainer.oom_events == []
+    for p, q in zip(got, ref):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_no_retry_when_several_processes_train(tmp_path, monkeypatch):
+    from oomdoctor.injob.fit import hf
+
+    monkeypatch.setattr(hf, "_world_size", lambda: 2)
+    model = Tiny(limit=5)
+    with pytest.raises(fit.FitOutOfMemoryError, match=r"one of 2 processes.*micro_batch=8") as err:
+        train(tmp_path, Split, model, min_micro_batch=2)
+    assert err.value.phase == "forward" and err.value.micro_batch == 16
+    assert model.seen == [16]  # not retried on this rank alone

@@ -15,15 +15,20 @@ of items in the whole accumulated batch (then the pieces add up as they are).
 Exactness: an OOM in forward resumes at the piece that failed; an OOM in backward restarts the step
 when the gradients were empty when it began (the first step of each accumulation cycle: the Trainer
 zeroes them with set_to_none), and otherwise raises, since a partial backward cannot be undone.
-Single-process training; under DDP each piece's backward synchronises (correct, slower); DeepSpeed
-has its own micro-batching (`train_micro_batch_size_per_gpu`) and is not supported.
+Several processes (DDP through torchrun or accelerate): every piece but the last runs under the model's
+`no_sync()`, so each rank synchronises its gradients once per step however it splits. A retry after an OOM is
+refused there (FitOutOfMemoryError naming the micro-batch to start from): the other ranks are already waiting in
+a collective that the failed rank would answer out of order. With `micro_batch=` every rank splits every step
+alike from the start. DeepSpeed has its own micro-batching (`train_micro_batch_size_per_gpu`) and is not supported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
+import sys
 from typing import Any
 
 from oomdoctor.injob.fit.core import (
@@ -37,6 +42,18 @@ from oomdoctor.injob.fit.core import (
 from oomdoctor.workload.oom_exceptions import is_oom
 
 log = logging.getLogger("oomdoctor.fit")
+
+
+def _world_size() -> int:
+    """Processes in torch.distributed's default group (1 when it is not in use); torch is not imported here."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 - a broken group reads as one process; the Trainer reports it itself
+        pass
+    return 1
 
 
 class MicroBatchTrainerMixin:
@@ -89,6 +106,17 @@ class MicroBatchTrainerMixin:
             phase, message = oom
             gc.collect()
             _free_cuda_cache()
+            world = _world_size()
+            if world > 1:
+                new = max(min(self.min_micro_batch, n), math.ceil(micro / 2))
+                self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "raise"})
+                raise FitOutOfMemoryError(
+                    f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry on this rank alone "
+                    "would answer the other ranks' collectives out of order, so it is not attempted. Restart with "
+                    f"micro_batch={new} (min_micro_batch={self.min_micro_batch}): every rank then splits each step "
+                    f"alike. {first_line_of(message)}",
+                    micro_batch=micro, floor=self.min_micro_batch, phase=phase, oom_message=message,
+                    diagnosis=_diagnosis(message))
             if phase == "backward":
                 if not clean_start:
                     raise FitOutOfMemoryError(
@@ -110,7 +138,10 @@ class MicroBatchTrainerMixin:
             self._phase = "forward"
             self._share = 1.0 if global_loss or micro >= n else (stop - self._done) / n
             piece = inputs if micro >= n else slice_batch(inputs, self._done, stop)
-            self._total = self._total + super().training_step(model, piece, num_items, *args, **kwargs)
+            # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
+            quiet = model.no_sync() if stop < n and hasattr(model, "no_sync") else contextlib.nullcontext()
+            with quiet:
+                self._total = self._total + super().training_step(model, piece, num_items, *args, **kwargs)
             self._done = stop
         return self._total
 
