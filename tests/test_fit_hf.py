@@ -145,3 +145,49 @@ def test_no_retry_when_several_processes_train(tmp_path, monkeypatch):
         train(tmp_path, Split, model, min_micro_batch=2)
     assert err.value.phase == "forward" and err.value.micro_batch == 16
     assert model.seen == [16]  # not retried on this rank alone
+
+
+def _tiny_llama(kind):
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, pad_token_id=0, num_labels=3)
+    torch.manual_seed(0)
+    return (transformers.LlamaForSequenceClassification if kind == "cls" else transformers.LlamaForCausalLM)(cfg)
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Causal-LM labels cut at random lengths, so that samples carry different numbers of items."""
+
+    def __init__(self, kind):
+        g = torch.Generator().manual_seed(1)
+        self.kind, self.x = kind, torch.randint(1, 100, (64, 16), generator=g)
+        self.y, self.lab = torch.randint(0, 3, (64,), generator=g), self.x.clone()
+        for i, k in enumerate(torch.randint(4, 16, (64,), generator=g).tolist()):
+            self.lab[i, k:] = -100
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.y[i] if self.kind == "cls" else self.lab[i]}
+
+
+def _train_hf(tmp_path, trainer_cls, kind, ga=1, **extra):
+    model = _tiny_llama(kind)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, gradient_accumulation_steps=ga, max_steps=3,
+        learning_rate=0.1, optim="sgd", max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no",
+        use_cpu=True, seed=7, disable_tqdm=True)  # SGD without clipping: a wrong loss scale shows in the weights
+    trainer = trainer_cls(model=model, args=args, train_dataset=Tokens(kind), **extra)
+    trainer.train()
+    return trainer, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("kind", ["cls", "lm"])
+@pytest.mark.parametrize("ga", [1, 2])
+def test_transformers_heads_split_like_the_unsplit_trainer(tmp_path, kind, ga):
+    """The classifier's forward takes **kwargs but drops num_items_in_batch (transformers#47688): its pieces must be
+    weighted; the causal LM's loss is normalised over the whole batch: its pieces must not be."""
+    _, ref = _train_hf(tmp_path / "ref", transformers.Trainer, kind, ga)
+    trainer, got = _train_hf(tmp_path / "split", Split, kind, ga, micro_batch=4)
+    assert trainer._honours_num_items is (kind == "lm")
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)

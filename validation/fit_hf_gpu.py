@@ -1,23 +1,26 @@
 """Validate `fit.MicroBatchTrainerMixin` (the Hugging Face Trainer) on GPUs with REAL out-of-memory errors.
 
-Written on 2026-11-28 for this check; nothing in the mixin was tuned on it. A small Llama (4 layers, hidden
-512, vocabulary 32000, eager attention, float32 with TF32 off, deterministic algorithms) is trained for 4 Trainer
-steps of 16 sequences of 512 tokens, as a causal LM (AdamW, the loss normalised by the Trainer over the items of
-the whole batch) and as a sequence classifier (SGD: a wrong loss scale would show in the weights, which AdamW would
-hide). Per model, on one GPU:
+Written on 2026-11-28 for this check. Per model, on one GPU (CUDA_VISIBLE_DEVICES=0: with two visible the
+Trainer uses DataParallel and doubles the batch), 4 Trainer steps of 16 sequences of 512 tokens, float32 with TF32
+off, deterministic algorithms, no dropout:
   ref    the plain Trainer, no cap;
-  split  the mixin with micro_batch=8 preset, no cap (the same split the OOM should lead to, without an OOM);
+  split  the mixin with micro_batch=8 preset, no cap (the split the OOM should lead to, without an OOM);
   capped the mixin with no preset under set_per_process_memory_fraction half-way between split's and ref's peak
          reserved: the first step must OOM at 16 and go on at 8.
-`capped` must equal `split` (same arithmetic) and be within float32 summation noise of `ref` (the relative size of
-the difference is printed beside the size of the update). The causal LM is also run with gradient accumulation 2.
+`capped` must equal `split` and be within float32 summation noise of `ref`: the difference is printed beside the
+size of the update. SGD without gradient clipping, so that a wrong loss scale shows in the weights (AdamW and the
+Trainer's default clipping at 1.0 hide it).
 
-Several processes (`ddp`: two GPUs, torchrun, DDP through the Trainer): ref and split8 as above (split8's pieces
-but the last under no_sync); then a cap on rank 0 only (one rank OOMs, the other does not) and a cap on both ranks,
-each with the code under test and, when --old-src is given, with the code before this check (which retried on the
-failing rank alone): whether the job ends, how, how soon, and with which weights.
+Two sets. `dev` (Llama, 4 layers, hidden 512; causal LM and sequence classifier): its first run (AdamW, clipping on)
+showed the classifier's logged loss doubled under the split, which led to the mixin asking the model whether its
+loss honours num_items_in_batch (transformers#47688); `dev` was read while fixing it. `heldout` (Qwen2 and BERT
+heads of other sizes), written with the fix, before any run of it.
 
-    python validation/fit_hf_gpu.py single --out DIR
+Several processes (`ddp`: two GPUs, torchrun, DDP through the Trainer): ref and split8 (pieces but the last under
+no_sync); a cap on rank 0 only (one rank OOMs, the other does not) and on both ranks, with the code under test and,
+when --old-src is given, with the code before this check (which retried on the failing rank alone).
+
+    python validation/fit_hf_gpu.py single --set heldout --out DIR
     python validation/fit_hf_gpu.py ddp --out DIR [--old-src PATH]     # on a 2-GPU machine
 """
 
@@ -50,16 +53,47 @@ def setup():
     return torch
 
 
-def make_model(kind):
-    import torch
+def _llama(head):
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
                                    num_attention_heads=8, num_key_value_heads=8, pad_token_id=0, num_labels=5,
                                    attn_implementation="eager")
+    return (transformers.LlamaForSequenceClassification if head == "cls" else transformers.LlamaForCausalLM)(cfg)
+
+
+def _qwen2(head):
+    import transformers
+
+    cfg = transformers.Qwen2Config(vocab_size=32000, hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
+                                   num_attention_heads=6, num_key_value_heads=2, pad_token_id=0, num_labels=5,
+                                   attn_implementation="eager")
+    return (transformers.Qwen2ForSequenceClassification if head == "cls" else transformers.Qwen2ForCausalLM)(cfg)
+
+
+def _bert(head):
+    import transformers
+
+    cfg = transformers.BertConfig(vocab_size=32000, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
+                                  num_attention_heads=8, max_position_embeddings=512, num_labels=5,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                  attn_implementation="eager")
+    return transformers.BertForSequenceClassification(cfg)
+
+
+# name -> (model, head, gradient accumulation steps)
+SETS = {
+    "dev": {"lm-ga1": (_llama, "lm", 1), "cls-ga1": (_llama, "cls", 1), "lm-ga2": (_llama, "lm", 2)},
+    "heldout": {"qwen2-lm-ga1": (_qwen2, "lm", 1), "qwen2-cls-ga1": (_qwen2, "cls", 1),
+                "qwen2-cls-ga2": (_qwen2, "cls", 2), "bert-cls-ga1": (_bert, "cls", 1)},
+}
+
+
+def make_model(kind, family=_llama):
+    import torch
+
     torch.manual_seed(0)
-    cls = transformers.LlamaForSequenceClassification if kind == "cls" else transformers.LlamaForCausalLM
-    return cls(cfg)
+    return family(kind)
 
 
 class Data:
@@ -83,18 +117,19 @@ class Data:
         return {"input_ids": self.x[i], "labels": self.y[i] if self.kind == "cls" else self.lab[i]}
 
 
-def train(kind, mixin, ga=1, micro=None, out_dir="/tmp/fit_hf_gpu/run", ddp_timeout=90):
+def train(kind, mixin, ga=1, micro=None, out_dir="/tmp/fit_hf_gpu/run", ddp_timeout=90, family=_llama, sgd=True):
     import torch
     import transformers
 
     from oomdoctor import fit
 
-    model = make_model(kind)
+    model = make_model(kind, family)
+    opt = {"optim": "sgd", "learning_rate": 0.05, "max_grad_norm": 0.0} if sgd else \
+        {"optim": "adamw_torch", "learning_rate": 1e-4 if kind == "lm" else 0.05}
     args = transformers.TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=BATCH, gradient_accumulation_steps=ga, max_steps=STEPS,
-        learning_rate=1e-4 if kind == "lm" else 0.05, optim="adamw_torch" if kind == "lm" else "sgd", report_to=[],
-        save_strategy="no", logging_steps=1, seed=7, data_seed=7, dataloader_num_workers=0, disable_tqdm=True,
-        ddp_timeout=ddp_timeout)
+        report_to=[], save_strategy="no", logging_steps=1, seed=7, data_seed=7, dataloader_num_workers=0,
+        disable_tqdm=True, ddp_timeout=ddp_timeout, **opt)
     if mixin:
         class Split(fit.MicroBatchTrainerMixin, transformers.Trainer):
             pass
@@ -106,7 +141,9 @@ def train(kind, mixin, ga=1, micro=None, out_dir="/tmp/fit_hf_gpu/run", ddp_time
     trainer.train()
     row = {"seconds": round(time.time() - t0, 2), "peak_reserved": torch.cuda.max_memory_reserved(),
            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-           "oom_events": getattr(trainer, "oom_events", None), "micro_batch": getattr(trainer, "micro_batch", None)}
+           "oom_events": getattr(trainer, "oom_events", None), "micro_batch": getattr(trainer, "micro_batch", None),
+           "honours_num_items": getattr(trainer, "_honours_num_items", None),
+           "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None)}
     weights = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
     del trainer, model
     gc.collect()
@@ -123,22 +160,21 @@ def compare(a, b, init):
             "equal": bool(torch.equal(a, b))}
 
 
-def single(out: Path) -> dict:
+def single(out: Path, which: str, tag: str) -> dict:
     torch = setup()
     total = torch.cuda.get_device_properties(0).total_memory
-    res: dict = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
     import transformers
 
-    res["transformers"] = transformers.__version__
-    for kind, ga in (("lm", 1), ("cls", 1), ("lm", 2)):
-        key = f"{kind}-ga{ga}"
-        init = torch.cat([p.detach().float().flatten() for p in make_model(kind).parameters()])
-        ref, w_ref = train(kind, False, ga)
-        split, w_split = train(kind, True, ga, micro=MICRO)
+    res: dict = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "visible": torch.cuda.device_count(),
+                 "transformers": transformers.__version__, "src": SRC, "set": which}
+    for key, (family, kind, ga) in SETS[which].items():
+        init = torch.cat([p.detach().float().flatten() for p in make_model(kind, family).parameters()])
+        ref, w_ref = train(kind, False, ga, family=family)
+        split, w_split = train(kind, True, ga, micro=MICRO, family=family)
         cap = (ref["peak_reserved"] + split["peak_reserved"]) / 2
         torch.cuda.set_per_process_memory_fraction(cap / total)
         try:
-            capped, w_cap = train(kind, True, ga)
+            capped, w_cap = train(kind, True, ga, family=family)
         except Exception as exc:  # noqa: BLE001 - recorded, the check fails
             capped, w_cap = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}, None
         finally:
@@ -149,9 +185,9 @@ def single(out: Path) -> dict:
             row["capped_vs_split"] = compare(w_cap, w_split, init)
             row["capped_vs_ref"] = compare(w_cap, w_ref, init)
         res[key] = row
-        print(key, json.dumps({k: v for k, v in row.items() if k.endswith(("_ref", "_split"))}), capped.get("oom_events"),
-              flush=True)
-    (out / "fit_hf_single.json").write_text(json.dumps(res, indent=1))
+        print(key, json.dumps({k: (v["diff_over_update"], v["equal"]) for k, v in row.items() if "_vs_" in k}),
+              capped.get("oom_events"), "honours", split.get("honours_num_items"), flush=True)
+    (out / f"fit_hf_single_{which}{tag}.json").write_text(json.dumps(res, indent=1))
     return res
 
 
@@ -164,7 +200,8 @@ def ddp_run(a) -> int:
         torch.cuda.set_per_process_memory_fraction(a.cap / torch.cuda.get_device_properties(rank).total_memory)
     row = {"name": a.name, "rank": rank, "src": SRC}
     try:
-        r, w = train("lm", a.mixin, 1, micro=a.micro, ddp_timeout=60)
+        r, w = train(a.kind, a.mixin, 1, micro=a.micro, ddp_timeout=60, family=_qwen2 if a.kind == "cls" else _llama,
+                     sgd=a.kind == "cls")
         row.update(r)
         if rank == 0:
             WEIGHTS.mkdir(exist_ok=True)
@@ -176,15 +213,16 @@ def ddp_run(a) -> int:
     return 1 if "error" in row else 0
 
 
-def ddp(out: Path, old_src: str | None) -> dict:
+def ddp(out: Path, old_src: str | None, only_cls: bool = False) -> dict:
     import torch
 
     WEIGHTS.mkdir(exist_ok=True)
     ranks_file = out / "fit_hf_ddp_ranks.jsonl"
 
-    def launch(name, mixin=True, micro=None, cap=None, cap_ranks=(), src=None):
+    def launch(name, mixin=True, micro=None, cap=None, cap_ranks=(), src=None, kind="lm"):
         env = dict(os.environ, FIT_HF_SRC=src or SRC)
-        cmd = ["torchrun", "--nproc_per_node", "2", str(HERE), "ddp-run", "--name", name, "--out", str(out)]
+        cmd = ["torchrun", "--nproc_per_node", "2", str(HERE), "ddp-run", "--name", name, "--out", str(out),
+               "--kind", kind]
         cmd += ["--mixin"] if mixin else []
         cmd += ["--micro", str(micro)] if micro else []
         cmd += ["--cap", str(int(cap)), "--cap-ranks", ",".join(map(str, cap_ranks))] if cap else []
@@ -203,6 +241,15 @@ def ddp(out: Path, old_src: str | None) -> dict:
         return res
 
     res: dict = {"torch": torch.__version__, "runs": []}
+    if only_cls:  # the classifier (Qwen2, SGD, no clipping) under DDP: the probe on a wrapped model, no_sync pieces
+        res["runs"] += [launch("ddp-cls-ref", mixin=False, kind="cls"), launch("ddp-cls-split8", micro=MICRO, kind="cls")]
+        w_ref = torch.load(WEIGHTS / "ddp-cls-ref.pt")
+        init = torch.cat([p.detach().float().flatten() for p in make_model("cls", _qwen2).parameters()])
+        f = WEIGHTS / "ddp-cls-split8.pt"
+        res["weights_vs_ref"] = {"ddp-cls-split8": compare(torch.load(f), w_ref, init)} if f.exists() else {}
+        print(json.dumps(res["weights_vs_ref"]), flush=True)
+        (out / "fit_hf_ddp_cls.json").write_text(json.dumps(res, indent=1))
+        return res
     ref = launch("ddp-ref", mixin=False)
     split = launch("ddp-split8", micro=MICRO)
     res["runs"] += [ref, split]
@@ -236,15 +283,21 @@ def main() -> int:
     ap.add_argument("--micro", type=int)
     ap.add_argument("--cap", type=int)
     ap.add_argument("--cap-ranks", type=lambda s: tuple(int(x) for x in s.split(",")), default=())
+    ap.add_argument("--kind", default="lm")
+    ap.add_argument("--set", default="heldout", choices=sorted(SETS))
+    ap.add_argument("--tag", default="", help="suffix of the single-GPU result file")
+    ap.add_argument("--cls", action="store_true", help="ddp: the classifier pair only")
     a = ap.parse_args()
+    if a.mode == "single":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.mode == "ddp-run":
         return ddp_run(a)
     if a.mode == "single":
-        single(out)
+        single(out, a.set, a.tag)
     else:
-        ddp(out, a.old_src)
+        ddp(out, a.old_src, a.cls)
     return 0
 
 

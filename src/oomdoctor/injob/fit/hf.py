@@ -4,8 +4,11 @@
 behavior"); callbacks cannot retry a step that raised. The mixin splits the step's inputs and calls
 the Trainer's own `training_step` on each piece, so its loss scaling for gradient accumulation, its
 `num_items_in_batch` normalisation, AMP and `accelerator.backward` all stay the Trainer's. Each piece's
-loss is weighted by its share of the samples, unless the Trainer already normalised it by the number
-of items in the whole accumulated batch (then the pieces add up as they are).
+loss is weighted by its share of the samples, unless the loss is normalised by the number of items in the
+whole accumulated batch (then the pieces add up as they are). The Trainer believes that of every model whose
+forward takes **kwargs, but some heads drop `num_items_in_batch` (transformers' sequence classifiers,
+huggingface/transformers#47688): the first split asks the model (two forwards without gradients, random state
+restored) whether its loss moves with `num_items_in_batch`, and weights the pieces when it does not.
 
     class MyTrainer(MicroBatchTrainerMixin, Trainer):
         pass
@@ -67,6 +70,7 @@ class MicroBatchTrainerMixin:
         self.oom_events: list[dict[str, Any]] = []
         self._share = 1.0
         self._phase = "forward"
+        self._honours_num_items: bool | None = None  # asked of the model at the first split
 
     # The Trainer calls compute_loss inside its training_step: weight each piece there.
     def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -79,13 +83,51 @@ class MicroBatchTrainerMixin:
             return (out[0] * self._share, *out[1:])
         return out * self._share
 
-    def _loss_is_global(self, num_items_in_batch: Any) -> bool:
-        """True when the Trainer normalises the loss by the items of the whole accumulated batch."""
+    def _loss_is_global(self, model: Any, piece: Any, num_items_in_batch: Any) -> bool:
+        """True when the loss is normalised by the items of the whole accumulated batch."""
         fixed = getattr(self, "loss_is_scaled_for_ga", None)
         if fixed is not None:
             return bool(fixed)
-        return bool((getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None)
-                    or getattr(self, "compute_loss_func", None) is not None)
+        if getattr(self, "compute_loss_func", None) is not None:
+            return True
+        if not (getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None):
+            return False
+        if getattr(self, "label_smoother", None) is not None:
+            return True  # the Trainer computes the loss itself, with num_items_in_batch
+        if self._honours_num_items is None:
+            self._honours_num_items = self._model_honours_num_items(model, piece, num_items_in_batch)
+        return self._honours_num_items
+
+    def _model_honours_num_items(self, model: Any, piece: Any, num_items_in_batch: Any) -> bool:
+        """Whether the model's own loss changes with num_items_in_batch: two forwards of one piece without
+        gradients, the random state restored before each (same dropout), on the unwrapped model (no DDP
+        collective). An OOM is raised as the piece's; anything else keeps the Trainer's own view (True)."""
+        import torch
+
+        inner = getattr(model, "module", model)
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+        try:
+            inputs = self._prepare_inputs(piece) if hasattr(self, "_prepare_inputs") else piece
+            losses = []
+            for extra in ({"num_items_in_batch": num_items_in_batch}, {}):
+                with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                    out = inner(**inputs, **extra)
+                loss = out["loss"] if isinstance(out, dict) else getattr(out, "loss", None)
+                if loss is None:
+                    return True
+                losses.append(float(loss.detach().float().mean()))
+                del out, loss
+        except Exception as exc:  # noqa: BLE001 - a probe must never end the step; the Trainer's view stands
+            if is_oom(exc):
+                raise  # the piece is too big even without gradients: halved like any forward OOM, asked again
+            return True
+        honours = not math.isclose(losses[0], losses[1], rel_tol=1e-4, abs_tol=1e-12)
+        if not honours:
+            log.warning("oomdoctor.fit: this model's loss ignores num_items_in_batch although its forward takes "
+                        "**kwargs; micro-batches are weighted by their share of the samples (the Trainer itself "
+                        "does not divide such a loss by gradient_accumulation_steps: huggingface/transformers#47688; "
+                        "set trainer.model_accepts_loss_kwargs = False to have it do so)")
+        return honours
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
         n = batch_size_of(inputs)
@@ -132,12 +174,12 @@ class MicroBatchTrainerMixin:
     def _pieces(self, model: Any, inputs: Any, n: int, micro: int, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
         """The Trainer's own training_step on each piece from self._done on; returns the summed loss."""
-        global_loss = self._loss_is_global(num_items)
         while self._done < n:
             stop = min(self._done + micro, n)
             self._phase = "forward"
-            self._share = 1.0 if global_loss or micro >= n else (stop - self._done) / n
             piece = inputs if micro >= n else slice_batch(inputs, self._done, stop)
+            split = micro < n
+            self._share = (stop - self._done) / n if split and not self._loss_is_global(model, piece, num_items) else 1.0
             # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
             quiet = model.no_sync() if stop < n and hasattr(model, "no_sync") else contextlib.nullcontext()
             with quiet:
