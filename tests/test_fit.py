@@ -115,6 +115,26 @@ def test_floor_reached_raises_with_the_oom_and_no_loop():
     assert [e["action"] for e in runner.events] == ["halve", "halve", "halve", "raise"]
 
 
+def test_no_retry_when_several_processes_train(monkeypatch):
+    """Under torch.distributed a retry on one rank alone would put its collectives out of step with the others'."""
+    from oomdoctor.injob.fit import core
+
+    monkeypatch.setattr(core, "_world_size", lambda: 4)
+    model, opt, data = make()
+    loss_fn = FakeOOM(model, threshold=8)
+    runner = fit.AutoMicroBatch(opt, min_micro_batch=2)
+    with pytest.raises(fit.FitOutOfMemoryError, match=r"one of 4 processes.*micro_batch=16") as exc:
+        runner.step(loss_fn, data[0])
+    assert exc.value.micro_batch == BATCH and exc.value.__context__ is None
+    assert loss_fn.raised == 1 and [e["action"] for e in runner.events] == ["raise"]
+
+
+def test_world_size_is_one_without_a_process_group():
+    from oomdoctor.injob.fit import core
+
+    assert core._world_size() == 1
+
+
 def test_floor_diagnosis_comes_from_explain_when_installed(monkeypatch):
     import types
 

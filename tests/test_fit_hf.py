@@ -137,9 +137,9 @@ def test_pieces_but_the_last_do_not_synchronise(tmp_path):
 
 
 def test_no_retry_when_several_processes_train(tmp_path, monkeypatch):
-    from oomdoctor.injob.fit import hf
+    from oomdoctor.injob.fit import core
 
-    monkeypatch.setattr(hf, "_world_size", lambda: 2)
+    monkeypatch.setattr(core, "_world_size", lambda: 2)
     model = Tiny(limit=5)
     with pytest.raises(fit.FitOutOfMemoryError, match=r"one of 2 processes.*micro_batch=8") as err:
         train(tmp_path, Split, model, min_micro_batch=2)

@@ -5,7 +5,9 @@ the loss (each micro-batch weighted by its share of the batch) and the single op
 batch stay those of the unsplit step. What the failed attempt held is dropped (references, partial
 gradients, gc, the allocator's cache) before the retry; the change is logged as a warning; the
 micro-batch never goes below the floor; each retry strictly shrinks it, so a step cannot loop
-forever (facebookresearch/metaseq#304), and an OOM at the floor raises with a diagnosis.
+forever (facebookresearch/metaseq#304), and an OOM at the floor raises with a diagnosis. Under
+torch.distributed with several processes an OOM is not retried (one rank retrying alone desynchronises the
+collectives): it raises with the micro_batch to restart with.
 
     from oomdoctor import fit
     mb = fit.AutoMicroBatch(optimizer, min_micro_batch=4)
@@ -79,6 +81,30 @@ def slice_batch(batch: Any, start: int, stop: int) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(slice_batch(v, start, stop) for v in batch)
     return batch
+
+
+def _world_size() -> int:
+    """Processes in torch.distributed's default group (1 when it is not in use); torch is not imported here."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 - a broken group reads as one process; the training loop reports it itself
+        pass
+    return 1
+
+
+def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch: int, world: int,
+                            message: str) -> FitOutOfMemoryError:
+    """Several processes: a retry on one rank alone would answer the other ranks' collectives out of order (two
+    H200s: the job hung until the process group's timeout), so the restart is left to the user, with a number."""
+    new = max(floor, math.ceil(micro / 2))
+    return FitOutOfMemoryError(
+        f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry on this rank alone would answer "
+        f"the other ranks' collectives out of order, so it is not attempted. Restart with micro_batch={new} "
+        f"(min_micro_batch={min_micro_batch}): every rank then splits each step alike. {first_line_of(message)}",
+        micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=_diagnosis(message))
 
 
 def _free_cuda_cache() -> None:
@@ -224,6 +250,10 @@ class AutoMicroBatch:
                 f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help, and "
                 f"the update may be partial. {first_line_of(message)}", micro_batch=micro, floor=floor,
                 phase=phase, oom_message=message, diagnosis=_diagnosis(message)) from None
+        world = _world_size()
+        if world > 1:
+            self.events.append({**event, "action": "raise"})
+            raise several_processes_error(phase, micro, floor, self.min_micro_batch, world, message) from None
         if micro <= floor:
             self.events.append({**event, "action": "raise"})
             diag = _diagnosis(message)

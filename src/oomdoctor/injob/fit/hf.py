@@ -31,32 +31,21 @@ import contextlib
 import gc
 import logging
 import math
-import sys
 from typing import Any
 
+from oomdoctor.injob.fit import core
 from oomdoctor.injob.fit.core import (
     FitOutOfMemoryError,
     _diagnosis,
     _free_cuda_cache,
     batch_size_of,
     first_line_of,
+    several_processes_error,
     slice_batch,
 )
 from oomdoctor.workload.oom_exceptions import is_oom
 
 log = logging.getLogger("oomdoctor.fit")
-
-
-def _world_size() -> int:
-    """Processes in torch.distributed's default group (1 when it is not in use); torch is not imported here."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_world_size())
-    except Exception:  # noqa: BLE001 - a broken group reads as one process; the Trainer reports it itself
-        pass
-    return 1
 
 
 class MicroBatchTrainerMixin:
@@ -109,8 +98,9 @@ class MicroBatchTrainerMixin:
         try:
             inputs = self._prepare_inputs(piece) if hasattr(self, "_prepare_inputs") else piece
             losses = []
+            amp = getattr(self, "compute_loss_context_manager", contextlib.nullcontext)  # the Trainer's autocast
             for extra in ({"num_items_in_batch": num_items_in_batch}, {}):
-                with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                with torch.no_grad(), torch.random.fork_rng(devices=devices), amp():
                     out = inner(**inputs, **extra)
                 loss = out["loss"] if isinstance(out, dict) else getattr(out, "loss", None)
                 if loss is None:
@@ -148,17 +138,11 @@ class MicroBatchTrainerMixin:
             phase, message = oom
             gc.collect()
             _free_cuda_cache()
-            world = _world_size()
+            world = core._world_size()
             if world > 1:
-                new = max(min(self.min_micro_batch, n), math.ceil(micro / 2))
                 self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "raise"})
-                raise FitOutOfMemoryError(
-                    f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry on this rank alone "
-                    "would answer the other ranks' collectives out of order, so it is not attempted. Restart with "
-                    f"micro_batch={new} (min_micro_batch={self.min_micro_batch}): every rank then splits each step "
-                    f"alike. {first_line_of(message)}",
-                    micro_batch=micro, floor=self.min_micro_batch, phase=phase, oom_message=message,
-                    diagnosis=_diagnosis(message))
+                raise several_processes_error(phase, micro, min(self.min_micro_batch, n), self.min_micro_batch, world,
+                                              message)
             if phase == "backward":
                 if not clean_start:
                     raise FitOutOfMemoryError(
