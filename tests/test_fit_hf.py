@@ -191,3 +191,28 @@ def test_transformers_heads_split_like_the_unsplit_trainer(tmp_path, kind, ga):
     trainer, got = _train_hf(tmp_path / "split", Split, kind, ga, micro_batch=4)
     assert trainer._honours_num_items is (kind == "lm")
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+class Normed(torch.nn.Module):
+    """A forward that takes **kwargs and drops num_items_in_batch, with batch norm: the probe must not count."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 3))
+
+    def forward(self, x, labels=None, **kwargs):
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def test_the_probe_leaves_no_trace_in_the_model(tmp_path):
+    model = Normed()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, max_steps=2, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, seed=7, disable_tqdm=True)
+    trainer = Split(model=model, args=args, train_dataset=Data(), micro_batch=4)
+    trainer.train()
+    assert trainer.model_accepts_loss_kwargs and trainer._honours_num_items is False
+    assert int(model.net[1].num_batches_tracked) == 8  # 2 steps x 4 pieces: the probe's forwards not counted
+    assert model.training

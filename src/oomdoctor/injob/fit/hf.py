@@ -89,12 +89,15 @@ class MicroBatchTrainerMixin:
 
     def _model_honours_num_items(self, model: Any, piece: Any, num_items_in_batch: Any) -> bool:
         """Whether the model's own loss changes with num_items_in_batch: two forwards of one piece without
-        gradients, the random state restored before each (same dropout), on the unwrapped model (no DDP
-        collective). An OOM is raised as the piece's; anything else keeps the Trainer's own view (True)."""
+        gradients in eval mode (no dropout, no batch-norm update), the random state restored around each, on the
+        unwrapped model (no DDP collective). An OOM is raised as the piece's; anything else keeps the Trainer's
+        own view (True)."""
         import torch
 
         inner = getattr(model, "module", model)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+        was_training = inner.training
+        inner.eval()  # no dropout, no batch-norm statistics updated by the probe
         try:
             inputs = self._prepare_inputs(piece) if hasattr(self, "_prepare_inputs") else piece
             losses = []
@@ -111,6 +114,8 @@ class MicroBatchTrainerMixin:
             if is_oom(exc):
                 raise  # the piece is too big even without gradients: halved like any forward OOM, asked again
             return True
+        finally:
+            inner.train(was_training)
         honours = not math.isclose(losses[0], losses[1], rel_tol=1e-4, abs_tol=1e-12)
         if not honours:
             log.warning("oomdoctor.fit: this model's loss ignores num_items_in_batch although its forward takes "
