@@ -129,10 +129,44 @@ def test_no_retry_when_several_processes_train(monkeypatch):
     assert loss_fn.raised == 1 and [e["action"] for e in runner.events] == ["raise"]
 
 
-def test_world_size_is_one_without_a_process_group():
+def test_several_processes_at_the_floor_do_not_suggest_the_same_size(monkeypatch):
+    from oomdoctor.injob.fit import core
+
+    monkeypatch.setattr(core, "_world_size", lambda: 2)
+    model, opt, data = make()
+    runner = fit.AutoMicroBatch(opt, micro_batch=4, min_micro_batch=4)
+    with pytest.raises(fit.FitOutOfMemoryError, match="micro-batch 4 is the floor") as exc:
+        runner.step(FakeOOM(model, threshold=2), data[0])
+    assert "restart with" not in str(exc.value)
+
+
+def test_no_growth_under_several_processes(monkeypatch, caplog):
+    from oomdoctor.injob.fit import core
+
+    monkeypatch.setattr(core, "_world_size", lambda: 2)
+    model, opt, data = make()
+    runner = fit.AutoMicroBatch(opt, micro_batch=8, grow_after=1)
+    with caplog.at_level(logging.WARNING, logger="oomdoctor.fit"):
+        for batch in data[:3]:
+            runner.step(FakeOOM(model, threshold=BATCH), batch)
+    assert runner.micro_batch == 8 and not [e for e in runner.events if e["action"] == "grow"]
+    assert sum("grow_after is ignored" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_world_size_reads_the_process_group(tmp_path):
+    import torch.distributed as dist
+
     from oomdoctor.injob.fit import core
 
     assert core._world_size() == 1
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        monkey = dist.get_world_size
+        dist.get_world_size = lambda *a, **k: 3  # a one-process group standing in for three
+        assert core._world_size() == 3
+    finally:
+        dist.get_world_size = monkey
+        dist.destroy_process_group()
 
 
 def test_floor_diagnosis_comes_from_explain_when_installed(monkeypatch):

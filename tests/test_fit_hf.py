@@ -126,7 +126,10 @@ class Syncing(Tiny):
         return super().forward(x, labels)
 
 
-def test_pieces_but_the_last_do_not_synchronise(tmp_path):
+def test_pieces_but_the_last_do_not_synchronise(tmp_path, monkeypatch):
+    from oomdoctor.injob.fit import hf
+
+    monkeypatch.setattr(hf, "_ddp_without_sync_each_batch", lambda trainer, model: hasattr(model, "no_sync"))
     _, ref = train(tmp_path / "ref", transformers.Trainer, Tiny())
     model = Syncing()
     trainer, got = train(tmp_path / "split", Split, model, micro_batch=4)
@@ -216,3 +219,89 @@ def test_the_probe_leaves_no_trace_in_the_model(tmp_path):
     assert trainer.model_accepts_loss_kwargs and trainer._honours_num_items is False
     assert int(model.net[1].num_batches_tracked) == 8  # 2 steps x 4 pieces: the probe's forwards not counted
     assert model.training
+
+
+def test_no_sync_only_under_plain_ddp(tmp_path):
+    import torch.distributed as dist
+
+    from oomdoctor.injob.fit import hf
+
+    class Acc:
+        class gradient_state:  # noqa: N801 - accelerate's attribute names
+            plugin_kwargs = {"sync_each_batch": False}
+
+    trainer = type("T", (), {"accelerator": Acc()})()
+    assert not hf._ddp_without_sync_each_batch(trainer, Syncing())  # has no_sync, is not DDP
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(Tiny())
+        assert hf._ddp_without_sync_each_batch(trainer, ddp)
+        Acc.gradient_state.plugin_kwargs = {"sync_each_batch": True}
+        assert not hf._ddp_without_sync_each_batch(trainer, ddp)
+    finally:
+        dist.destroy_process_group()
+
+
+class TupleOut(Tiny):
+    """A forward that takes **kwargs, drops num_items_in_batch and returns a tuple, as older heads do."""
+
+    def forward(self, x, labels=None, **kwargs):
+        out = super().forward(x, labels)
+        return out["loss"], out["logits"]
+
+
+def _sgd_args(tmp_path, ga=1):
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, gradient_accumulation_steps=ga, max_steps=3,
+        learning_rate=0.1, optim="sgd", max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no",
+        use_cpu=True, seed=7, disable_tqdm=True)
+
+
+def _weights(trainer_cls, model, args, **extra):
+    trainer = trainer_cls(model=model, args=args, train_dataset=Data(), **extra)
+    trainer.train()
+    return trainer, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_tuple_outputs_are_weighted(tmp_path):
+    _, ref = _weights(transformers.Trainer, TupleOut(), _sgd_args(tmp_path / "ref"))
+    trainer, got = _weights(Split, TupleOut(), _sgd_args(tmp_path / "split"), micro_batch=4)
+    assert trainer._honours_num_items is False
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+class LogitsOnly(Tiny):
+    def forward(self, x, labels=None, **kwargs):
+        return {"logits": self.net(x)}
+
+
+@pytest.mark.parametrize("divides", [True, False])
+@pytest.mark.parametrize("ga", [1, 2])
+def test_compute_loss_func_is_asked_too(tmp_path, divides, ga):
+    """A compute_loss_func that ignores num_items_in_batch (a plain mean) is the same trap as a head that drops it."""
+    def loss_func(outputs, labels, num_items_in_batch=None):
+        logits = outputs["logits"]
+        if divides:
+            return torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / num_items_in_batch
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    _, ref = _weights(transformers.Trainer, LogitsOnly(), _sgd_args(tmp_path / "ref", ga), compute_loss_func=loss_func)
+    trainer, got = _weights(Split, LogitsOnly(), _sgd_args(tmp_path / "split", ga), compute_loss_func=loss_func,
+                            micro_batch=4)
+    assert trainer._honours_num_items is divides
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_the_probe_after_a_real_oom_in_train_mode(tmp_path):
+    """The first split comes from an OOM: the probe then runs with the model in train mode and must leave it so."""
+    class Big(Normed):
+        def forward(self, x, labels=None, **kwargs):
+            if self.training and len(x) > 5:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+            return super().forward(x, labels)
+
+    _, ref = _weights(transformers.Trainer, Normed(), _sgd_args(tmp_path / "ref"))
+    model = Big()
+    trainer, got = _weights(Split, model, _sgd_args(tmp_path / "split"), min_micro_batch=2)
+    assert [e["action"] for e in trainer.oom_events] == ["halve", "halve"] and trainer._honours_num_items is False
+    assert model.training and int(model.net[1].num_batches_tracked) == 3 * 4  # 3 steps x 4 pieces of 4

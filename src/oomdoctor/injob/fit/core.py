@@ -99,12 +99,18 @@ def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch:
                             message: str) -> FitOutOfMemoryError:
     """Several processes: a retry on one rank alone would answer the other ranks' collectives out of order (two
     H200s: the job hung until the process group's timeout), so the restart is left to the user, with a number."""
-    new = max(floor, math.ceil(micro / 2))
+    diag = _diagnosis(message)
+    if micro <= floor:
+        advice = (f"micro-batch {micro} is the floor (min_micro_batch={min_micro_batch}): smaller micro-batches are "
+                  "not allowed, so the step needs less memory another way")
+    else:
+        advice = (f"restart with micro_batch={max(floor, math.ceil(micro / 2))} (min_micro_batch={min_micro_batch}): "
+                  "every rank then splits each step alike")
     return FitOutOfMemoryError(
         f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry on this rank alone would answer "
-        f"the other ranks' collectives out of order, so it is not attempted. Restart with micro_batch={new} "
-        f"(min_micro_batch={min_micro_batch}): every rank then splits each step alike. {first_line_of(message)}",
-        micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=_diagnosis(message))
+        f"the other ranks' collectives out of order, so it is not attempted; {advice}. {first_line_of(message)}"
+        + (f" | diagnosis: {diag}" if diag else ""),
+        micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=diag)
 
 
 def _free_cuda_cache() -> None:
@@ -179,6 +185,7 @@ class AutoMicroBatch:
         self._clean = 0
         self._grow_wait = grow_after
         self._growing = False
+        self._grow_refused = False
 
     # -- one update -------------------------------------------------------------------------------
     def step(self, loss_fn: Callable[[Any], Any], batch: Any) -> Any:
@@ -276,6 +283,11 @@ class AutoMicroBatch:
     def _after_clean_step(self, micro: int, n: int) -> None:
         self._growing = False
         if self.grow_after is None or micro >= n:
+            return
+        if _world_size() > 1:  # a growth that OOMs could not be taken back on one rank alone
+            if not self._grow_refused:
+                self._grow_refused = True
+                log.warning("oomdoctor.fit: grow_after is ignored under several processes (an OOM is not retried there)")
             return
         self._clean += 1
         if self._clean >= (self._grow_wait or self.grow_after):

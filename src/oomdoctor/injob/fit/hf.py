@@ -48,6 +48,28 @@ from oomdoctor.workload.oom_exceptions import is_oom
 log = logging.getLogger("oomdoctor.fit")
 
 
+def _unwrapped(trainer: Any, model: Any) -> Any:
+    """The model without DDP (whose forward would broadcast buffers) or torch.compile (which would recompile)."""
+    acc = getattr(trainer, "accelerator", None)
+    try:
+        if acc is not None:
+            return acc.unwrap_model(model, keep_torch_compile=False)
+    except Exception:  # noqa: BLE001 - older accelerate: no keep_torch_compile
+        pass
+    return getattr(model, "module", model)
+
+
+def _ddp_without_sync_each_batch(trainer: Any, model: Any) -> bool:
+    """Pieces skip the all-reduce only under plain DDP (FSDP would keep unsharded gradients, DeepSpeed refuses
+    no_sync), and not when accelerate was told to synchronise every batch."""
+    import torch
+
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return False
+    state = getattr(getattr(trainer, "accelerator", None), "gradient_state", None)
+    return not bool((getattr(state, "plugin_kwargs", None) or {}).get("sync_each_batch", False))
+
+
 class MicroBatchTrainerMixin:
     """Mix in before `transformers.Trainer` (or a subclass of it)."""
 
@@ -77,52 +99,58 @@ class MicroBatchTrainerMixin:
         fixed = getattr(self, "loss_is_scaled_for_ga", None)
         if fixed is not None:
             return bool(fixed)
-        if getattr(self, "compute_loss_func", None) is not None:
-            return True
-        if not (getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None):
+        if num_items_in_batch is None:
             return False
-        if getattr(self, "label_smoother", None) is not None:
-            return True  # the Trainer computes the loss itself, with num_items_in_batch
         if self._honours_num_items is None:
-            self._honours_num_items = self._model_honours_num_items(model, piece, num_items_in_batch)
-        return self._honours_num_items
+            self._honours_num_items = self._loss_honours_num_items(model, piece, num_items_in_batch)
+        return bool(self._honours_num_items)
 
-    def _model_honours_num_items(self, model: Any, piece: Any, num_items_in_batch: Any) -> bool:
-        """Whether the model's own loss changes with num_items_in_batch: two forwards of one piece without
-        gradients in eval mode (no dropout, no batch-norm update), the random state restored around each, on the
-        unwrapped model (no DDP collective). An OOM is raised as the piece's; anything else keeps the Trainer's
-        own view (True)."""
+    def _loss_honours_num_items(self, model: Any, piece: Any, num_items: Any) -> bool | None:
+        """Whether the loss the Trainer computes (compute_loss: the model's own loss, a label smoother, a
+        compute_loss_func or a subclass's override) is divided by num_items_in_batch: computed for one sample
+        without gradients, in eval mode (no dropout, no batch-norm update), on the unwrapped model (no DDP
+        collective), once with num_items_in_batch = N and once with 2N. A ratio of 2 says it is, 1 says it is not;
+        None (undecided: no labelled item in that sample, a loss of 0) asks again at the next piece. An OOM is
+        raised as the piece's; anything else keeps the Trainer's own view."""
         import torch
 
-        inner = getattr(model, "module", model)
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+        trainer_view = bool(getattr(self, "model_accepts_loss_kwargs", False)
+                            or getattr(self, "compute_loss_func", None) is not None)
+        inner = _unwrapped(self, model)
         was_training = inner.training
-        inner.eval()  # no dropout, no batch-norm statistics updated by the probe
+        inner.eval()
+        share, self._share = self._share, 1.0
         try:
-            inputs = self._prepare_inputs(piece) if hasattr(self, "_prepare_inputs") else piece
+            one = slice_batch(piece, 0, 1)
+            one = self._prepare_inputs(one) if hasattr(self, "_prepare_inputs") else one
             losses = []
-            amp = getattr(self, "compute_loss_context_manager", contextlib.nullcontext)  # the Trainer's autocast
-            for extra in ({"num_items_in_batch": num_items_in_batch}, {}):
-                with torch.no_grad(), torch.random.fork_rng(devices=devices), amp():
-                    out = inner(**inputs, **extra)
-                loss = out["loss"] if isinstance(out, dict) else getattr(out, "loss", None)
-                if loss is None:
-                    return True
+            for n in (num_items, num_items * 2):
+                with torch.no_grad():
+                    out = self.compute_loss(inner, dict(one), num_items_in_batch=n)
+                loss = out[0] if isinstance(out, (tuple, list)) else out
                 losses.append(float(loss.detach().float().mean()))
                 del out, loss
         except Exception as exc:  # noqa: BLE001 - a probe must never end the step; the Trainer's view stands
             if is_oom(exc):
-                raise  # the piece is too big even without gradients: halved like any forward OOM, asked again
-            return True
+                raise  # even one sample does not fit: halved like any forward OOM, asked again
+            return trainer_view
         finally:
+            self._share = share
+            self._phase = "forward"
             inner.train(was_training)
-        honours = not math.isclose(losses[0], losses[1], rel_tol=1e-4, abs_tol=1e-12)
-        if not honours:
-            log.warning("oomdoctor.fit: this model's loss ignores num_items_in_batch although its forward takes "
-                        "**kwargs; micro-batches are weighted by their share of the samples (the Trainer itself "
-                        "does not divide such a loss by gradient_accumulation_steps: huggingface/transformers#47688; "
-                        "set trainer.model_accepts_loss_kwargs = False to have it do so)")
-        return honours
+        if not all(math.isfinite(x) for x in losses) or losses[1] == 0:
+            return None
+        ratio = losses[0] / losses[1]
+        if abs(ratio - 2.0) < 0.01:
+            return True
+        if abs(ratio - 1.0) < 0.01:
+            if trainer_view:
+                log.warning("oomdoctor.fit: this loss ignores num_items_in_batch although the Trainer passes it; "
+                            "micro-batches are weighted by their share of the samples (the Trainer itself does "
+                            "not divide such a loss by gradient_accumulation_steps: huggingface/transformers#47688; "
+                            "set trainer.model_accepts_loss_kwargs = False to have it do so)")
+            return False
+        return trainer_view
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
         n = batch_size_of(inputs)
@@ -170,7 +198,7 @@ class MicroBatchTrainerMixin:
             split = micro < n
             self._share = (stop - self._done) / n if split and not self._loss_is_global(model, piece, num_items) else 1.0
             # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
-            quiet = model.no_sync() if stop < n and hasattr(model, "no_sync") else contextlib.nullcontext()
+            quiet = model.no_sync() if stop < n and _ddp_without_sync_each_batch(self, model) else contextlib.nullcontext()
             with quiet:
                 self._total = self._total + super().training_step(model, piece, num_items, *args, **kwargs)
             self._done = stop
