@@ -1,0 +1,51 @@
+"""GIVEN the Hugging Face Trainer with fit's mixin under real DDP (two processes, gloo on the CPU, torchrun)
+WHEN steps are split (gradient accumulation 2) or one rank alone OOMs
+THEN the split run ends with the unsplit DDP run's weights, entering no_sync once more per extra piece, and the
+rank that OOMs raises at once (no retry on one rank, no hang). Skipped without transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_worker.py"
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def launch(mode: str, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(WORKER), mode, str(out)], capture_output=True, text=True, timeout=150, env=env)
+
+
+def rows(out: Path, mode: str) -> list[dict]:
+    return [json.loads((out / f"{mode}-{r}.json").read_text()) for r in (0, 1) if (out / f"{mode}-{r}.json").exists()]
+
+
+def test_split_steps_under_ddp_match_the_unsplit_ddp_run(tmp_path):
+    for mode in ("ref", "split"):
+        p = launch(mode, tmp_path)
+        assert p.returncode == 0, p.stderr[-2000:]
+    ref, split = rows(tmp_path, "ref"), rows(tmp_path, "split")
+    assert len(ref) == len(split) == 2
+    for r, s in zip(ref, split):
+        torch.testing.assert_close(torch.tensor(s["weights"]), torch.tensor(r["weights"]), rtol=1e-5, atol=1e-6)
+        assert s["honours"] is False  # asked on the model inside DDP, without a collective
+        # 3 steps x 2 accumulation micro-steps x (2 pieces - 1): the mixin's own no_sync, beside the Trainer's
+        assert s["no_sync"] - r["no_sync"] == 6
+
+
+def test_one_rank_oom_raises_without_a_retry_or_a_hang(tmp_path):
+    p = launch("oom", tmp_path)
+    assert p.returncode != 0
+    (row,) = rows(tmp_path, "oom")  # rank 0 only: rank 1 is stopped by torchrun
+    assert "one of 2 processes" in row["error"] and "restart with micro_batch=4" in row["error"]
