@@ -107,8 +107,9 @@ def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch:
         advice = (f"restart with micro_batch={max(floor, math.ceil(micro / 2))} (min_micro_batch={min_micro_batch}): "
                   "every rank then splits each step alike")
     return FitOutOfMemoryError(
-        f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry on this rank alone would answer "
-        f"the other ranks' collectives out of order, so it is not attempted; {advice}. {first_line_of(message)}"
+        f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry in this process alone would put "
+        f"its collectives out of step with the rest of the job, so it is not attempted; {advice}. "
+        f"{first_line_of(message)}"
         + (f" | diagnosis: {diag}" if diag else ""),
         micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=diag)
 
