@@ -19,6 +19,7 @@ torch is imported lazily; importing this module costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
@@ -160,13 +161,17 @@ class AutoMicroBatch:
     (Lightning: `self.manual_backward`, Accelerate: `accelerator.backward`). `before_step(optimizer)`
     runs after the gradients are complete (gradient clipping; with a GradScaler unscale there first).
     `grow_after=K` tries twice the micro-batch again after K clean steps; a failed growth doubles K.
+    `no_sync()` returns a context in which backward does not all-reduce (DDP: `model.no_sync`; Lightning:
+    `self.trainer.strategy.block_backward_sync`; Accelerate: `lambda: accelerator.no_sync(model)`): every
+    micro-batch but the last runs in it, so gradients are synchronised once per batch.
     """
 
     def __init__(self, optimizer: Any, *, micro_batch: int | None = None, min_micro_batch: int = 1,
                  grow_after: int | None = None, loss_reduction: str = "mean", scaler: Any = None,
                  backward: Callable[[Any], Any] | None = None, before_step: Callable[[Any], Any] | None = None,
                  batch_size: Callable[[Any], int] | None = None,
-                 split: Callable[[Any, int, int], Any] | None = None):
+                 split: Callable[[Any, int, int], Any] | None = None,
+                 no_sync: Callable[[], Any] | None = None):
         if min_micro_batch < 1:
             raise ValueError("min_micro_batch must be >= 1")
         if micro_batch is not None and micro_batch < min_micro_batch:
@@ -181,6 +186,7 @@ class AutoMicroBatch:
         self.before_step = before_step
         self._size = batch_size or batch_size_of
         self._split = split or slice_batch
+        self._no_sync = no_sync
         self.events: list[dict[str, Any]] = []  # every OOM and growth, for logs and tests
         self.steps = 0
         self._clean = 0
@@ -218,11 +224,13 @@ class AutoMicroBatch:
             while done < n:
                 stop = min(done + micro, n)
                 phase = "forward"
-                loss = loss_fn(self._split(batch, done, stop))
-                weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
-                phase = "backward"
-                scaled = loss * weight
-                self._backward(self.scaler.scale(scaled) if self.scaler is not None else scaled)
+                quiet = self._no_sync() if self._no_sync is not None and stop < n else contextlib.nullcontext()
+                with quiet:  # DDP: forward and backward of every piece but the last without an all-reduce
+                    loss = loss_fn(self._split(batch, done, stop))
+                    weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
+                    phase = "backward"
+                    scaled = loss * weight
+                    self._backward(self.scaler.scale(scaled) if self.scaler is not None else scaled)
                 total = total + loss.detach() * weight
                 del loss, scaled
                 done = stop
