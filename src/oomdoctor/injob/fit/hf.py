@@ -7,8 +7,9 @@ the Trainer's own `training_step` on each piece, so its loss scaling for gradien
 loss is weighted by its share of the samples, unless the loss is normalised by the number of items in the
 whole accumulated batch (then the pieces add up as they are). The Trainer believes that of every model whose
 forward takes **kwargs, but some heads drop `num_items_in_batch` (transformers' sequence classifiers,
-huggingface/transformers#47688): the first split asks the model (two forwards without gradients, random state
-restored) whether its loss moves with `num_items_in_batch`, and weights the pieces when it does not.
+huggingface/transformers#47688), as may a compute_loss_func or an overridden compute_loss: the first split asks
+the loss (compute_loss on one sample without gradients, at N and 2N items) and weights the pieces when it does
+not halve.
 
     class MyTrainer(MicroBatchTrainerMixin, Trainer):
         pass
@@ -18,8 +19,9 @@ restored) whether its loss moves with `num_items_in_batch`, and weights the piec
 Exactness: an OOM in forward resumes at the piece that failed; an OOM in backward restarts the step
 when the gradients were empty when it began (the first step of each accumulation cycle: the Trainer
 zeroes them with set_to_none), and otherwise raises, since a partial backward cannot be undone.
-Several processes (DDP through torchrun or accelerate): every piece but the last runs under the model's
-`no_sync()`, so each rank synchronises its gradients once per step however it splits. A retry after an OOM is
+Several processes (DDP through torchrun or accelerate): under plain DDP every piece but the last runs under the
+model's `no_sync()` (unless accelerate's sync_each_batch is set), so each rank synchronises its gradients once per
+step however it splits. A retry after an OOM is
 refused there (FitOutOfMemoryError naming the micro-batch to start from): the other ranks are already waiting in
 a collective that the failed rank would answer out of order. With `micro_batch=` every rank splits every step
 alike from the start. DeepSpeed has its own micro-batching (`train_micro_batch_size_per_gpu`) and is not supported.
