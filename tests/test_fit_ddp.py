@@ -5,8 +5,6 @@ THEN both end with the unsplit DDP run's weights, and with no_sync the reducer a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,15 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "fit"))
+from fit_ddp_launch import torchrun  # noqa: E402
+
 WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_core_worker.py"
-SRC = Path(__file__).resolve().parent.parent / "src"
 
 
 def run(mode: str, out: Path) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(WORKER), mode, str(out)], capture_output=True, text=True, timeout=120, env=env)
-    assert p.returncode == 0, p.stderr[-2000:]
+    rc, logs = torchrun(WORKER, mode, out)
+    assert rc == 0, logs
     return [json.loads((out / f"{mode}-{r}.json").read_text()) for r in (0, 1)]
 
 

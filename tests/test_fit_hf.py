@@ -129,7 +129,7 @@ class Syncing(Tiny):
 def test_pieces_but_the_last_do_not_synchronise(tmp_path, monkeypatch):
     from oomdoctor.injob.fit import hf
 
-    monkeypatch.setattr(hf, "_ddp_without_sync_each_batch", lambda trainer, model: hasattr(model, "no_sync"))
+    monkeypatch.setattr(hf, "_ddp_for_no_sync", lambda trainer, model: model if hasattr(model, "no_sync") else None)
     _, ref = train(tmp_path / "ref", transformers.Trainer, Tiny())
     model = Syncing()
     trainer, got = train(tmp_path / "split", Split, model, micro_batch=4)
@@ -231,13 +231,17 @@ def test_no_sync_only_under_plain_ddp(tmp_path):
             plugin_kwargs = {"sync_each_batch": False}
 
     trainer = type("T", (), {"accelerator": Acc()})()
-    assert not hf._ddp_without_sync_each_batch(trainer, Syncing())  # has no_sync, is not DDP
+    assert hf._ddp_for_no_sync(trainer, Syncing()) is None  # has no_sync, is not DDP
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(Tiny())
-        assert hf._ddp_without_sync_each_batch(trainer, ddp)
+        assert hf._ddp_for_no_sync(trainer, ddp) is ddp
+
+        class Compiled:  # what torch.compile puts around a module: DDP found through _orig_mod
+            _orig_mod = ddp
+        assert hf._ddp_for_no_sync(trainer, Compiled()) is ddp
         Acc.gradient_state.plugin_kwargs = {"sync_each_batch": True}
-        assert not hf._ddp_without_sync_each_batch(trainer, ddp)
+        assert hf._ddp_for_no_sync(trainer, ddp) is None
     finally:
         dist.destroy_process_group()
 
@@ -305,3 +309,124 @@ def test_the_probe_after_a_real_oom_in_train_mode(tmp_path):
     trainer, got = _weights(Split, model, _sgd_args(tmp_path / "split"), min_micro_batch=2)
     assert [e["action"] for e in trainer.oom_events] == ["halve", "halve"] and trainer._honours_num_items is False
     assert model.training and int(model.net[1].num_batches_tracked) == 3 * 4  # 3 steps x 4 pieces of 4
+
+
+class OwnLoss(Split):
+    """The Trainer docs' custom-loss pattern: compute_loss overridden without calling super()."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = model(inputs["x"])
+        loss = torch.nn.functional.cross_entropy(out["logits"], inputs["labels"])
+        return (loss, out) if return_outputs else loss
+
+
+class LogitsTiny(Tiny):
+    def forward(self, x, labels=None, **kwargs):
+        too_big = self.limit is not None and self.training and len(x) > self.limit
+        hidden = self.net[1](self.net[0](x))
+        if too_big:  # OOM half-way through backward
+            def boom(grad):
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+            hidden.register_hook(boom)
+        return {"logits": self.net[2](hidden)}
+
+
+class Plain(transformers.Trainer):
+    compute_loss = OwnLoss.compute_loss
+
+
+@pytest.mark.parametrize("where", ["preset", "backward-oom"])
+def test_a_compute_loss_override_is_weighted_and_its_backward_seen(tmp_path, where):
+    _, ref = _weights(Plain, LogitsTiny(), _sgd_args(tmp_path / "ref"))
+    model = LogitsTiny(limit=5 if where == "backward-oom" else None)
+    extra = {"micro_batch": 4} if where == "preset" else {"min_micro_batch": 2}
+    trainer, got = _weights(OwnLoss, model, _sgd_args(tmp_path / "split"), **extra)
+    if where == "backward-oom":
+        assert {e["phase"] for e in trainer.oom_events} == {"backward"}
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+class TokenData(torch.utils.data.Dataset):
+    """Token labels with -100 at random places: samples carry different numbers of labelled items."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(5)
+        self.x = torch.randint(1, 100, (64, 12), generator=g)
+        self.y = torch.randint(0, 3, (64, 12), generator=g)
+        self.y[torch.rand(64, 12, generator=g) < torch.linspace(0.05, 0.9, 64)[:, None]] = -100
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.y[i]}
+
+
+@pytest.mark.parametrize("ga", [1, 2])
+def test_a_token_mean_head_is_weighted_by_labelled_items(tmp_path, ga):
+    """BertForTokenClassification averages over its labelled tokens and drops num_items_in_batch."""
+    def model():
+        torch.manual_seed(0)
+        return transformers.BertForTokenClassification(transformers.BertConfig(
+            vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+    def run(cls, out, **extra):
+        m = model()
+        trainer = cls(model=m, args=_sgd_args(out, ga), train_dataset=TokenData(), **extra)
+        trainer.train()
+        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    _, ref = run(transformers.Trainer, tmp_path / "ref")
+    trainer, got = run(Split, tmp_path / "split", micro_batch=3)
+    assert trainer._honours_num_items is False
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unlabelled_first_sample_does_not_decide(tmp_path):
+    """The question is asked of the step's most labelled sample: a causal LM whose first sample has no label."""
+    class Blank(Tokens):
+        def __getitem__(self, i):
+            row = super().__getitem__(i)
+            if i % 4:  # three samples in four have no label: the first of a step most likely among them
+                row["labels"] = torch.full_like(row["labels"], -100)
+            return row
+
+    def run(cls, out, **extra):
+        m = _tiny_llama("lm")
+        args = transformers.TrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=16, max_steps=3, learning_rate=0.1, optim="sgd",
+            max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, seed=7,
+            disable_tqdm=True)
+        trainer = cls(model=m, args=args, train_dataset=Blank("lm"), **extra)
+        trainer.train()
+        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    _, ref = run(transformers.Trainer, tmp_path / "ref")
+    trainer, got = run(Split, tmp_path / "split", micro_batch=4)
+    assert trainer._honours_num_items is True
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_that_cannot_be_split_trains_while_it_fits(tmp_path):
+    """Packed batches carry tensors of other leading sizes (cu_seq_lens): measured only when a split is needed."""
+    class Packed(Data):
+        def __getitem__(self, i):
+            return {**super().__getitem__(i), "meta": torch.zeros(3)}
+
+    def collate(rows):
+        batch = torch.utils.data.default_collate([{k: v for k, v in r.items() if k != "meta"} for r in rows])
+        batch["meta"] = torch.zeros(3)  # leading size 3, not the batch's
+        return batch
+
+    class MetaTiny(Tiny):
+        def forward(self, x, labels=None, meta=None, **kwargs):
+            return super().forward(x, labels)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, max_steps=2, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, seed=7, disable_tqdm=True, remove_unused_columns=False)
+    Split(model=MetaTiny(), args=args, train_dataset=Packed(), data_collator=collate).train()
+    model = MetaTiny(limit=5)
+    with pytest.raises(fit.FitOutOfMemoryError, match="cannot be split"):
+        Split(model=model, args=args, train_dataset=Packed(), data_collator=collate).train()

@@ -6,8 +6,6 @@ rank that OOMs raises at once (no retry on one rank, no hang). Skipped without t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,14 +15,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "fit"))
+from fit_ddp_launch import torchrun  # noqa: E402
+
 WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_worker.py"
-SRC = Path(__file__).resolve().parent.parent / "src"
-
-
-def launch(mode: str, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(WORKER), mode, str(out)], capture_output=True, text=True, timeout=150, env=env)
 
 
 def rows(out: Path, mode: str) -> list[dict]:
@@ -33,8 +27,8 @@ def rows(out: Path, mode: str) -> list[dict]:
 
 def test_split_steps_under_ddp_match_the_unsplit_ddp_run(tmp_path):
     for mode in ("ref", "split"):
-        p = launch(mode, tmp_path)
-        assert p.returncode == 0, p.stderr[-2000:]
+        rc, logs = torchrun(WORKER, mode, tmp_path)
+        assert rc == 0, logs
     ref, split = rows(tmp_path, "ref"), rows(tmp_path, "split")
     assert len(ref) == len(split) == 2
     for r, s in zip(ref, split):
@@ -45,7 +39,7 @@ def test_split_steps_under_ddp_match_the_unsplit_ddp_run(tmp_path):
 
 
 def test_one_rank_oom_raises_without_a_retry_or_a_hang(tmp_path):
-    p = launch("oom", tmp_path)
-    assert p.returncode != 0
+    rc, logs = torchrun(WORKER, "oom", tmp_path)
+    assert rc != 0, logs
     (row,) = rows(tmp_path, "oom")  # rank 0 only: rank 1 is stopped by torchrun
     assert "one of 2 processes" in row["error"] and "restart with micro_batch=4" in row["error"]

@@ -2,14 +2,15 @@
 
 `Trainer.training_step` is the documented override point ("Subclass and override to inject custom
 behavior"); callbacks cannot retry a step that raised. The mixin splits the step's inputs and calls
-the Trainer's own `training_step` on each piece, so its loss scaling for gradient accumulation, its
-`num_items_in_batch` normalisation, AMP and `accelerator.backward` all stay the Trainer's. Each piece's
-loss is weighted by its share of the samples, unless the loss is normalised by the number of items in the
-whole accumulated batch (then the pieces add up as they are). The Trainer believes that of every model whose
-forward takes **kwargs, but some heads drop `num_items_in_batch` (transformers' sequence classifiers,
-huggingface/transformers#47688), as may a compute_loss_func or an overridden compute_loss: the first split asks
-the loss (compute_loss on one sample without gradients, at N and 2N items) and weights the pieces when it does
-not halve.
+the Trainer's own `training_step` on each piece, so its loss (a `compute_loss` override included), its
+scaling for gradient accumulation, its `num_items_in_batch` normalisation, AMP and `accelerator.backward`
+all stay the Trainer's. Each piece's loss is weighted, at `accelerator.backward`, by its share of the step's
+labelled items (of its samples when there are no labels), unless the loss is normalised by the number of
+items of the whole accumulated batch (then the pieces add up as they are). The Trainer believes that of every
+model whose forward takes **kwargs, but some heads drop `num_items_in_batch` (transformers' sequence
+classifiers and others, huggingface/transformers#47688), as may a compute_loss_func or an overridden
+compute_loss: the first split asks the loss (compute_loss on the step's most labelled sample, without
+gradients, in eval mode, at N and 2N items) and weights the pieces when it does not halve.
 
     class MyTrainer(MicroBatchTrainerMixin, Trainer):
         pass
@@ -18,13 +19,14 @@ not halve.
 
 Exactness: an OOM in forward resumes at the piece that failed; an OOM in backward restarts the step
 when the gradients were empty when it began (the first step of each accumulation cycle: the Trainer
-zeroes them with set_to_none), and otherwise raises, since a partial backward cannot be undone.
+zeroes them with set_to_none), and otherwise raises, since a partial backward cannot be undone. The batch
+is only measured when it must be split: a step that fits runs as the Trainer runs it.
 Several processes (DDP through torchrun or accelerate): under plain DDP every piece but the last runs under the
 model's `no_sync()` (unless accelerate's sync_each_batch is set), so each rank synchronises its gradients once per
-step however it splits. A retry after an OOM is
-refused there (FitOutOfMemoryError naming the micro-batch to start from): the other ranks are already waiting in
-a collective that the failed rank would answer out of order. With `micro_batch=` every rank splits every step
-alike from the start. DeepSpeed has its own micro-batching (`train_micro_batch_size_per_gpu`) and is not supported.
+step however it splits. A retry after an OOM is refused there (FitOutOfMemoryError naming the micro-batch to
+start from): the other ranks are already waiting in a collective that the failed rank would answer out of order.
+With `micro_batch=` every rank splits every step alike from the start. DeepSpeed has its own micro-batching
+(`train_micro_batch_size_per_gpu`) and is not supported.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import contextlib
 import gc
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from oomdoctor.injob.fit import core
@@ -61,15 +64,32 @@ def _unwrapped(trainer: Any, model: Any) -> Any:
     return getattr(model, "module", model)
 
 
-def _ddp_without_sync_each_batch(trainer: Any, model: Any) -> bool:
-    """Pieces skip the all-reduce only under plain DDP (FSDP would keep unsharded gradients, DeepSpeed refuses
-    no_sync), and not when accelerate was told to synchronise every batch."""
+def _ddp_for_no_sync(trainer: Any, model: Any) -> Any:
+    """The DDP module whose no_sync() the pieces use, or None: only plain DDP (FSDP would keep unsharded gradients,
+    DeepSpeed refuses no_sync), seen through torch.compile (accelerate compiles after wrapping), and not when
+    accelerate was told to synchronise every batch."""
     import torch
 
-    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return False
+    ddp = getattr(model, "_orig_mod", model)
+    if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+        return None
     state = getattr(getattr(trainer, "accelerator", None), "gradient_state", None)
-    return not bool((getattr(state, "plugin_kwargs", None) or {}).get("sync_each_batch", False))
+    return None if (getattr(state, "plugin_kwargs", None) or {}).get("sync_each_batch", False) else ddp
+
+
+def _labelled(batch: Any, shift: bool) -> Any:
+    """Labelled items per sample (a tensor), or None without labels: what a token- or sample-mean loss divides by."""
+    if not isinstance(batch, Mapping):
+        return None
+    labels = batch.get("shift_labels")
+    if labels is None:
+        labels = batch.get("labels")
+        if labels is not None and shift and getattr(labels, "dim", lambda: 0)() > 1:
+            labels = labels[..., 1:]
+    if labels is None or not hasattr(labels, "ne") or labels.dim() == 0:
+        return None
+    mask = labels.ne(-100)
+    return mask.reshape(mask.shape[0], -1).sum(dim=1) if mask.dim() > 1 else mask.long()
 
 
 class MicroBatchTrainerMixin:
@@ -83,20 +103,9 @@ class MicroBatchTrainerMixin:
         self.oom_events: list[dict[str, Any]] = []
         self._share = 1.0
         self._phase = "forward"
-        self._honours_num_items: bool | None = None  # asked of the model at the first split
+        self._honours_num_items: bool | None = None  # asked of the loss once, at the first split
 
-    # The Trainer calls compute_loss inside its training_step: weight each piece there.
-    def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        self._phase = "forward"
-        out = super().compute_loss(model, inputs, *args, **kwargs)
-        self._phase = "backward"
-        if self._share == 1.0:
-            return out
-        if isinstance(out, tuple):
-            return (out[0] * self._share, *out[1:])
-        return out * self._share
-
-    def _loss_is_global(self, model: Any, piece: Any, num_items_in_batch: Any) -> bool:
+    def _loss_is_global(self, model: Any, inputs: Any, num_items_in_batch: Any) -> bool:
         """True when the loss is normalised by the items of the whole accumulated batch."""
         fixed = getattr(self, "loss_is_scaled_for_ga", None)
         if fixed is not None:
@@ -104,26 +113,28 @@ class MicroBatchTrainerMixin:
         if num_items_in_batch is None:
             return False
         if self._honours_num_items is None:
-            self._honours_num_items = self._loss_honours_num_items(model, piece, num_items_in_batch)
-        return bool(self._honours_num_items)
+            self._honours_num_items = self._loss_honours_num_items(model, inputs, num_items_in_batch)
+        return self._honours_num_items
 
-    def _loss_honours_num_items(self, model: Any, piece: Any, num_items: Any) -> bool | None:
+    def _loss_honours_num_items(self, model: Any, inputs: Any, num_items: Any) -> bool:
         """Whether the loss the Trainer computes (compute_loss: the model's own loss, a label smoother, a
-        compute_loss_func or a subclass's override) is divided by num_items_in_batch: computed for one sample
-        without gradients, in eval mode (no dropout, no batch-norm update), on the unwrapped model (no DDP
-        collective), once with num_items_in_batch = N and once with 2N. A ratio of 2 says it is, 1 says it is not;
-        None (undecided: no labelled item in that sample, a loss of 0) asks again at the next piece. An OOM is
-        raised as the piece's; anything else keeps the Trainer's own view."""
+        compute_loss_func or a subclass's override) is divided by num_items_in_batch: computed for the step's
+        most labelled sample, without gradients, in eval mode (no dropout, no batch-norm update), on the unwrapped
+        model (no DDP collective), at num_items_in_batch = N and 2N. Halved: yes; unchanged: no; anything else
+        (no labelled item, a loss of 0, part of the loss scaled) keeps the Trainer's own view. Asked once, at the
+        first split, which every rank reaches at the same step (a retry after an OOM is refused under several
+        processes), so a compute_loss that gathers across ranks stays in step. An OOM is raised as the piece's."""
         import torch
 
         trainer_view = bool(getattr(self, "model_accepts_loss_kwargs", False)
                             or getattr(self, "compute_loss_func", None) is not None)
+        items = _labelled(inputs, bool(getattr(self, "_loss_shifts_labels", False)))
+        i = int(items.argmax()) if items is not None and len(items) else 0
         inner = _unwrapped(self, model)
         was_training = inner.training
         inner.eval()
-        share, self._share = self._share, 1.0
         try:
-            one = slice_batch(piece, 0, 1)
+            one = slice_batch(inputs, i, i + 1)
             one = self._prepare_inputs(one) if hasattr(self, "_prepare_inputs") else one
             losses = []
             for n in (num_items, num_items * 2):
@@ -137,27 +148,30 @@ class MicroBatchTrainerMixin:
                 raise  # even one sample does not fit: halved like any forward OOM, asked again
             return trainer_view
         finally:
-            self._share = share
             self._phase = "forward"
             inner.train(was_training)
-        if not all(math.isfinite(x) for x in losses) or losses[1] == 0:
-            return None
-        ratio = losses[0] / losses[1]
-        if abs(ratio - 2.0) < 0.01:
+        ratio = losses[0] / losses[1] if losses[1] and all(math.isfinite(x) for x in losses) else None
+        if ratio is not None and abs(ratio - 2.0) < 0.01:
             return True
-        if abs(ratio - 1.0) < 0.01:
+        if ratio is not None and abs(ratio - 1.0) < 0.01:
             if trainer_view:
                 log.warning("oomdoctor.fit: this loss ignores num_items_in_batch although the Trainer passes it; "
-                            "micro-batches are weighted by their share of the samples (the Trainer itself does "
-                            "not divide such a loss by gradient_accumulation_steps: huggingface/transformers#47688; "
-                            "set trainer.model_accepts_loss_kwargs = False to have it do so)")
+                            "micro-batches are weighted by their share of the labelled items (the Trainer itself "
+                            "does not divide such a loss by gradient_accumulation_steps: "
+                            "huggingface/transformers#47688; set trainer.model_accepts_loss_kwargs = False to have "
+                            "it do so)")
             return False
+        if ratio is not None:
+            log.warning("oomdoctor.fit: only part of this loss follows num_items_in_batch (loss ratio %.3f at N "
+                        "and 2N items, an auxiliary loss perhaps); the pieces are added as the Trainer's view says "
+                        "(%s), which over-counts the part that does not follow it", ratio,
+                        "normalised" if trainer_view else "not normalised")
         return trainer_view
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
-        n = batch_size_of(inputs)
-        micro = min(self.micro_batch or n, n)
         clean_start = all(p.grad is None for p in model.parameters())
+        n = batch_size_of(inputs) if self.micro_batch else None  # measured only when the step must be split
+        micro = min(self.micro_batch, n) if n else None
         self._done, self._total = 0, 0.0
         while True:
             oom = None
@@ -173,6 +187,16 @@ class MicroBatchTrainerMixin:
             phase, message = oom
             gc.collect()
             _free_cuda_cache()
+            if n is None:
+                try:
+                    n = micro = batch_size_of(inputs)
+                except ValueError as why:
+                    self.oom_events.append({"phase": phase, "micro_batch": None, "action": "raise"})
+                    raise FitOutOfMemoryError(
+                        f"OOM in {phase}, and this batch cannot be split into micro-batches ({why}). "
+                        f"{first_line_of(message)}", micro_batch=0, floor=self.min_micro_batch, phase=phase,
+                        oom_message=message, diagnosis=_diagnosis(message)) from None
+            assert micro is not None
             world = core._world_size()
             if world > 1:
                 self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "raise"})
@@ -190,21 +214,45 @@ class MicroBatchTrainerMixin:
                 self._done, self._total = 0, 0.0
             micro = self._shrink(micro, n, phase, message)
 
-    def _pieces(self, model: Any, inputs: Any, n: int, micro: int, num_items: Any, args: tuple,
+    def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
-        """The Trainer's own training_step on each piece from self._done on; returns the summed loss."""
-        while self._done < n:
-            stop = min(self._done + micro, n)
+        """The Trainer's own training_step on each piece from self._done on (on the whole batch when n is None);
+        each piece's loss scaled by its share at accelerator.backward; returns the step's loss."""
+        acc = self.accelerator
+        backward = acc.backward
+
+        def weighted_backward(loss: Any, **kw: Any) -> Any:
+            self._phase = "backward"
+            return backward(loss * self._share if self._share != 1.0 else loss, **kw)
+
+        acc.backward = weighted_backward  # the instance's own attribute, removed below
+        try:
+            if n is None or micro is None or micro >= n:
+                self._phase, self._share = "forward", 1.0
+                return super().training_step(model, inputs, num_items, *args, **kwargs)  # type: ignore[misc]
             self._phase = "forward"
-            piece = inputs if micro >= n else slice_batch(inputs, self._done, stop)
-            split = micro < n
-            self._share = (stop - self._done) / n if split and not self._loss_is_global(model, piece, num_items) else 1.0
-            # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
-            quiet = model.no_sync() if stop < n and _ddp_without_sync_each_batch(self, model) else contextlib.nullcontext()
-            with quiet:
-                self._total = self._total + super().training_step(model, piece, num_items, *args, **kwargs)
-            self._done = stop
-        return self._total
+            global_loss = self._loss_is_global(model, inputs, num_items)
+            items = None if global_loss else _labelled(inputs, bool(getattr(self, "_loss_shifts_labels", False)))
+            weights = items if items is not None and int(items.sum()) > 0 else None
+            ddp = _ddp_for_no_sync(self, model)
+            while self._done < n:
+                stop = min(self._done + micro, n)
+                self._phase = "forward"
+                piece = slice_batch(inputs, self._done, stop)
+                if global_loss:
+                    self._share = 1.0
+                elif weights is not None:  # a mean over labelled items: the piece's share of them
+                    self._share = float(weights[self._done:stop].sum()) / float(weights.sum())
+                else:
+                    self._share = (stop - self._done) / n
+                # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
+                with ddp.no_sync() if ddp is not None and stop < n else contextlib.nullcontext():
+                    loss = super().training_step(model, piece, num_items, *args, **kwargs)  # type: ignore[misc]
+                self._total = self._total + loss * self._share
+                self._done = stop
+            return self._total
+        finally:
+            del acc.backward
 
     def _shrink(self, micro: int, n: int, phase: str, message: str) -> int:
         floor = min(self.min_micro_batch, n)
