@@ -225,7 +225,8 @@ class MicroBatchTrainerMixin:
             self._phase = "backward"
             return backward(loss * self._share if self._share != 1.0 else loss, **kw)
 
-        acc.backward = weighted_backward  # the instance's own attribute, removed below
+        own = vars(acc).get("backward")  # an instance attribute someone else set: put back below
+        acc.backward = weighted_backward
         try:
             if n is None or micro is None or micro >= n:
                 self._phase, self._share = "forward", 1.0
@@ -252,7 +253,10 @@ class MicroBatchTrainerMixin:
                 self._done = stop
             return self._total
         finally:
-            del acc.backward
+            if own is not None:
+                acc.backward = own
+            else:
+                del acc.backward
 
     def _shrink(self, micro: int, n: int, phase: str, message: str) -> int:
         floor = min(self.min_micro_batch, n)
