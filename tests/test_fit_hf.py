@@ -430,3 +430,74 @@ def test_a_batch_that_cannot_be_split_trains_while_it_fits(tmp_path):
     model = MetaTiny(limit=5)
     with pytest.raises(fit.FitOutOfMemoryError, match="cannot be split"):
         Split(model=model, args=args, train_dataset=Packed(), data_collator=collate).train()
+
+
+class SeqTagger(torch.nn.Module):
+    """Token tags with its own reduction: over labelled tokens ("token"), per sample then over samples ("sample", as
+    CTC's "mean"), or a sum; the labels under `key`."""
+
+    def __init__(self, reduction="token", key="labels"):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 3)
+        self.reduction, self.key = reduction, key
+
+    def forward(self, input_ids, labels=None, tags=None, **kwargs):
+        labels = tags if self.key == "tags" else labels
+        logits = self.head(torch.tanh(self.emb(input_ids)))
+        per = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none", ignore_index=-100)
+        mask = labels.ne(-100)
+        if self.reduction == "token":
+            loss = per.sum() / mask.sum()
+        elif self.reduction == "sample":
+            loss = (per.sum(1) / mask.sum(1).clamp(min=1)).mean()
+        else:
+            loss = per.sum()
+        return {"loss": loss, "logits": logits}
+
+
+class Tags(TokenData):
+    def __init__(self, key="labels", blank_every=None):
+        super().__init__()
+        self.key = key
+        if blank_every:
+            self.y[::blank_every] = -100
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], self.key: self.y[i]}
+
+
+@pytest.mark.parametrize("reduction,key,blank,ga", [
+    ("token", "labels", 4, 1),  # pieces with no labelled item: skipped, not 0/0
+    ("token", "tags", None, 2),  # labels under label_names
+    ("sample", "labels", None, 1),  # a mean of per-sample means (CTC's "mean")
+    ("sum", "labels", None, 2),
+])
+def test_the_loss_reduction_is_learnt(tmp_path, reduction, key, blank, ga):
+    def run(cls, out, **extra):
+        m = SeqTagger(reduction, key)
+        args = _sgd_args(out, ga)
+        args.learning_rate = 0.05 if reduction == "sum" else 0.1
+        if key != "labels":
+            args.label_names = [key]
+        trainer = cls(model=m, args=args, train_dataset=Tags(key, blank), **extra)
+        trainer.train()
+        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    _, ref = run(transformers.Trainer, tmp_path / "ref")
+    trainer, got = run(Split, tmp_path / "split", micro_batch=2)
+    assert torch.isfinite(got).all()
+    assert trainer._reduction_seen == reduction
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_lms_shift_their_labels_whatever_the_trainers_flag():
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    tagger = transformers.BertForTokenClassification(transformers.BertConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    from oomdoctor.injob.fit import hf
+
+    plain = type("T", (), {})()
+    assert hf._shifts_labels(plain, gpt2) and not hf._shifts_labels(plain, tagger)
+    flagged = type("T", (), {"_loss_shifts_labels": True})()
+    assert hf._shifts_labels(flagged, tagger)

@@ -77,19 +77,44 @@ def _ddp_for_no_sync(trainer: Any, model: Any) -> Any:
     return None if (getattr(state, "plugin_kwargs", None) or {}).get("sync_each_batch", False) else ddp
 
 
-def _labelled(batch: Any, shift: bool) -> Any:
+def _labelled(batch: Any, shift: bool, key: str = "labels") -> Any:
     """Labelled items per sample (a tensor), or None without labels: what a token- or sample-mean loss divides by."""
     if not isinstance(batch, Mapping):
         return None
     labels = batch.get("shift_labels")
     if labels is None:
-        labels = batch.get("labels")
+        labels = batch.get(key)
         if labels is not None and shift and getattr(labels, "dim", lambda: 0)() > 1:
             labels = labels[..., 1:]
     if labels is None or not hasattr(labels, "ne") or labels.dim() == 0:
         return None
     mask = labels.ne(-100)
     return mask.reshape(mask.shape[0], -1).sum(dim=1) if mask.dim() > 1 else mask.long()
+
+
+def _shifts_labels(trainer: Any, inner: Any) -> bool:
+    """Whether the loss drops the first position of each sample's labels: the Trainer's own flag, or a causal LM
+    (which shifts inside the model whatever the flag says; the rule the Trainer's label smoother uses)."""
+    if getattr(trainer, "_loss_shifts_labels", False):
+        return True
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except Exception:  # noqa: BLE001 - without the mapping only the Trainer's flag speaks
+        return False
+    config = getattr(inner, "config", None)
+    return (type(inner).__name__ in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+            and not getattr(config, "is_encoder_decoder", False))
+
+
+def _take(batch: Any, rows: list[int]) -> Any:
+    """The samples `rows` of a dict batch (one or two, for the questions asked of the loss)."""
+    if len(rows) == 1:
+        return slice_batch(batch, rows[0], rows[0] + 1)
+    import torch
+
+    parts = [slice_batch(batch, r, r + 1) for r in rows]
+    return {k: torch.cat([p[k] for p in parts]) if hasattr(parts[0][k], "dim") and parts[0][k].dim() > 0
+            else parts[0][k] for k in parts[0]}
 
 
 class MicroBatchTrainerMixin:
@@ -104,6 +129,14 @@ class MicroBatchTrainerMixin:
         self._share = 1.0
         self._phase = "forward"
         self._honours_num_items: bool | None = None  # asked of the loss once, at the first split
+        self._reduction_seen: str | None = None  # token / sample / sum, when the loss is not normalised over the batch
+
+    def _label_key(self) -> str:
+        names = getattr(self, "label_names", None) or ["labels"]
+        return names[0] if len(names) == 1 else "labels"
+
+    def _items(self, model: Any, inputs: Any) -> Any:
+        return _labelled(inputs, _shifts_labels(self, _unwrapped(self, model)), self._label_key())
 
     def _loss_is_global(self, model: Any, inputs: Any, num_items_in_batch: Any) -> bool:
         """True when the loss is normalised by the items of the whole accumulated batch."""
@@ -116,50 +149,55 @@ class MicroBatchTrainerMixin:
             self._honours_num_items = self._loss_honours_num_items(model, inputs, num_items_in_batch)
         return self._honours_num_items
 
-    def _loss_honours_num_items(self, model: Any, inputs: Any, num_items: Any) -> bool:
-        """Whether the loss the Trainer computes (compute_loss: the model's own loss, a label smoother, a
-        compute_loss_func or a subclass's override) is divided by num_items_in_batch: computed for the step's
-        most labelled sample, without gradients, in eval mode (no dropout, no batch-norm update), on the unwrapped
-        model (no DDP collective), at num_items_in_batch = N and 2N. Halved: yes; unchanged: no; anything else
-        (no labelled item, a loss of 0, part of the loss scaled) keeps the Trainer's own view. Asked once, at the
-        first split, which every rank reaches at the same step (a retry after an OOM is refused under several
-        processes), so a compute_loss that gathers across ranks stays in step. An OOM is raised as the piece's."""
+    def _probe_losses(self, model: Any, inputs: Any, rows: list[list[int]], num_items: list[Any]) -> list[float]:
+        """compute_loss of the samples `rows[k]` at num_items_in_batch `num_items[k]`, without gradients, in eval mode
+        (no dropout, no batch-norm update), on the unwrapped model (no DDP collective)."""
         import torch
 
-        trainer_view = bool(getattr(self, "model_accepts_loss_kwargs", False)
-                            or getattr(self, "compute_loss_func", None) is not None)
-        items = _labelled(inputs, bool(getattr(self, "_loss_shifts_labels", False)))
-        i = int(items.argmax()) if items is not None and len(items) else 0
         inner = _unwrapped(self, model)
         was_training = inner.training
         inner.eval()
         try:
-            one = slice_batch(inputs, i, i + 1)
-            one = self._prepare_inputs(one) if hasattr(self, "_prepare_inputs") else one
             losses = []
-            for n in (num_items, num_items * 2):
+            for idx, n in zip(rows, num_items):
+                part = _take(inputs, idx)
+                part = self._prepare_inputs(part) if hasattr(self, "_prepare_inputs") else part
                 with torch.no_grad():
-                    out = self.compute_loss(inner, dict(one), num_items_in_batch=n)
+                    out = self.compute_loss(inner, dict(part), num_items_in_batch=n)
                 loss = out[0] if isinstance(out, (tuple, list)) else out
                 losses.append(float(loss.detach().float().mean()))
                 del out, loss
+            return losses
+        finally:
+            self._phase = "forward"
+            inner.train(was_training)
+
+    def _loss_honours_num_items(self, model: Any, inputs: Any, num_items: Any) -> bool:
+        """Whether the loss the Trainer computes (compute_loss: the model's own loss, a label smoother, a
+        compute_loss_func or a subclass's override) is divided by num_items_in_batch: the step's most labelled
+        sample at num_items_in_batch = N and 2N. Halved: yes; unchanged: no; anything else (no labelled item, a loss
+        of 0, part of the loss scaled) keeps the Trainer's own view. Asked once, at the first split, which every
+        rank reaches at the same step (a retry after an OOM is refused under several processes), so a compute_loss
+        that gathers across ranks stays in step. An OOM is raised as the piece's."""
+        trainer_view = bool(getattr(self, "model_accepts_loss_kwargs", False)
+                            or getattr(self, "compute_loss_func", None) is not None)
+        items = self._items(model, inputs)
+        i = int(items.argmax()) if items is not None and len(items) else 0
+        try:
+            losses = self._probe_losses(model, inputs, [[i], [i]], [num_items, num_items * 2])
         except Exception as exc:  # noqa: BLE001 - a probe must never end the step; the Trainer's view stands
             if is_oom(exc):
                 raise  # even one sample does not fit: halved like any forward OOM, asked again
             return trainer_view
-        finally:
-            self._phase = "forward"
-            inner.train(was_training)
         ratio = losses[0] / losses[1] if losses[1] and all(math.isfinite(x) for x in losses) else None
         if ratio is not None and abs(ratio - 2.0) < 0.01:
             return True
         if ratio is not None and abs(ratio - 1.0) < 0.01:
             if trainer_view:
                 log.warning("oomdoctor.fit: this loss ignores num_items_in_batch although the Trainer passes it; "
-                            "micro-batches are weighted by their share of the labelled items (the Trainer itself "
-                            "does not divide such a loss by gradient_accumulation_steps: "
-                            "huggingface/transformers#47688; set trainer.model_accepts_loss_kwargs = False to have "
-                            "it do so)")
+                            "micro-batches are weighted by their share of the batch (the Trainer itself does not "
+                            "divide such a loss by gradient_accumulation_steps: huggingface/transformers#47688; set "
+                            "trainer.model_accepts_loss_kwargs = False to have it do so)")
             return False
         if ratio is not None:
             log.warning("oomdoctor.fit: only part of this loss follows num_items_in_batch (loss ratio %.3f at N "
@@ -167,6 +205,43 @@ class MicroBatchTrainerMixin:
                         "(%s), which over-counts the part that does not follow it", ratio,
                         "normalised" if trainer_view else "not normalised")
         return trainer_view
+
+    def _reduction(self, model: Any, inputs: Any, num_items: Any) -> str:
+        """How a loss that is not normalised over the accumulated batch reduces a batch: "token" (a mean over labelled
+        items), "sample" (a mean over samples, e.g. CTC's per-target-length mean) or "sum". Learnt once from two
+        samples a, b with different label counts: L(ab) against (na La + nb Lb) / (na + nb), (La + Lb) / 2, La + Lb.
+        Undecided: "token" where the samples carry item counts, else "sample"."""
+        if self._reduction_seen is not None:
+            return self._reduction_seen
+        items = self._items(model, inputs)
+        fallback = "token" if items is not None and int(items.sum()) > 0 else "sample"
+        order = sorted(range(len(items)), key=lambda k: -int(items[k])) if items is not None else []
+        a = order[0] if order else 0
+        b = next((k for k in order if int(items[k]) != int(items[a]) and int(items[k]) > 0), None) if order else None
+        if b is None:
+            b = 1 if a != 1 and batch_size_of(inputs) > 1 else None
+        if b is None:
+            return fallback  # one sample: nothing to learn from, asked again at the next split
+        try:
+            la, lb, lab = self._probe_losses(model, inputs, [[a], [b], [a, b]], [num_items] * 3)
+        except Exception as exc:  # noqa: BLE001 - a probe must never end the step
+            if is_oom(exc):
+                raise
+            self._reduction_seen = fallback
+            return fallback
+        na, nb = (int(items[a]), int(items[b])) if items is not None else (1, 1)
+        candidates = {"token": (na * la + nb * lb) / (na + nb) if na + nb else None, "sample": (la + lb) / 2,
+                      "sum": la + lb}
+        fits = [k for k, v in candidates.items()
+                if v is not None and math.isfinite(lab) and math.isclose(lab, v, rel_tol=1e-3, abs_tol=1e-9)]
+        if "token" in fits and na != nb:
+            fits = ["token"]
+        self._reduction_seen = fits[0] if len(fits) == 1 or (fits and fits[0] == "token") else fallback
+        if not fits:
+            log.warning("oomdoctor.fit: this loss is neither a mean over labelled items, a mean over samples nor a "
+                        "sum (two samples gave %.6g and %.6g, together %.6g); micro-batches are weighted as a %s mean",
+                        la, lb, lab, fallback)
+        return self._reduction_seen
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
         clean_start = all(p.grad is None for p in model.parameters())
@@ -231,23 +306,31 @@ class MicroBatchTrainerMixin:
             if n is None or micro is None or micro >= n:
                 self._phase, self._share = "forward", 1.0
                 return super().training_step(model, inputs, num_items, *args, **kwargs)  # type: ignore[misc]
+            if "lomo" in str(getattr(getattr(self, "args", None), "optim", "")).lower():
+                raise ValueError("fit: LOMO optimizers update the weights inside backward, so a step cannot be split "
+                                 "into micro-batches; lower per_device_train_batch_size instead")
             self._phase = "forward"
             global_loss = self._loss_is_global(model, inputs, num_items)
-            items = None if global_loss else _labelled(inputs, bool(getattr(self, "_loss_shifts_labels", False)))
+            how = "sum" if global_loss else self._reduction(model, inputs, num_items)
+            items = self._items(model, inputs) if how == "token" else None
             weights = items if items is not None and int(items.sum()) > 0 else None
             ddp = _ddp_for_no_sync(self, model)
             while self._done < n:
                 stop = min(self._done + micro, n)
                 self._phase = "forward"
+                if weights is not None and int(weights[self._done:stop].sum()) == 0:
+                    self._done = stop  # no labelled item: its mean would be 0/0, and it adds nothing
+                    continue
+                last = stop >= n or (weights is not None and int(weights[stop:].sum()) == 0)
                 piece = slice_batch(inputs, self._done, stop)
-                if global_loss:
+                if how == "sum":
                     self._share = 1.0
                 elif weights is not None:  # a mean over labelled items: the piece's share of them
                     self._share = float(weights[self._done:stop].sum()) / float(weights.sum())
                 else:
                     self._share = (stop - self._done) / n
-                # DDP: gradients are all-reduced after the last piece only, once per step whatever the split
-                with ddp.no_sync() if ddp is not None and stop < n else contextlib.nullcontext():
+                # DDP: gradients are all-reduced after the last piece run only, once per step whatever the split
+                with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
                     loss = super().training_step(model, piece, num_items, *args, **kwargs)  # type: ignore[misc]
                 self._total = self._total + loss * self._share
                 self._done = stop
