@@ -174,15 +174,23 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.x[i], "labels": self.y[i] if self.kind == "cls" else self.lab[i]}
 
 
-def _train_hf(tmp_path, trainer_cls, kind, ga=1, **extra):
-    model = _tiny_llama(kind)
-    args = transformers.TrainingArguments(
+def _sgd_args(tmp_path, ga=1):
+    """SGD without clipping: a wrong loss scale shows in the weights (clipping and AdamW hide it)."""
+    return transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=16, gradient_accumulation_steps=ga, max_steps=3,
         learning_rate=0.1, optim="sgd", max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no",
-        use_cpu=True, seed=7, disable_tqdm=True)  # SGD without clipping: a wrong loss scale shows in the weights
-    trainer = trainer_cls(model=model, args=args, train_dataset=Tokens(kind), **extra)
+        use_cpu=True, seed=7, disable_tqdm=True)
+
+
+def _weights(trainer_cls, model, args, data=None, **extra):
+    """Train; the trainer and the model's weights, flat."""
+    trainer = trainer_cls(model=model, args=args, train_dataset=data if data is not None else Data(), **extra)
     trainer.train()
     return trainer, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _train_hf(tmp_path, trainer_cls, kind, ga=1, **extra):
+    return _weights(trainer_cls, _tiny_llama(kind), _sgd_args(tmp_path, ga), Tokens(kind), **extra)
 
 
 @pytest.mark.parametrize("kind", ["cls", "lm"])
@@ -252,19 +260,6 @@ class TupleOut(Tiny):
     def forward(self, x, labels=None, **kwargs):
         out = super().forward(x, labels)
         return out["loss"], out["logits"]
-
-
-def _sgd_args(tmp_path, ga=1):
-    return transformers.TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=16, gradient_accumulation_steps=ga, max_steps=3,
-        learning_rate=0.1, optim="sgd", max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no",
-        use_cpu=True, seed=7, disable_tqdm=True)
-
-
-def _weights(trainer_cls, model, args, **extra):
-    trainer = trainer_cls(model=model, args=args, train_dataset=Data(), **extra)
-    trainer.train()
-    return trainer, torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 def test_tuple_outputs_are_weighted(tmp_path):
@@ -372,10 +367,7 @@ def test_a_token_mean_head_is_weighted_by_labelled_items(tmp_path, ga):
             num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
     def run(cls, out, **extra):
-        m = model()
-        trainer = cls(model=m, args=_sgd_args(out, ga), train_dataset=TokenData(), **extra)
-        trainer.train()
-        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+        return _weights(cls, model(), _sgd_args(out, ga), TokenData(), **extra)
 
     _, ref = run(transformers.Trainer, tmp_path / "ref")
     trainer, got = run(Split, tmp_path / "split", micro_batch=3)
@@ -393,14 +385,7 @@ def test_an_unlabelled_first_sample_does_not_decide(tmp_path):
             return row
 
     def run(cls, out, **extra):
-        m = _tiny_llama("lm")
-        args = transformers.TrainingArguments(
-            output_dir=str(out), per_device_train_batch_size=16, max_steps=3, learning_rate=0.1, optim="sgd",
-            max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, seed=7,
-            disable_tqdm=True)
-        trainer = cls(model=m, args=args, train_dataset=Blank("lm"), **extra)
-        trainer.train()
-        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+        return _weights(cls, _tiny_llama("lm"), _sgd_args(out), Blank("lm"), **extra)
 
     _, ref = run(transformers.Trainer, tmp_path / "ref")
     trainer, got = run(Split, tmp_path / "split", micro_batch=4)
@@ -475,14 +460,11 @@ class Tags(TokenData):
 ])
 def test_the_loss_reduction_is_learnt(tmp_path, reduction, key, blank, ga):
     def run(cls, out, **extra):
-        m = SeqTagger(reduction, key)
         args = _sgd_args(out, ga)
         args.learning_rate = 0.05 if reduction == "sum" else 0.1
         if key != "labels":
             args.label_names = [key]
-        trainer = cls(model=m, args=args, train_dataset=Tags(key, blank), **extra)
-        trainer.train()
-        return trainer, torch.cat([p.detach().flatten() for p in m.parameters()])
+        return _weights(cls, SeqTagger(reduction, key), args, Tags(key, blank), **extra)
 
     _, ref = run(transformers.Trainer, tmp_path / "ref")
     trainer, got = run(Split, tmp_path / "split", micro_batch=2)
