@@ -171,7 +171,7 @@ class AutoMicroBatch:
                  backward: Callable[[Any], Any] | None = None, before_step: Callable[[Any], Any] | None = None,
                  batch_size: Callable[[Any], int] | None = None,
                  split: Callable[[Any, int, int], Any] | None = None,
-                 no_sync: Callable[[], Any] | None = None):
+                 no_sync: Callable[[], Any] | None = None, ddp: Any = None):
         if min_micro_batch < 1:
             raise ValueError("min_micro_batch must be >= 1")
         if micro_batch is not None and micro_batch < min_micro_batch:
@@ -180,6 +180,8 @@ class AutoMicroBatch:
             raise ValueError("loss_reduction must be 'mean' or 'sum'")
         if grow_after is not None and grow_after < 1:
             raise ValueError("grow_after must be >= 1 or None")
+        if ddp is not None and no_sync is not None:
+            raise ValueError("ddp= runs every piece under the module's no_sync itself: pass ddp= or no_sync=, not both")
         self.optimizer, self.micro_batch, self.min_micro_batch = optimizer, micro_batch, min_micro_batch
         self.grow_after, self.loss_reduction, self.scaler = grow_after, loss_reduction, scaler
         self._backward = backward or (lambda loss: loss.backward())
@@ -187,6 +189,10 @@ class AutoMicroBatch:
         self._size = batch_size or batch_size_of
         self._split = split or slice_batch
         self._no_sync = no_sync
+        self._coordinator = None
+        if ddp is not None:
+            from oomdoctor.injob.fit.ddp import Coordinator
+            self._coordinator = Coordinator(ddp)
         self.events: list[dict[str, Any]] = []  # every OOM and growth, for logs and tests
         self.steps = 0
         self._clean = 0
@@ -200,6 +206,8 @@ class AutoMicroBatch:
         n = self._size(batch)
         if n < 1:
             raise ValueError("fit: empty batch")
+        if self._coordinator is not None:
+            return self._step_agreed(loss_fn, batch, n)
         micro = min(self.micro_batch or n, n)
         self.optimizer.zero_grad(set_to_none=True)
         done, total = 0, 0.0
@@ -215,6 +223,91 @@ class AutoMicroBatch:
         self.steps += 1
         self._after_clean_step(micro, n)
         return total
+
+    def _step_agreed(self, loss_fn: Callable[[Any], Any], batch: Any, n: int) -> Any:
+        """ddp=: each rank runs its pieces without collectives and halves on its own; one exchange per round tells
+        every rank whether to wait for another round, to raise (a rank at its floor), or to average and update."""
+        coord = self._coordinator
+        micro = min(self.micro_batch or n, n)
+        coord.start_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        done, total, failure, has_grad = 0, 0.0, None, None
+        while True:
+            if has_grad is None and failure is None:
+                done, total, oom, has_grad = self._pieces(loss_fn, batch, n, micro, done, total)
+                if oom is not None:
+                    phase, message = oom
+                    self._after_oom(phase)
+                    if phase == "backward":
+                        done, total = 0, 0.0
+                    try:
+                        micro = self._shrink(micro, n, phase, message, several_ok=True)
+                    except FitOutOfMemoryError as exc:  # at the floor: the others must hear of it before it is raised
+                        failure = exc
+            agreed = coord.agree(incomplete=has_grad is None and failure is None, failed=failure is not None,
+                                 has_grad=has_grad)
+            if failure is not None:
+                raise failure
+            if agreed.failed:
+                self.optimizer.zero_grad(set_to_none=True)
+                self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro})
+                raise FitOutOfMemoryError(
+                    f"another process of the job ran out of memory at its floor micro-batch (min_micro_batch="
+                    f"{self.min_micro_batch}); this process stops with it so that the job does not hang",
+                    micro_batch=micro, floor=min(self.min_micro_batch, n), phase="peer", oom_message="",
+                    diagnosis=None) from None
+            if not agreed.incomplete:
+                break
+        coord.average(agreed.has_grad)
+        self._update(micro, n)
+        self.steps += 1
+        self._after_clean_step(micro, n)
+        return total
+
+    def _pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
+                total: Any) -> tuple[int, Any, tuple[str, str] | None, list[bool] | None]:
+        """ddp=: the pieces from sample `done` on, all without DDP's all-reduce; an OOM comes back as (phase,
+        message). On success also which parameters got a gradient here (the others hold zeros now)."""
+        coord = self._coordinator
+        phase = "forward"
+        try:
+            while done < n:
+                stop = min(done + micro, n)
+                phase = "forward"
+                with coord.no_sync():
+                    loss = loss_fn(self._split(batch, done, stop))
+                    weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
+                    phase = "backward"
+                    scaled = loss * weight
+                    self._backward(self.scaler.scale(scaled) if self.scaler is not None else scaled)
+                total = total + loss.detach() * weight
+                del loss, scaled
+                done = stop
+            return done, total, None, coord.complete_grads()
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            message = str(exc)
+        return done, total, (phase, message), None
+
+    def _update(self, micro: int, n: int) -> None:
+        """ddp=: the update once the gradients are averaged; an OOM here is not retried (as without ddp=)."""
+        try:
+            if self.before_step is not None:
+                self.before_step(self.optimizer)
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            message = str(exc)
+        self._after_oom("optimizer")
+        self._shrink(micro, n, "optimizer", message)
 
     def _run_from(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                   total: Any) -> tuple[int, Any, tuple[str, str] | None]:
@@ -257,7 +350,7 @@ class AutoMicroBatch:
         gc.collect()
         _free_cuda_cache()
 
-    def _shrink(self, micro: int, n: int, phase: str, message: str) -> int:
+    def _shrink(self, micro: int, n: int, phase: str, message: str, several_ok: bool = False) -> int:
         floor = min(self.min_micro_batch, n)
         event = {"step": self.steps, "phase": phase, "micro_batch": micro, "message": first_line_of(message)}
         if phase == "optimizer":
@@ -266,7 +359,7 @@ class AutoMicroBatch:
                 f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help, and "
                 f"the update may be partial. {first_line_of(message)}", micro_batch=micro, floor=floor,
                 phase=phase, oom_message=message, diagnosis=_diagnosis(message)) from None
-        world = _world_size()
+        world = 1 if several_ok else _world_size()
         if world > 1:
             self.events.append({**event, "action": "raise"})
             raise several_processes_error(phase, micro, floor, self.min_micro_batch, world, message) from None
@@ -293,7 +386,7 @@ class AutoMicroBatch:
         self._growing = False
         if self.grow_after is None or micro >= n:
             return
-        if _world_size() > 1:  # a growth that OOMs could not be taken back on one rank alone
+        if _world_size() > 1 and self._coordinator is None:  # a growth that OOMs could not be retried on one rank alone
             if not self._grow_refused:
                 self._grow_refused = True
                 log.warning("oomdoctor.fit: grow_after is ignored under several processes (an OOM is not retried there)")

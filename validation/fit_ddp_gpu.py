@@ -1,0 +1,161 @@
+"""fit.AutoMicroBatch(ddp=model) on two GPUs with real OOMs (written for validation before its first run).
+
+Run without torchrun: the driver launches one torchrun job (2 processes, NCCL) per case and prints a table.
+    PYTHONPATH=src python3 validation/fit_ddp_gpu.py OUTDIR
+
+Model: GPT-NeoX (transformers config, random init, float32), a family fit was not tuned on. Per rank batch 32 of
+seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
+  ref      plain DDP, unsplit; also measures the peak memory of a step at 32 and at 16 samples (first, no update)
+  cap0     fit ddp=, rank 0 capped (set_per_process_memory_fraction) between those peaks, rank 1 not
+  capboth  fit ddp=, both capped
+  floor0   as cap0 with min_micro_batch=32: rank 0 cannot split
+  floor2   as capboth with min_micro_batch=32
+  timing   ref and fit ddp= without any cap, 10 steps each in one job, the last 8 timed
+Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
+splits; floor0/floor2 every rank raises FitOutOfMemoryError well before the NCCL timeout (120 s), job exits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SEQ, BATCH, STEPS = 512, 32, 4
+
+
+def build():
+    import torch
+    import transformers
+    cfg = transformers.GPTNeoXConfig(vocab_size=50304, hidden_size=1024, intermediate_size=4096,
+                                     num_hidden_layers=16, num_attention_heads=16, max_position_embeddings=SEQ,
+                                     use_cache=False)
+    torch.manual_seed(0)
+    return transformers.GPTNeoXForCausalLM(cfg).cuda()
+
+
+def data(rank: int, steps: int):
+    import torch
+    g = torch.Generator().manual_seed(100 + rank)
+    return [torch.randint(0, 50304, (BATCH, SEQ), generator=g) for _ in range(steps)]
+
+
+def flat(model):
+    import torch
+    return torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
+
+
+def worker(case: str, out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from oomdoctor import fit
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120), device_id=torch.device("cuda", rank))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    inner = build()
+    init = flat(inner)
+    model = torch.nn.parallel.DistributedDataParallel(inner, device_ids=[rank])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    res: dict = {"rank": rank}
+
+    def loss_fn(ids):
+        ids = ids.cuda(non_blocking=True)
+        return model(input_ids=ids, labels=ids).loss
+
+    if case == "ref":
+        peaks = {}
+        for n in (BATCH, BATCH // 2):  # the peak of one step at n samples, then nothing kept
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            with model.no_sync():
+                loss_fn(data(rank, 1)[0][:n]).backward()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            peaks[n] = torch.cuda.max_memory_allocated()
+        res["peaks"] = peaks
+    capped = case in ("capboth", "floor2") or (case in ("cap0", "floor0") and rank == 0)
+    if capped:
+        peaks = json.loads((out / "peaks.json").read_text())
+        total = torch.cuda.get_device_properties(rank).total_memory
+        limit = (peaks[str(BATCH)] + peaks[str(BATCH // 2)]) / 2
+        torch.cuda.set_per_process_memory_fraction(limit / total, rank)
+        res["cap_gib"] = limit / 2**30
+    runners = {"fit": fit.AutoMicroBatch(opt, ddp=model, min_micro_batch=BATCH if case.startswith("floor") else 1)}
+    times: dict[str, list[float]] = {}
+    plan = [("ref", STEPS)] if case == "ref" else [("fit", STEPS)]
+    if case == "timing":
+        plan = [("ref", 10), ("fit", 10)]
+    t_start = time.time()
+    try:
+        for how, steps in plan:
+            for ids in data(rank, steps):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                if how == "ref":
+                    opt.zero_grad(set_to_none=True)
+                    loss_fn(ids).backward()
+                    opt.step()
+                else:
+                    runners["fit"].step(loss_fn, ids)
+                torch.cuda.synchronize()
+                times.setdefault(how, []).append(time.perf_counter() - t0)
+    except fit.FitOutOfMemoryError as exc:
+        res["error"] = {"phase": exc.phase, "micro_batch": exc.micro_batch, "text": str(exc)[:400],
+                        "after_s": round(time.time() - t_start, 1)}
+    res["events"] = [{k: v for k, v in e.items() if k != "message"} for e in runners["fit"].events]
+    res["times"] = times
+    res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    w = flat(inner)
+    torch.save({"init": init, "final": w}, out / f"{case}-{rank}.pt")
+    (out / f"{case}-{rank}.json").write_text(json.dumps(res))
+    if case == "ref" and rank == 0:
+        (out / "peaks.json").write_text(json.dumps(res["peaks"]))
+    dist.barrier() if "error" not in res else None
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def drive(out: Path) -> None:
+    import torch
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for case in ("ref", "cap0", "capboth", "floor0", "floor2", "timing"):
+        t0 = time.time()
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            __file__, case, str(out)], capture_output=True, text=True, timeout=400)
+        wall = time.time() - t0
+        (out / f"{case}.log").write_text(p.stdout[-20000:] + "\n--- stderr\n" + p.stderr[-20000:])
+        ranks = [json.loads((out / f"{case}-{r}.json").read_text()) if (out / f"{case}-{r}.json").exists() else None
+                 for r in (0, 1)]
+        rows[case] = {"rc": p.returncode, "wall_s": round(wall, 1), "ranks": ranks}
+        print(f"{case}: rc {p.returncode}, {wall:.0f} s", flush=True)
+    ref = [torch.load(out / f"ref-{r}.pt") for r in (0, 1)]
+    for case in ("cap0", "capboth"):
+        for r in (0, 1):
+            f = out / f"{case}-{r}.pt"
+            if f.exists() and not (rows[case]["ranks"][r] or {}).get("error"):
+                got = torch.load(f)
+                upd = (ref[r]["final"] - ref[r]["init"]).norm()
+                rows[case]["ranks"][r]["diff_over_update"] = float((got["final"] - ref[r]["final"]).norm() / upd)
+    t = rows["timing"]["ranks"][0]
+    if t and "ref" in t["times"] and "fit" in t["times"]:
+        ref_t, fit_t = sorted(t["times"]["ref"][2:]), sorted(t["times"]["fit"][2:])
+        rows["timing"]["median_ref_s"], rows["timing"]["median_fit_s"] = ref_t[len(ref_t) // 2], fit_t[len(fit_t) // 2]
+    rows["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                        "gpu": torch.cuda.get_device_name(0), "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+    (out / "fit_ddp_gpu.json").write_text(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1)[:6000])
+
+
+if __name__ == "__main__":
+    if "RANK" in os.environ:
+        worker(sys.argv[1], Path(sys.argv[2]))
+    else:
+        drive(Path(sys.argv[1]))
