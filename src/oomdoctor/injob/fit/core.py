@@ -6,8 +6,9 @@ batch stay those of the unsplit step. What the failed attempt held is dropped (r
 gradients, gc, the allocator's cache) before the retry; the change is logged as a warning; the
 micro-batch never goes below the floor; each retry strictly shrinks it, so a step cannot loop
 forever (facebookresearch/metaseq#304), and an OOM at the floor raises with a diagnosis. Under
-torch.distributed with several processes an OOM is not retried (one rank retrying alone desynchronises the
-collectives): it raises with the micro_batch to restart with.
+torch.distributed with several processes an OOM is retried only with ddp=<the DDP module> (the ranks agree once
+per round and average gradients themselves: fit/ddp.py); otherwise one rank retrying alone would desynchronise
+the collectives, so it raises with the micro_batch to restart with.
 
     from oomdoctor import fit
     mb = fit.AutoMicroBatch(optimizer, min_micro_batch=4)
@@ -97,7 +98,7 @@ def _world_size() -> int:
 
 
 def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch: int, world: int,
-                            message: str) -> FitOutOfMemoryError:
+                            message: str, ddp_hint: bool = False) -> FitOutOfMemoryError:
     """Several processes: a retry on one rank alone would answer the other ranks' collectives out of order (two
     H200s: the job hung until the process group's timeout), so the restart is left to the user, with a number."""
     diag = _diagnosis(message)
@@ -107,6 +108,9 @@ def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch:
     else:
         advice = (f"restart with micro_batch={max(floor, math.ceil(micro / 2))} (min_micro_batch={min_micro_batch}): "
                   "every rank then splits each step alike")
+    if ddp_hint:
+        advice += ("; or pass ddp=<the DistributedDataParallel module> to AutoMicroBatch, and any rank that runs out "
+                   "splits on its own")
     return FitOutOfMemoryError(
         f"OOM in {phase} at micro-batch {micro} in one of {world} processes: a retry in this process alone would put "
         f"its collectives out of step with the rest of the job, so it is not attempted; {advice}. "
@@ -362,7 +366,8 @@ class AutoMicroBatch:
         world = 1 if several_ok else _world_size()
         if world > 1:
             self.events.append({**event, "action": "raise"})
-            raise several_processes_error(phase, micro, floor, self.min_micro_batch, world, message) from None
+            raise several_processes_error(phase, micro, floor, self.min_micro_batch, world, message,
+                                          ddp_hint=True) from None
         if micro <= floor:
             self.events.append({**event, "action": "raise"})
             diag = _diagnosis(message)
