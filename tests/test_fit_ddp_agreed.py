@@ -52,6 +52,20 @@ def test_one_rank_oom_in_forward_is_recovered_on_that_rank_alone(ref, tmp_path):
     assert got[1]["events"] == []
 
 
+def test_accelerate_prepared_model_and_backward(ref, tmp_path):
+    pytest.importorskip("accelerate")
+    got = run("accelerate", tmp_path)
+    same_as_ref(got, ref)
+    assert [e["new_micro_batch"] for e in got[0]["events"]] == [8, 4] and got[1]["events"] == []
+
+
+def test_lightning_manual_optimization_under_its_ddp_strategy(ref, tmp_path):
+    pytest.importorskip("lightning")
+    got = run("lightning", tmp_path)
+    same_as_ref(got, ref)
+    assert [e["new_micro_batch"] for e in got[0]["events"]] == [8, 4] and got[1]["events"] == []
+
+
 def test_one_rank_oom_in_backward_restarts_that_rank(ref, tmp_path):
     got = run("backward", tmp_path)
     same_as_ref(got, ref)
