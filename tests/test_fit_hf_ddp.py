@@ -43,3 +43,27 @@ def test_one_rank_oom_raises_without_a_retry_or_a_hang(tmp_path):
     assert rc != 0, logs
     (row,) = rows(tmp_path, "oom")  # rank 0 only: rank 1 is stopped by torchrun
     assert "one of 2 processes" in row["error"] and "restart with micro_batch=4" in row["error"]
+
+
+def test_recover_under_ddp_one_rank_splits_alone_and_matches_the_unsplit_run(tmp_path):
+    for mode in ("ref", "agreed", "agreed-backward"):
+        rc, logs = torchrun(WORKER, mode, tmp_path)
+        assert rc == 0, logs
+    ref = rows(tmp_path, "ref")
+    for mode, splitter in (("agreed", 0), ("agreed-backward", 1)):
+        got = rows(tmp_path, mode)
+        assert len(got) == 2
+        for r, g in zip(ref, got):
+            torch.testing.assert_close(torch.tensor(g["weights"]), torch.tensor(r["weights"]), rtol=1e-5, atol=1e-6)
+        phase = "forward" if mode == "agreed" else "backward"
+        assert [(e["phase"], e["action"], e["new_micro_batch"]) for e in got[splitter]["events"]] == [(phase, "halve", 4)]
+        assert got[1 - splitter]["events"] == []
+
+
+def test_recover_under_ddp_a_rank_at_its_floor_stops_every_rank(tmp_path):
+    rc, logs = torchrun(WORKER, "agreed-floor", tmp_path)
+    assert rc != 0, logs
+    got = rows(tmp_path, "agreed-floor")
+    assert len(got) == 2, logs  # both ranks raised and wrote their row: no hang, no kill
+    assert got[0]["phase"] == "forward" and "floor" in got[0]["error"]
+    assert got[1]["phase"] == "peer" and "another process" in got[1]["error"]

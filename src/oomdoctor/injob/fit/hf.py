@@ -106,6 +106,22 @@ def _shifts_labels(trainer: Any, inner: Any) -> bool:
             and not getattr(config, "is_encoder_decoder", False))
 
 
+class _OOM:
+    """An OOM caught in a step, kept as text only."""
+
+    __slots__ = ("phase", "message")
+
+    def __init__(self, phase: str, message: str):
+        self.phase, self.message = phase, message
+
+
+def _size_or_none(inputs: Any) -> int | None:
+    try:
+        return batch_size_of(inputs)
+    except ValueError:
+        return None
+
+
 def _take(batch: Any, rows: list[int]) -> Any:
     """The samples `rows` of a dict batch (one or two, for the questions asked of the loss)."""
     if len(rows) == 1:
@@ -120,12 +136,16 @@ def _take(batch: Any, rows: list[int]) -> Any:
 class MicroBatchTrainerMixin:
     """Mix in before `transformers.Trainer` (or a subclass of it)."""
 
-    def __init__(self, *args: Any, min_micro_batch: int = 1, micro_batch: int | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, min_micro_batch: int = 1, micro_batch: int | None = None,
+                 recover_under_ddp: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         if min_micro_batch < 1:
             raise ValueError("min_micro_batch must be >= 1")
         self.min_micro_batch, self.micro_batch = min_micro_batch, micro_batch
         self.oom_events: list[dict[str, Any]] = []
+        self.recover_under_ddp = recover_under_ddp
+        self._coordinator: Any = None
+        self._cycle_open = False
         self._share = 1.0
         self._phase = "forward"
         self._honours_num_items: bool | None = None  # asked of the loss once, at the first split
@@ -244,50 +264,136 @@ class MicroBatchTrainerMixin:
         return self._reduction_seen
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if self.recover_under_ddp and core._world_size() > 1:
+            return self._training_step_agreed(model, inputs, num_items_in_batch, args, kwargs)
         clean_start = all(p.grad is None for p in model.parameters())
         n = batch_size_of(inputs) if self.micro_batch else None  # measured only when the step must be split
         micro = min(self.micro_batch, n) if n else None
         self._done, self._total = 0, 0.0
         while True:
-            oom = None
-            try:
-                return self._pieces(model, inputs, n, micro, num_items_in_batch, args, kwargs)
-            except Exception as exc:
-                if not is_oom(exc):
-                    raise
-                oom = (self._phase, str(exc))
-            finally:
-                self._share = 1.0
-            # Outside the handler: the exception and the graph its traceback pinned are gone.
-            phase, message = oom
-            gc.collect()
-            _free_cuda_cache()
-            if n is None:
-                try:
-                    n = micro = batch_size_of(inputs)
-                except ValueError as why:
-                    self.oom_events.append({"phase": phase, "micro_batch": None, "action": "raise"})
-                    raise FitOutOfMemoryError(
-                        f"OOM in {phase}, and this batch cannot be split into micro-batches ({why}). "
-                        f"{first_line_of(message)}", micro_batch=0, floor=self.min_micro_batch, phase=phase,
-                        oom_message=message, diagnosis=_diagnosis(message)) from None
-            assert micro is not None
+            oom = self._attempt(model, inputs, n, micro, num_items_in_batch, args, kwargs)
+            if not isinstance(oom, _OOM):
+                return oom
             world = core._world_size()
             if world > 1:
-                self.oom_events.append({"phase": phase, "micro_batch": micro, "action": "raise"})
-                raise several_processes_error(phase, micro, min(self.min_micro_batch, n), self.min_micro_batch, world,
-                                              message)
-            if phase == "backward":
-                if not clean_start:
-                    raise FitOutOfMemoryError(
-                        "OOM in backward in the middle of a gradient-accumulation cycle: the partial gradients "
-                        "cannot be undone. Use gradient_accumulation_steps=1 with a larger per-device batch, or "
-                        f"start from micro_batch={max(self.min_micro_batch, micro // 2)}. {first_line_of(message)}",
-                        micro_batch=micro, floor=self.min_micro_batch, phase=phase, oom_message=message,
-                        diagnosis=_diagnosis(message))
+                n = n if n is not None else _size_or_none(inputs)
+                self.oom_events.append({"phase": oom.phase, "micro_batch": micro or n, "action": "raise"})
+                if n is None:
+                    raise self._unsplittable(oom, inputs)
+                micro = micro or n
+                raise several_processes_error(oom.phase, micro, min(self.min_micro_batch, n), self.min_micro_batch,
+                                              world, oom.message)
+            n, micro = self._recover(model, inputs, n, micro, oom, clean_start)
+
+    def _attempt(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
+                 kwargs: dict) -> Any:
+        """The step's loss, or an _OOM: the exception is dropped here, with the graph its traceback pinned."""
+        oom = None
+        try:
+            return self._pieces(model, inputs, n, micro, num_items, args, kwargs)
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            oom = _OOM(self._phase, str(exc))
+        finally:
+            self._share = 1.0
+        gc.collect()
+        _free_cuda_cache()
+        return oom
+
+    def _unsplittable(self, oom: _OOM, inputs: Any) -> FitOutOfMemoryError:
+        try:
+            batch_size_of(inputs)
+            why = "it has one sample"
+        except ValueError as exc:
+            why = str(exc)
+        return FitOutOfMemoryError(
+            f"OOM in {oom.phase}, and this batch cannot be split into micro-batches ({why}). "
+            f"{first_line_of(oom.message)}", micro_batch=0, floor=self.min_micro_batch, phase=oom.phase,
+            oom_message=oom.message, diagnosis=_diagnosis(oom.message))
+
+    def _recover(self, model: Any, inputs: Any, n: int | None, micro: int | None, oom: _OOM,
+                 clean_start: bool) -> tuple[int, int]:
+        """The (n, micro) to go on with after an OOM, or FitOutOfMemoryError: unsplittable, mid-cycle, floor."""
+        if n is None:
+            n = _size_or_none(inputs)
+            if n is None:
+                self.oom_events.append({"phase": oom.phase, "micro_batch": None, "action": "raise"})
+                raise self._unsplittable(oom, inputs)
+            micro = n
+        assert micro is not None
+        if oom.phase == "backward":
+            if not clean_start:
+                self.oom_events.append({"phase": oom.phase, "micro_batch": micro, "action": "raise"})
+                raise FitOutOfMemoryError(
+                    "OOM in backward in the middle of a gradient-accumulation cycle: the partial gradients "
+                    "cannot be undone. Use gradient_accumulation_steps=1 with a larger per-device batch, or "
+                    f"start from micro_batch={max(self.min_micro_batch, micro // 2)}. {first_line_of(oom.message)}",
+                    micro_batch=micro, floor=self.min_micro_batch, phase=oom.phase, oom_message=oom.message,
+                    diagnosis=_diagnosis(oom.message))
+            model.zero_grad(set_to_none=True)
+            self._done, self._total = 0, 0.0
+        return n, self._shrink(micro, n, oom.phase, oom.message)
+
+    def _training_step_agreed(self, model: Any, inputs: Any, num_items: Any, args: tuple, kwargs: dict) -> Any:
+        """recover_under_ddp: every piece without DDP's all-reduce; the ranks agree after each Trainer micro-step
+        (wait for a rank still splitting, or all raise), and average gradients at the accumulation cycle's last one."""
+        from oomdoctor.injob.fit.ddp import Coordinator
+        ddp = _ddp_for_no_sync(self, model)
+        if ddp is None:
+            raise ValueError("fit: recover_under_ddp needs the model wrapped in plain DistributedDataParallel (not "
+                             "FSDP or DeepSpeed, and not accelerate's sync_each_batch)")
+        if self._coordinator is None or self._coordinator.ddp is not ddp:
+            self._coordinator = Coordinator(ddp)
+        coord = self._coordinator
+        if not self._cycle_open:  # DDP's buffer broadcast, once per optimizer step, outside the pieces
+            coord.start_step()
+            self._cycle_open = True
+        sync = bool(getattr(self.accelerator, "sync_gradients", True))
+        clean_start = all(p.grad is None for p in model.parameters())
+        n = batch_size_of(inputs) if self.micro_batch else None
+        micro = min(self.micro_batch, n) if n else None
+        self._done, self._total = 0, 0.0
+        loss, failure, finished, has_grad = None, None, False, None
+        while True:
+            if not finished and failure is None:
+                with coord.no_sync():
+                    got = self._attempt(model, inputs, n, micro, num_items, args, kwargs)
+                if isinstance(got, _OOM):
+                    try:
+                        n, micro = self._recover(model, inputs, n, micro, got, clean_start)
+                    except FitOutOfMemoryError as exc:  # every rank must hear of it before it is raised
+                        failure = exc
+                else:
+                    loss, finished = got, True
+                    if sync:
+                        try:
+                            has_grad = coord.complete_grads()
+                        except Exception as exc:
+                            if not is_oom(exc):
+                                raise
+                            failure = FitOutOfMemoryError(
+                                f"OOM while preparing the gradients' average: {first_line_of(str(exc))}",
+                                micro_batch=micro or 0, floor=self.min_micro_batch, phase="backward",
+                                oom_message=str(exc), diagnosis=None)
+            agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
+                                 has_grad=has_grad)
+            if failure is not None or agreed.failed:
+                self._cycle_open = False
                 model.zero_grad(set_to_none=True)
-                self._done, self._total = 0, 0.0
-            micro = self._shrink(micro, n, phase, message)
+                if failure is not None:
+                    raise failure
+                self.oom_events.append({"phase": "peer", "micro_batch": micro, "action": "raise"})
+                raise FitOutOfMemoryError(
+                    "another process of the job ran out of memory and could not go on (at its floor, or in the middle "
+                    "of a gradient-accumulation cycle); this process stops with it so that the job does not hang",
+                    micro_batch=micro or 0, floor=self.min_micro_batch, phase="peer", oom_message="", diagnosis=None)
+            if not agreed.incomplete:
+                break
+        if sync:
+            coord.average(agreed.has_grad)
+            self._cycle_open = False
+        return loss
 
     def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
