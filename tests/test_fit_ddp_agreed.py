@@ -1,12 +1,15 @@
-"""GIVEN fit.AutoMicroBatch(optimizer, ddp=model) in a DDP loop (two processes, gloo on the CPU, torchrun)
-WHEN one rank runs out of memory in forward or in backward and the other does not
-THEN that rank alone splits its batch, no rank hangs, and both end with the unsplit DDP run's weights, gradients
-(None where DDP leaves them None) and buffers; a rank at its floor makes every rank raise instead of hanging."""
+"""GIVEN fit.AutoMicroBatch(optimizer, ddp=model) in a DDP loop (processes on the CPU, gloo, torchrun)
+WHEN one rank runs out of memory in forward or in backward and the others do not
+THEN that rank alone splits its batch, no rank hangs, and every rank ends with the unsplit DDP run's weights,
+gradients (None where DDP leaves them None) and buffers; a rank that cannot go on (at its floor, an OOM in the
+update, an error in the user's code) makes every rank raise instead of leaving them waiting; DDP features whose
+collectives or hooks the pieces would break are refused up front."""
 
 from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -16,13 +19,15 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "fit"))
 from fit_ddp_launch import torchrun  # noqa: E402
 
+from oomdoctor.injob.fit import ddp as fit_ddp  # noqa: E402
+
 WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_agreed_worker.py"
 
 
-def run(mode: str, out: Path) -> list[dict]:
-    rc, logs = torchrun(WORKER, mode, out)
+def run(mode: str, out: Path, nproc: int = 2) -> list[dict]:
+    rc, logs = torchrun(WORKER, mode, out, nproc=nproc)
     assert rc == 0, logs
-    return [json.loads((out / f"{mode}-{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((out / f"{mode}-{r}.json").read_text()) for r in range(nproc)]
 
 
 @pytest.fixture(scope="module")
@@ -30,50 +35,154 @@ def ref(tmp_path_factory):
     return run("ref", tmp_path_factory.mktemp("ref"))
 
 
-def same_as_ref(got: list[dict], ref: list[dict]) -> None:
+def same_as(got: list[dict], ref: list[dict]) -> None:
     for g, r in zip(got, ref):
         assert "error" not in g, g["error"]
         torch.testing.assert_close(torch.tensor(g["weights"]), torch.tensor(r["weights"]), rtol=1e-10, atol=1e-12)
         assert g["grad_none"] == r["grad_none"]
         assert g["seen"] == pytest.approx(r["seen"], rel=1e-12)
-    assert ref[0]["weights"] == ref[1]["weights"]  # DDP kept the ranks alike, and so did fit
+        if "seen_after_eval" in g:
+            assert g["seen_after_eval"] == pytest.approx(r["seen_after_eval"], rel=1e-12)
 
 
-def test_ref_leaves_the_unused_layer_without_gradient(ref):
-    assert ref[0]["grad_none"][-1] == [False] * 6 + [True, True]  # the unused Linear: weight and bias None
+def test_the_reference_run_is_what_the_checks_assume(ref):
+    assert ref[0]["grad_none"][-1] == [False] * 8 + [True, True]  # the unused Linear: weight and bias None
     assert ref[0]["seen"] != ref[1]["seen"]  # each rank adds its own inputs after rank 0's broadcast
+    assert ref[1]["seen_after_eval"] == ref[0]["seen"]  # the eval forward broadcasts rank 0's buffer again
+    assert ref[0]["weights"] == ref[1]["weights"]
 
 
-def test_one_rank_oom_in_forward_is_recovered_on_that_rank_alone(ref, tmp_path):
-    got = run("forward", tmp_path)
-    same_as_ref(got, ref)
+@pytest.mark.parametrize("mode", ["forward", "smallbuckets"])
+def test_one_rank_oom_in_forward_is_recovered_on_that_rank_alone(ref, tmp_path, mode):
+    got = run(mode, tmp_path)
+    same_as(got, ref)
     halves = [(e["micro_batch"], e["new_micro_batch"]) for e in got[0]["events"] if e["action"] == "halve"]
     assert halves == [(16, 8), (8, 4)]
     assert got[1]["events"] == []
 
 
+def test_one_rank_oom_in_backward_restarts_that_rank(ref, tmp_path):
+    got = run("backward", tmp_path)
+    same_as(got, ref)
+    assert [(e["phase"], e["micro_batch"]) for e in got[1]["events"]] == [("backward", 16)]
+    assert got[0]["events"] == []
+
+
+def test_three_processes(tmp_path):
+    ref3, got = run("ref", tmp_path / "ref", nproc=3), run("forward", tmp_path / "fit", nproc=3)
+    same_as(got, ref3)
+    assert got[1]["events"] == got[2]["events"] == []
+
+
 def test_accelerate_prepared_model_and_backward(ref, tmp_path):
     pytest.importorskip("accelerate")
     got = run("accelerate", tmp_path)
-    same_as_ref(got, ref)
+    same_as(got, ref)
     assert [e["new_micro_batch"] for e in got[0]["events"]] == [8, 4] and got[1]["events"] == []
 
 
 def test_lightning_manual_optimization_under_its_ddp_strategy(ref, tmp_path):
     pytest.importorskip("lightning")
     got = run("lightning", tmp_path)
-    same_as_ref(got, ref)
+    same_as(got, ref)
     assert [e["new_micro_batch"] for e in got[0]["events"]] == [8, 4] and got[1]["events"] == []
 
 
-def test_one_rank_oom_in_backward_restarts_that_rank(ref, tmp_path):
-    got = run("backward", tmp_path)
-    same_as_ref(got, ref)
-    assert [(e["phase"], e["micro_batch"]) for e in got[1]["events"]] == [("backward", 16)]
-    assert got[0]["events"] == []
+def test_parameters_ddp_ignores_keep_their_own_gradient(tmp_path):
+    ref_ignored, got = run("ignored-ref", tmp_path), run("ignored", tmp_path)
+    same_as(got, ref_ignored)
+    assert ref_ignored[0]["weights"] != ref_ignored[1]["weights"]  # the ignored bias moved on rank 0 only
 
 
 def test_a_rank_at_its_floor_makes_every_rank_raise(tmp_path):
     got = run("floor", tmp_path)
     assert got[0]["error"]["phase"] == "forward" and "floor" in got[0]["error"]["text"]
     assert got[1]["error"]["phase"] == "peer" and "another process" in got[1]["error"]["text"]
+
+
+def test_an_oom_in_one_ranks_update_makes_every_rank_raise(tmp_path):
+    got = run("optoom", tmp_path)
+    assert (got[1]["error"]["phase"], got[1]["error"]["step"]) == ("optimizer", 1)
+    assert (got[0]["error"]["phase"], got[0]["error"]["step"]) == ("peer", 1)
+
+
+def test_an_error_in_one_ranks_code_makes_every_rank_raise(tmp_path):
+    got = run("valueerr", tmp_path)
+    assert got[0]["error"]["type"] == "ValueError" and got[0]["error"]["step"] == 1
+    assert got[1]["error"]["phase"] == "peer" and got[1]["error"]["step"] == 1
+
+
+# -- refusals and the older-torch path, without processes -----------------------------------------------------------
+def fake_ddp(**attrs):
+    """A DistributedDataParallel object without a process group: only what refusal() and start_step() read."""
+    ddp = torch.nn.parallel.DistributedDataParallel.__new__(torch.nn.parallel.DistributedDataParallel)
+    torch.nn.Module.__init__(ddp)
+    ddp.module = attrs.pop("module", torch.nn.Linear(2, 2))
+    for k, v in attrs.items():
+        object.__setattr__(ddp, k, v)
+    return ddp
+
+
+@pytest.mark.parametrize("attrs, words", [
+    ({"static_graph": True}, "static_graph"),
+    ({"mixed_precision": object()}, "mixed_precision"),
+    ({"module": torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.SyncBatchNorm(2))}, "SyncBatchNorm"),
+    ({"_delay_all_reduce_all_params": True}, "delayed"),
+])
+def test_ddp_features_that_would_break_are_refused(attrs, words):
+    assert words in fit_ddp.refusal(fake_ddp(**attrs))
+
+
+def test_plain_ddp_and_compiled_wrappers_are_accepted():
+    ddp = fake_ddp(static_graph=False, mixed_precision=None)
+    assert fit_ddp.refusal(ddp) is None
+    assert fit_ddp.unwrap(types.SimpleNamespace(_orig_mod=ddp)) is ddp  # torch.compile's wrapper
+    assert "DistributedDataParallel" in fit_ddp.refusal(torch.nn.Linear(2, 2))
+
+
+def coordinator_for(ddp):
+    c = fit_ddp.Coordinator.__new__(fit_ddp.Coordinator)
+    c.ddp, c.dist, c.group = ddp, torch.distributed, None
+    return c
+
+
+class OldDDP(torch.nn.parallel.DistributedDataParallel):
+    """DDP before torch 2.13: broadcast_buffers a plain attribute, no forward_sync_buffers."""
+
+    broadcast_buffers = True
+
+
+@pytest.mark.parametrize("old, flag, synced", [(True, True, True), (True, False, False), (False, True, True),
+                                               (False, False, False)])
+def test_buffers_are_broadcast_at_the_step_start_as_ddp_would(old, flag, synced):
+    calls = []
+    if old:
+        ddp = OldDDP.__new__(OldDDP)
+        torch.nn.Module.__init__(ddp)
+        object.__setattr__(ddp, "broadcast_buffers", flag)
+        assert not hasattr(ddp, "forward_sync_buffers")
+    else:
+        ddp = fake_ddp(forward_sync_buffers=flag)
+    for k, v in {"modules_buffers": [torch.zeros(1)], "_sync_buffers": lambda: calls.append(1),
+                 "require_forward_param_sync": True}.items():
+        object.__setattr__(ddp, k, v)
+    c = coordinator_for(ddp)
+    c.start_step()
+    assert calls == ([1] if synced else []) and ddp.require_forward_param_sync is False  # not again in a piece
+    c.end_step()
+    assert ddp.require_forward_param_sync is True  # the next forward outside fit (evaluation) broadcasts, as in DDP
+
+
+def test_join_is_refused_at_the_step_start():
+    c = coordinator_for(fake_ddp(_join_config=types.SimpleNamespace(enable=True)))
+    with pytest.raises(RuntimeError, match="join"):
+        c.start_step()
+
+
+def test_a_channels_last_gradient_has_a_contiguous_view_of_its_own_memory():
+    g = torch.randn(4, 2, 1, 3).contiguous(memory_format=torch.channels_last)
+    assert not g.is_contiguous()
+    v = fit_ddp._dense_view(g)
+    assert v.is_contiguous() and v.data_ptr() == g.data_ptr() and v.numel() == g.numel()
+    v.mul_(2)  # writes through to g
+    assert fit_ddp._dense_view(g[:, :, :, :2]) is None  # a slice with gaps has none

@@ -11,6 +11,11 @@ seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
   floor0   as cap0 with min_micro_batch=32: rank 0 cannot split
   floor2   as capboth with min_micro_batch=32
   timing   ref and fit ddp= without any cap, 10 steps each in one job, the last 8 timed
+  ref2     plain DDP again (the noise floor: deterministic algorithms on, so 0 unless a kernel is not)
+  fit      fit ddp= without any cap (the pieces' path and the hand-made average, nothing split)
+  noset    as cap0, but the script never calls torch.cuda.set_device (model.to(rank), DDP(device_ids=[rank])):
+           the exchange must use DDP's device, not the current one (a review found a hang there)
+Added after the first run (the review, same session): ref2, fit, noset, deterministic algorithms, per-rank files.
 Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
 splits; floor0/floor2 every rank raises FitOutOfMemoryError well before the NCCL timeout (120 s), job exits.
 """
@@ -20,12 +25,15 @@ from __future__ import annotations
 import datetime
 import json
 import os
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 SEQ, BATCH, STEPS = 512, 32, 4
+WEIGHTS = Path("/tmp/fit_ddp_gpu_weights")
 
 
 def build():
@@ -35,7 +43,7 @@ def build():
                                      num_hidden_layers=16, num_attention_heads=16, max_position_embeddings=SEQ,
                                      use_cache=False)
     torch.manual_seed(0)
-    return transformers.GPTNeoXForCausalLM(cfg).cuda()
+    return transformers.GPTNeoXForCausalLM(cfg)
 
 
 def data(rank: int, steps: int):
@@ -55,18 +63,22 @@ def worker(case: str, out: Path) -> None:
 
     from oomdoctor import fit
     rank = int(os.environ["RANK"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120), device_id=torch.device("cuda", rank))
+    if case == "noset":
+        dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120))
+    else:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120), device_id=torch.device("cuda", rank))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    inner = build()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    inner = build().to(f"cuda:{rank}")
     init = flat(inner)
     model = torch.nn.parallel.DistributedDataParallel(inner, device_ids=[rank])
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     res: dict = {"rank": rank}
 
     def loss_fn(ids):
-        ids = ids.cuda(non_blocking=True)
+        ids = ids.to(f"cuda:{rank}", non_blocking=True)
         return model(input_ids=ids, labels=ids).loss
 
     if case == "ref":
@@ -80,23 +92,24 @@ def worker(case: str, out: Path) -> None:
             torch.cuda.synchronize()
             peaks[n] = torch.cuda.max_memory_allocated()
         res["peaks"] = peaks
-    capped = case in ("capboth", "floor2") or (case in ("cap0", "floor0") and rank == 0)
+    capped = case in ("capboth", "floor2") or (case in ("cap0", "floor0", "noset") and rank == 0)
     if capped:
         peaks = json.loads((out / "peaks.json").read_text())
         total = torch.cuda.get_device_properties(rank).total_memory
         limit = (peaks[str(BATCH)] + peaks[str(BATCH // 2)]) / 2
         torch.cuda.set_per_process_memory_fraction(limit / total, rank)
+        res["set_device_called"] = case != "noset"
         res["cap_gib"] = limit / 2**30
     runners = {"fit": fit.AutoMicroBatch(opt, ddp=model, min_micro_batch=BATCH if case.startswith("floor") else 1)}
     times: dict[str, list[float]] = {}
-    plan = [("ref", STEPS)] if case == "ref" else [("fit", STEPS)]
+    plan = [("ref", STEPS)] if case in ("ref", "ref2") else [("fit", STEPS)]
     if case == "timing":
         plan = [("ref", 10), ("fit", 10)]
     t_start = time.time()
     try:
         for how, steps in plan:
             for ids in data(rank, steps):
-                torch.cuda.synchronize()
+                torch.cuda.synchronize(rank)
                 t0 = time.perf_counter()
                 if how == "ref":
                     opt.zero_grad(set_to_none=True)
@@ -104,16 +117,17 @@ def worker(case: str, out: Path) -> None:
                     opt.step()
                 else:
                     runners["fit"].step(loss_fn, ids)
-                torch.cuda.synchronize()
+                torch.cuda.synchronize(rank)
                 times.setdefault(how, []).append(time.perf_counter() - t0)
     except fit.FitOutOfMemoryError as exc:
         res["error"] = {"phase": exc.phase, "micro_batch": exc.micro_batch, "text": str(exc)[:400],
                         "after_s": round(time.time() - t_start, 1)}
     res["events"] = [{k: v for k, v in e.items() if k != "message"} for e in runners["fit"].events]
     res["times"] = times
-    res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    res["peak_gib"] = torch.cuda.max_memory_allocated(rank) / 2**30
     w = flat(inner)
-    torch.save({"init": init, "final": w}, out / f"{case}-{rank}.pt")
+    WEIGHTS.mkdir(exist_ok=True)
+    torch.save({"init": init, "final": w}, WEIGHTS / f"{case}-{rank}.pt")
     (out / f"{case}-{rank}.json").write_text(json.dumps(res))
     if case == "ref" and rank == 0:
         (out / "peaks.json").write_text(json.dumps(res["peaks"]))
@@ -126,7 +140,7 @@ def drive(out: Path) -> None:
     import torch
     out.mkdir(parents=True, exist_ok=True)
     rows = {}
-    for case in ("ref", "cap0", "capboth", "floor0", "floor2", "timing"):
+    for case in ("ref", "ref2", "fit", "cap0", "capboth", "noset", "floor0", "floor2", "timing"):
         t0 = time.time()
         p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                             __file__, case, str(out)], capture_output=True, text=True, timeout=400)
@@ -136,10 +150,10 @@ def drive(out: Path) -> None:
                  for r in (0, 1)]
         rows[case] = {"rc": p.returncode, "wall_s": round(wall, 1), "ranks": ranks}
         print(f"{case}: rc {p.returncode}, {wall:.0f} s", flush=True)
-    ref = [torch.load(out / f"ref-{r}.pt") for r in (0, 1)]
-    for case in ("cap0", "capboth"):
+    ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in (0, 1)]
+    for case in ("ref2", "fit", "cap0", "capboth", "noset"):
         for r in (0, 1):
-            f = out / f"{case}-{r}.pt"
+            f = WEIGHTS / f"{case}-{r}.pt"
             if f.exists() and not (rows[case]["ranks"][r] or {}).get("error"):
                 got = torch.load(f)
                 upd = (ref[r]["final"] - ref[r]["init"]).norm()

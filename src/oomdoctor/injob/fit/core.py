@@ -125,6 +125,8 @@ def _free_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
+BUCKET_MIB = 25  # fit/ddp.py's buckets, named in a message
+
 _RUNNER_UP_MIN = 0.2  # a second cause this likely is named beside the first
 
 
@@ -230,7 +232,8 @@ class AutoMicroBatch:
 
     def _step_agreed(self, loss_fn: Callable[[Any], Any], batch: Any, n: int) -> Any:
         """ddp=: each rank runs its pieces without collectives and halves on its own; one exchange per round tells
-        every rank whether to wait for another round, to raise (a rank at its floor), or to average and update."""
+        every rank whether to wait for another round, to raise (a rank that cannot go on), or to average and update;
+        one more after the update, so that a rank failing there does not leave the others waiting."""
         coord = self._coordinator
         micro = min(self.micro_batch or n, n)
         coord.start_step()
@@ -238,7 +241,11 @@ class AutoMicroBatch:
         done, total, failure, has_grad = 0, 0.0, None, None
         while True:
             if has_grad is None and failure is None:
-                done, total, oom, has_grad = self._pieces(loss_fn, batch, n, micro, done, total)
+                try:
+                    done, total, oom, has_grad = self._pieces(loss_fn, batch, n, micro, done, total)
+                except Exception as exc:  # not an OOM: every rank must hear of it, then it is raised
+                    failure = exc
+                    oom = None
                 if oom is not None:
                     phase, message = oom
                     self._after_oom(phase)
@@ -250,23 +257,29 @@ class AutoMicroBatch:
                         failure = exc
             agreed = coord.agree(incomplete=has_grad is None and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
-            if failure is not None:
-                raise failure
-            if agreed.failed:
+            if failure is not None or agreed.failed:
                 self.optimizer.zero_grad(set_to_none=True)
-                self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro})
-                raise FitOutOfMemoryError(
-                    f"another process of the job ran out of memory at its floor micro-batch (min_micro_batch="
-                    f"{self.min_micro_batch}); this process stops with it so that the job does not hang",
-                    micro_batch=micro, floor=min(self.min_micro_batch, n), phase="peer", oom_message="",
-                    diagnosis=None) from None
+                raise failure if failure is not None else self._peer_failed(micro, n)
             if not agreed.incomplete:
                 break
         coord.average(agreed.has_grad)
-        self._update(micro, n)
+        try:
+            self._update(micro, n)
+        except Exception as exc:  # an OOM in the update, or anything else: told to the others, then raised
+            failure = exc
+        if coord.agree(incomplete=False, failed=failure is not None, has_grad=None).failed:
+            raise failure if failure is not None else self._peer_failed(micro, n)
+        coord.end_step()
         self.steps += 1
         self._after_clean_step(micro, n)
         return total
+
+    def _peer_failed(self, micro: int, n: int) -> FitOutOfMemoryError:
+        self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro})
+        return FitOutOfMemoryError(
+            "another process of the job failed in this step (an OOM it could not split away, or an error); this "
+            "process stops with it so that the job does not hang", micro_batch=micro,
+            floor=min(self.min_micro_batch, n), phase="peer", oom_message="", diagnosis=None)
 
     def _pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                 total: Any) -> tuple[int, Any, tuple[str, str] | None, list[bool] | None]:
@@ -287,12 +300,23 @@ class AutoMicroBatch:
                 total = total + loss.detach() * weight
                 del loss, scaled
                 done = stop
-            return done, total, None, coord.complete_grads()
+            oom = None
         except Exception as exc:
             if not is_oom(exc):
                 raise
+            oom = (phase, str(exc))
+        if oom is not None:  # outside the handler: the exception and the graph it pinned are gone
+            return done, total, oom, None
+        try:
+            return done, total, None, coord.complete_grads()
+        except Exception as exc:  # zeros for unused parameters, the buckets: a smaller micro-batch would not help
+            if not is_oom(exc):
+                raise
             message = str(exc)
-        return done, total, (phase, message), None
+        raise FitOutOfMemoryError(
+            f"OOM while preparing the gradients' average across processes (zeros for parameters this rank did not "
+            f"use, {BUCKET_MIB} MiB buckets): {first_line_of(message)}", micro_batch=micro,
+            floor=min(self.min_micro_batch, n), phase="gradients", oom_message=message, diagnosis=_diagnosis(message))
 
     def _update(self, micro: int, n: int) -> None:
         """ddp=: the update once the gradients are averaged; an OOM here is not retried (as without ddp=)."""

@@ -32,8 +32,14 @@ class Agreement:
         self.incomplete, self.failed, self.has_grad = incomplete, failed, has_grad
 
 
+def unwrap(ddp: Any) -> Any:
+    """The DDP module inside torch.compile's wrapper, if any."""
+    return getattr(ddp, "_orig_mod", ddp)
+
+
 def refusal(ddp: Any) -> str | None:
-    """Why this DDP module cannot be coordinated this way, or None."""
+    """Why this DDP module cannot be coordinated this way, or None. Each refusal is a DDP feature that issues a
+    collective, or restores state, where fit's pieces would skip it or repeat it on one rank."""
     torch = sys.modules["torch"]
     if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
         return f"ddp= takes the DistributedDataParallel module (got {type(ddp).__name__})"
@@ -43,6 +49,11 @@ def refusal(ddp: Any) -> str | None:
                     "out of order; ddp= cannot be used with it")
     if getattr(ddp, "_delay_all_reduce_all_params", False) or getattr(ddp, "_use_python_reducer", False):
         return "this DDP module reduces outside its reducer (delayed all-reduce or the Python reducer); ddp= cannot use it"
+    if getattr(ddp, "static_graph", False):
+        return "static_graph=True makes DDP reduce in backward even under no_sync; ddp= cannot use it"
+    if getattr(ddp, "mixed_precision", None) is not None:
+        return ("DDP's mixed_precision restores the full-precision parameters in its communication hook, which ddp= "
+                "does not run; use torch.autocast instead")
     return None
 
 
@@ -51,6 +62,7 @@ class Coordinator:
 
     def __init__(self, ddp: Any):
         torch = sys.modules["torch"]
+        ddp = unwrap(ddp)
         why = refusal(ddp)
         if why:
             raise ValueError(f"fit: {why}")
@@ -58,23 +70,35 @@ class Coordinator:
         self.dist = torch.distributed
         self.group = getattr(ddp, "process_group", None)
         self.world = self.dist.get_world_size(self.group)
-        self.params = [p for p in ddp.module.parameters() if p.requires_grad]
+        ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())  # DDP leaves these to the user: so does fit
+        self.params = [p for n, p in ddp.module.named_parameters() if p.requires_grad and n not in ignored]
         if any(p.is_sparse for p in self.params):
             raise ValueError("fit: ddp= averages dense gradients only")
         backend = str(self.dist.get_backend(self.group)).lower()
-        self.device = (torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend
-                       else torch.device("cpu"))
-        self._status = None  # the exchange's tensor, made once
+        # NCCL needs the tensor on this rank's GPU: DDP's own device (set_device may never have been called)
+        first = self.params[0].device if self.params else torch.device("cpu")
+        self.device = getattr(ddp, "device", None) or first if "nccl" in backend else torch.device("cpu")
+        self._status = torch.zeros(2 + len(self.params), dtype=torch.int32, device=self.device)
         self._buckets: dict[tuple[Any, Any], Any] = {}
         if getattr(ddp, "_comm_hooks", None):
             log.warning("oomdoctor.fit: ddp= averages gradients itself; the communication hook registered on this "
                         "DDP module is not used")
+        if getattr(ddp, "gradient_as_bucket_view", False):
+            log.warning("oomdoctor.fit: with ddp=, gradients are not views of DDP's buckets "
+                        "(gradient_as_bucket_view=True): they take their own memory, one more gradient-sized copy")
 
     # -- at the step's start ------------------------------------------------------------------------------------
     def start_step(self) -> None:
         """DDP broadcasts rank 0's buffers before a synchronised forward: done here, once, outside the pieces."""
         ddp = self.ddp
-        if getattr(ddp, "forward_sync_buffers", False) and len(getattr(ddp, "modules_buffers", ()) or ()) > 0:
+        if getattr(getattr(ddp, "_join_config", None), "enable", False):
+            raise RuntimeError("fit: ddp= cannot run inside DDP's join() context (it all-reduces in every forward, and "
+                               "a split rank runs more forwards)")
+        # forward_sync_buffers from torch 2.13; broadcast_buffers before it
+        sync_buffers = getattr(ddp, "forward_sync_buffers", None)
+        if sync_buffers is None:
+            sync_buffers = getattr(ddp, "broadcast_buffers", False)
+        if sync_buffers and len(getattr(ddp, "modules_buffers", ()) or ()) > 0:
             sync = getattr(ddp, "_sync_buffers", None)
             torch = sys.modules["torch"]
             if sync is not None:
@@ -84,6 +108,10 @@ class Coordinator:
                     for b in ddp.module.buffers():
                         self.dist.broadcast(b, 0, group=self.group)
         ddp.require_forward_param_sync = False  # and DDP itself must not repeat it in a piece's forward
+
+    def end_step(self) -> None:
+        """After the update DDP would broadcast buffers again at the next forward (an evaluation, say): as it would."""
+        self.ddp.require_forward_param_sync = True
 
     def no_sync(self) -> Any:
         return self.ddp.no_sync()
@@ -106,8 +134,6 @@ class Coordinator:
 
     def agree(self, incomplete: bool, failed: bool, has_grad: list[bool] | None) -> Agreement:
         torch = sys.modules["torch"]
-        if self._status is None:
-            self._status = torch.zeros(2 + len(self.params), dtype=torch.int32, device=self.device)
         s = self._status
         values = [int(incomplete), int(failed)] + [int(h) for h in (has_grad or [False] * len(self.params))]
         s.copy_(torch.tensor(values, dtype=torch.int32))
@@ -151,23 +177,33 @@ class Coordinator:
             self.dist.all_reduce(view, group=self.group)
             at = 0
             for g in packed:
-                g.copy_(view[at:at + g.numel()].view_as(g))
+                g.copy_(view[at:at + g.numel()].view(g.shape))
                 at += g.numel()
             packed, used = [], 0
 
         for g in grads:
             n = g.numel()
-            if n > cap or not g.is_contiguous():  # on its own, in place
+            if n > cap:  # on its own, in place (chosen by size only, so every rank makes the same collectives)
                 flush()
-                t = g if g.is_contiguous() else g.contiguous()
-                t.div_(self.world)
-                self.dist.all_reduce(t, group=self.group)
-                if t is not g:
-                    g.copy_(t)
+                t = _dense_view(g)  # g itself, or a permutation of it (channels_last) that is contiguous
+                alone = t if t is not None else g.contiguous()  # otherwise a copy (an unusual layout)
+                alone.div_(self.world)
+                self.dist.all_reduce(alone, group=self.group)
+                if t is None:
+                    g.copy_(alone)
                 continue
             if used + n > cap:
                 flush()
-            bucket[used:used + n].copy_(g.reshape(-1))
+            bucket[used:used + n].view(g.shape).copy_(g)  # any strides (channels_last): no allocation
             packed.append(g)
             used += n
         flush()
+
+
+def _dense_view(g: Any) -> Any:
+    """A contiguous view of the same memory as g (g, or its dims ordered by stride), or None."""
+    if g.is_contiguous():
+        return g
+    order = sorted(range(g.dim()), key=lambda d: (-g.stride(d), d))
+    t = g.permute(*order)
+    return t if t.is_contiguous() else None

@@ -357,9 +357,14 @@ class MicroBatchTrainerMixin:
         loss, failure, finished, has_grad = None, None, False, None
         while True:
             if not finished and failure is None:
-                with coord.no_sync():
-                    got = self._attempt(model, inputs, n, micro, num_items, args, kwargs)
-                if isinstance(got, _OOM):
+                try:
+                    with coord.no_sync():
+                        got = self._attempt(model, inputs, n, micro, num_items, args, kwargs)
+                except Exception as exc:  # not an OOM: every rank must hear of it, then it is raised
+                    failure, got = exc, None
+                if failure is not None:
+                    pass
+                elif isinstance(got, _OOM):
                     try:
                         n, micro = self._recover(model, inputs, n, micro, got, clean_start)
                     except FitOutOfMemoryError as exc:  # every rank must hear of it before it is raised
@@ -373,8 +378,9 @@ class MicroBatchTrainerMixin:
                             if not is_oom(exc):
                                 raise
                             failure = FitOutOfMemoryError(
-                                f"OOM while preparing the gradients' average: {first_line_of(str(exc))}",
-                                micro_batch=micro or 0, floor=self.min_micro_batch, phase="backward",
+                                f"OOM while preparing the gradients' average across processes (zeros for parameters "
+                                f"this rank did not use, {core.BUCKET_MIB} MiB buckets): {first_line_of(str(exc))}",
+                                micro_batch=micro or 0, floor=self.min_micro_batch, phase="gradients",
                                 oom_message=str(exc), diagnosis=None)
             agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
@@ -385,13 +391,14 @@ class MicroBatchTrainerMixin:
                     raise failure
                 self.oom_events.append({"phase": "peer", "micro_batch": micro, "action": "raise"})
                 raise FitOutOfMemoryError(
-                    "another process of the job ran out of memory and could not go on (at its floor, or in the middle "
-                    "of a gradient-accumulation cycle); this process stops with it so that the job does not hang",
+                    "another process of the job failed in this step (an OOM it could not split away, or an error); "
+                    "this process stops with it so that the job does not hang",
                     micro_batch=micro or 0, floor=self.min_micro_batch, phase="peer", oom_message="", diagnosis=None)
             if not agreed.incomplete:
                 break
         if sync:
             coord.average(agreed.has_grad)
+            coord.end_step()
             self._cycle_open = False
         return loss
 
