@@ -94,22 +94,30 @@ def test_parameters_ddp_ignores_keep_their_own_gradient(tmp_path):
     assert ref_ignored[0]["weights"] != ref_ignored[1]["weights"]  # the ignored bias moved on rank 0 only
 
 
-def test_a_rank_at_its_floor_makes_every_rank_raise(tmp_path):
+def test_a_rank_at_its_floor_makes_every_rank_raise_with_its_message(tmp_path):
     got = run("floor", tmp_path)
     assert got[0]["error"]["phase"] == "forward" and "floor" in got[0]["error"]["text"]
-    assert got[1]["error"]["phase"] == "peer" and "another process" in got[1]["error"]["text"]
+    peer = got[1]["error"]
+    assert peer["type"] == "FitOutOfMemoryError" and peer["phase"] == "peer"
+    # rank 0's own OOM message, heard from it: in rank 1's log, for the reader and for `oomdoctor explain`
+    assert peer["text"].startswith("rank 0 of this job ran out of memory in forward")
+    assert peer["oom_message"] == "CUDA out of memory. Tried to allocate 1.00 GiB."
+    assert peer["oom_message"] in peer["text"]
 
 
 def test_an_oom_in_one_ranks_update_makes_every_rank_raise(tmp_path):
     got = run("optoom", tmp_path)
     assert (got[1]["error"]["phase"], got[1]["error"]["step"]) == ("optimizer", 1)
     assert (got[0]["error"]["phase"], got[0]["error"]["step"]) == ("peer", 1)
+    assert got[0]["error"]["text"].startswith("rank 1 of this job ran out of memory in optimizer")
 
 
 def test_an_error_in_one_ranks_code_makes_every_rank_raise(tmp_path):
     got = run("valueerr", tmp_path)
     assert got[0]["error"]["type"] == "ValueError" and got[0]["error"]["step"] == 1
-    assert got[1]["error"]["phase"] == "peer" and got[1]["error"]["step"] == 1
+    peer = got[1]["error"]
+    assert (peer["type"], peer["rank"], peer["step"]) == ("FitPeerError", 0, 1)
+    assert "ValueError: a bug in the user's code" in peer["text"] and "out of memory" not in peer["text"]
 
 
 # -- refusals and the older-torch path, without processes -----------------------------------------------------------
@@ -186,3 +194,30 @@ def test_a_channels_last_gradient_has_a_contiguous_view_of_its_own_memory():
     assert v.is_contiguous() and v.data_ptr() == g.data_ptr() and v.numel() == g.numel()
     v.mul_(2)  # writes through to g
     assert fit_ddp._dense_view(g[:, :, :, :2]) is None  # a slice with gaps has none
+
+
+# -- what a rank that stops with another says, read by explain ------------------------------------------------------
+H200_FLOOR_OOM = (  # rank 0's message in the first two-H200 run (validation/results/fit_ddp_h200x2_s24/run1), cut there
+    "CUDA out of memory. Tried to allocate 3.07 GiB. GPU 0 has a total capacity of 139.80 GiB of which 118.75 GiB is "
+    "free. Including non-PyTorch memory, this process has 21.04 GiB memory in use. 22.08 GiB allowed; Of the allocated "
+    "memory 19.45 GiB is allocated by PyTorch, and 114.87 MiB is reserved by PyTorch but unallocated.")
+
+
+def test_explain_reads_the_failing_ranks_oom_in_the_stopping_ranks_log():
+    from oomdoctor.explain.rank import explain_text
+    from oomdoctor.injob.fit.core import peer_error
+
+    err = peer_error(0, True, "forward", H200_FLOOR_OOM, micro=32, floor=32)
+    line = f"[rank1]: oomdoctor.injob.fit.core.FitOutOfMemoryError: {err.args[0]}"
+    exp = explain_text([line])
+    assert exp.category == "gpu_sharing_limit"  # the fraction cap, as for rank 0's own log
+    assert "another process" not in err.args[0]  # words explain reads as memory held by someone else
+
+
+def test_a_stop_for_another_ranks_error_is_no_oom_event():
+    from oomdoctor.explain.rank import explain_text
+    from oomdoctor.injob.fit.core import FitPeerError, peer_error
+
+    err = peer_error(0, False, "", "ValueError: a bug in the user's code", micro=8, floor=1)
+    assert isinstance(err, FitPeerError) and err.rank == 0
+    assert not explain_text([f"[rank1]: oomdoctor.injob.fit.core.FitPeerError: {err.args[0]}"]).events

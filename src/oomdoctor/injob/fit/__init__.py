@@ -11,13 +11,14 @@ from typing import Any
 from oomdoctor.injob.fit.core import (
     AutoMicroBatch,
     FitOutOfMemoryError,
+    FitPeerError,
     batch_size_of,
     is_oom,
     slice_batch,
     step,
 )
 
-__all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "step", "batch_size_of", "slice_batch", "is_oom",
+__all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "FitPeerError", "step", "batch_size_of", "slice_batch", "is_oom",
            "MicroBatchTrainerMixin"]
 
 

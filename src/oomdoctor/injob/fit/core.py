@@ -33,7 +33,7 @@ from oomdoctor.workload.oom_exceptions import first_line, is_oom
 
 log = logging.getLogger("oomdoctor.fit")
 
-__all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "step", "batch_size_of", "slice_batch", "is_oom"]
+__all__ = ["AutoMicroBatch", "FitOutOfMemoryError", "FitPeerError", "step", "batch_size_of", "slice_batch", "is_oom"]
 
 
 class FitOutOfMemoryError(RuntimeError):
@@ -117,6 +117,29 @@ def several_processes_error(phase: str, micro: int, floor: int, min_micro_batch:
         f"{first_line_of(message)}"
         + (f" | diagnosis: {diag}" if diag else ""),
         micro_batch=micro, floor=floor, phase=phase, oom_message=message, diagnosis=diag)
+
+
+class FitPeerError(RuntimeError):
+    """Another rank of the job failed with an error that is not an OOM; this rank stops with it (no hang)."""
+
+    def __init__(self, message: str, *, rank: int, error: str):
+        super().__init__(message)
+        self.rank, self.error = rank, error
+
+
+def peer_error(rank: int, was_oom: bool, phase: str, message: str, micro: int, floor: int) -> RuntimeError:
+    """The error of a rank that stops because rank `rank` failed: that rank's own message in this rank's log."""
+    if not was_oom:
+        return FitPeerError(f"rank {rank} of this job failed in this step, so this rank stops with it rather than "
+                            f"wait for the process group's timeout. Rank {rank}: {first_line_of(message)}",
+                            rank=rank, error=message)
+    diag = _diagnosis(message) if message else None
+    where = f" in {phase}" if phase else ""
+    return FitOutOfMemoryError(
+        f"rank {rank} of this job ran out of memory{where} and could not go on, so this rank stops with it rather "
+        f"than wait for the process group's timeout. Rank {rank}: {message.strip()}"
+        + (f" | diagnosis: {diag}" if diag else ""),
+        micro_batch=micro, floor=floor, phase="peer", oom_message=message, diagnosis=diag)
 
 
 def _free_cuda_cache() -> None:
@@ -257,9 +280,9 @@ class AutoMicroBatch:
                         failure = exc
             agreed = coord.agree(incomplete=has_grad is None and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
-            if failure is not None or agreed.failed:
+            if agreed.failed:
                 self.optimizer.zero_grad(set_to_none=True)
-                raise failure if failure is not None else self._peer_failed(micro, n)
+                raise self._stop_together(coord, agreed.failed_rank, failure, micro, n)
             if not agreed.incomplete:
                 break
         coord.average(agreed.has_grad)
@@ -267,19 +290,23 @@ class AutoMicroBatch:
             self._update(micro, n)
         except Exception as exc:  # an OOM in the update, or anything else: told to the others, then raised
             failure = exc
-        if coord.agree(incomplete=False, failed=failure is not None, has_grad=None).failed:
-            raise failure if failure is not None else self._peer_failed(micro, n)
+        agreed = coord.agree(incomplete=False, failed=failure is not None, has_grad=None)
+        if agreed.failed:
+            raise self._stop_together(coord, agreed.failed_rank, failure, micro, n)
         coord.end_step()
         self.steps += 1
         self._after_clean_step(micro, n)
         return total
 
-    def _peer_failed(self, micro: int, n: int) -> FitOutOfMemoryError:
-        self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro})
-        return FitOutOfMemoryError(
-            "another process of the job failed in this step (an OOM it could not split away, or an error); this "
-            "process stops with it so that the job does not hang", micro_batch=micro,
-            floor=min(self.min_micro_batch, n), phase="peer", oom_message="", diagnosis=None)
+    def _stop_together(self, coord: Any, failed_rank: int, own: BaseException | None, micro: int,
+                       n: int) -> BaseException:
+        """What this rank raises when a rank failed: its own error, or the failing rank's, heard from it."""
+        was_oom, phase, message = coord.hear_failure(failed_rank, own)
+        if own is not None:
+            return own
+        self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro,
+                            "rank": failed_rank})
+        return peer_error(failed_rank, was_oom, phase, message, micro, min(self.min_micro_batch, n))
 
     def _pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                 total: Any) -> tuple[int, Any, tuple[str, str] | None, list[bool] | None]:

@@ -26,10 +26,11 @@ BUCKET_BYTES = 25 * 1024 * 1024  # DDP's default bucket_cap_mb
 class Agreement:
     """What every rank learnt from one exchange."""
 
-    __slots__ = ("incomplete", "failed", "has_grad")
+    __slots__ = ("incomplete", "failed", "failed_rank", "has_grad")
 
-    def __init__(self, incomplete: bool, failed: bool, has_grad: list[bool]):
-        self.incomplete, self.failed, self.has_grad = incomplete, failed, has_grad
+    def __init__(self, incomplete: bool, failed_rank: int | None, has_grad: list[bool]):
+        self.incomplete, self.failed, self.failed_rank = incomplete, failed_rank is not None, failed_rank
+        self.has_grad = has_grad
 
 
 def unwrap(ddp: Any) -> Any:
@@ -78,6 +79,7 @@ class Coordinator:
         # NCCL needs the tensor on this rank's GPU: DDP's own device (set_device may never have been called)
         first = self.params[0].device if self.params else torch.device("cpu")
         self.device = getattr(ddp, "device", None) or first if "nccl" in backend else torch.device("cpu")
+        self.rank = self.dist.get_rank(self.group)
         self._status = torch.zeros(2 + len(self.params), dtype=torch.int32, device=self.device)
         self._buckets: dict[tuple[Any, Any], Any] = {}
         if getattr(ddp, "_comm_hooks", None):
@@ -135,11 +137,26 @@ class Coordinator:
     def agree(self, incomplete: bool, failed: bool, has_grad: list[bool] | None) -> Agreement:
         torch = sys.modules["torch"]
         s = self._status
-        values = [int(incomplete), int(failed)] + [int(h) for h in (has_grad or [False] * len(self.params))]
+        # slot 1: 1 + the failing rank (the highest one when several fail), so that all know whose words to hear
+        values = [int(incomplete), self.rank + 1 if failed else 0] + [int(h) for h in (has_grad or [False] * len(self.params))]
         s.copy_(torch.tensor(values, dtype=torch.int32))
         self.dist.all_reduce(s, op=self.dist.ReduceOp.MAX, group=self.group)
         got = s.tolist()
-        return Agreement(bool(got[0]), bool(got[1]), [bool(v) for v in got[2:]])
+        return Agreement(bool(got[0]), got[1] - 1 if got[1] else None, [bool(v) for v in got[2:]])
+
+    def hear_failure(self, failed_rank: int, own: BaseException | None) -> tuple[bool, str, str]:
+        """Every rank, once the exchange said a rank failed: that rank's (was it an OOM, in which phase, its message),
+        broadcast from it, so that each rank's own log names the cause (and explain can read it there)."""
+        from oomdoctor.workload.oom_exceptions import is_oom
+
+        got: list[Any] = [None]
+        if self.rank == failed_rank and own is not None:
+            inner = getattr(own, "oom_message", None)
+            got = [(bool(inner) or is_oom(own), str(getattr(own, "phase", "") or ""),
+                    (inner or f"{type(own).__name__}: {own}")[:4000])]
+        src = failed_rank if self.group is None else self.dist.get_global_rank(self.group, failed_rank)
+        self.dist.broadcast_object_list(got, src=src, group=self.group, device=self.device)
+        return got[0] if isinstance(got[0], tuple) else (False, "", "")
 
     # -- once every rank is done ---------------------------------------------------------------------------------
     def average(self, has_grad: list[bool]) -> None:

@@ -384,16 +384,15 @@ class MicroBatchTrainerMixin:
                                 oom_message=str(exc), diagnosis=None)
             agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
-            if failure is not None or agreed.failed:
+            if agreed.failed:
                 self._cycle_open = False
                 model.zero_grad(set_to_none=True)
+                was_oom, phase, message = coord.hear_failure(agreed.failed_rank, failure)
                 if failure is not None:
                     raise failure
-                self.oom_events.append({"phase": "peer", "micro_batch": micro, "action": "raise"})
-                raise FitOutOfMemoryError(
-                    "another process of the job failed in this step (an OOM it could not split away, or an error); "
-                    "this process stops with it so that the job does not hang",
-                    micro_batch=micro or 0, floor=self.min_micro_batch, phase="peer", oom_message="", diagnosis=None)
+                self.oom_events.append({"phase": "peer", "micro_batch": micro, "action": "raise",
+                                        "rank": agreed.failed_rank})
+                raise core.peer_error(agreed.failed_rank, was_oom, phase, message, micro or 0, self.min_micro_batch)
             if not agreed.incomplete:
                 break
         if sync:
