@@ -392,6 +392,11 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
     # read with pool_setting: the setting was tried, so the pool is not the answer (review, session 11).
     # A stop, not the OOM killer, behind a 137: Docker sends SIGKILL when a container does not stop within its grace
     # period ("Container takes 10s timeout to stop, exits with code 137"; silver, session 19). Not SIGTERM alone:
+    # A rank that waited in a collective until the process group's timeout (NCCL's watchdog, gloo): what the
+    # other ranks print when one of them stopped, often for an OOM. No cause by itself: read for a note only.
+    "collective_timeout": re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\([^)]{0,200}\)"
+                                     r"|\bran for \d+ milliseconds before timing out"
+                                     r"|\bTimed out waiting \d+ ?ms for (?:recv|send) operation to complete"),
     # torchrun sends it to the other ranks when one is OOM-killed.
     # (only the stop timing out: "graceful shutdown" and a "docker stop" the reporter ran are no kill; review)
     "stop_kill": re.compile(r"(?i)\bfailed to exit within \d+\s?s\b|\busing the force\b|\bdid ?n[o']t stop in time\b|"
@@ -543,12 +548,14 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
     "leak_said": ("leak", "泄"),
     "stop_kill": ("to exit within", "using the force", "stop in time", "out to stop", "stop timeout", "out and stop",
                   "grace period"),
+    "collective_timeout": ("Watchdog caught collective", "before timing out", "Timed out waiting"),
 }
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said",
                           "stop_kill"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
-MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied"}  # a setting quoted in docs is no machine fact
+MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied",
+                                                             "collective_timeout"}  # a setting quoted in docs is no machine fact
 # The head pre-filter looks for every exact-case gate; the caseless hints' literals are listed by hand below (the
 # verbs of "growth" as people write them, the anchors of the prose hints), lower case unless a case variant is
 # listed: a phrase in capitals ("USED BY ANOTHER PROCESS") is not a candidate in the head (review, session 20).

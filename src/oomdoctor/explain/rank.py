@@ -372,6 +372,7 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     notes = [f"TensorFlow's allocator ran short at {_where(e.source, e.line)} (a warning its caller can do without: "
              f"by itself no failure); then the job crashed at {_where(e.source, c[0])}: {c[1]}"
              for e in scan.events if (c := crashes.get(id(e))) is not None][:3]
+    notes += collective_timeout_note(scan)
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
                                                                                      or retry_went_on(e, scan))]
     rec_ids = {id(e) for e in recovered}
@@ -444,7 +445,20 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
     return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
-                       facts_used=used, scan=scan, recovered=recovered)
+                       facts_used=used, scan=scan, recovered=recovered, notes=notes)
+
+
+def collective_timeout_note(scan: LogScan) -> list[str]:
+    """A rank that waited in a collective until the timeout did not fail by itself: a rank it waited for stopped,
+    hung or fell behind. Said as a note, never as an event or a cause (no labelled report holds one yet)."""
+    seen = scan.env.get("collective_timeout")
+    if not seen:
+        return []
+    return [f"a collective timed out here ('{seen[0][:100]}'): this process waited for a rank of the job that had "
+            "stopped, hung or fallen behind: an OOM or another error on that rank, uneven work (evaluation or saving "
+            "on one rank only, ranks with different numbers of batches), or the network. The timeout itself is no "
+            "cause: keep every rank's output (torchrun --log-dir DIR --tee 3, or each Slurm task's file) and run "
+            "`oomdoctor explain` on the rank that stopped first"]
 
 
 def _sticky(ev: OomEvent) -> bool:
