@@ -483,3 +483,12 @@ def test_causal_lms_shift_their_labels_whatever_the_trainers_flag():
     assert hf._shifts_labels(plain, gpt2) and not hf._shifts_labels(plain, tagger)
     flagged = type("T", (), {"_loss_shifts_labels": True})()
     assert hf._shifts_labels(flagged, tagger)
+
+
+def test_recover_under_ddp_refuses_trl_trainers(tmp_path):
+    """TRL's compute_loss gathers metrics across processes: a rank splitting alone would call it out of step."""
+    sft = type("SFTTrainer", (transformers.Trainer,), {"__module__": "trl.trainer.sft_trainer"})
+    mine = type("Mine", (fit.MicroBatchTrainerMixin, sft), {})
+    with pytest.raises(ValueError, match="TRL"):
+        train(tmp_path, mine, Tiny(), recover_under_ddp=True)
+    train(tmp_path, mine, Tiny())  # without the flag it trains (no DDP here)

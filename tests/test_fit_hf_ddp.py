@@ -46,18 +46,34 @@ def test_one_rank_oom_raises_without_a_retry_or_a_hang(tmp_path):
 
 
 def test_recover_under_ddp_one_rank_splits_alone_and_matches_the_unsplit_run(tmp_path):
-    for mode in ("ref", "agreed", "agreed-backward"):
+    for mode in ("ref", "agreed", "agreed-backward", "agreed-later"):
         rc, logs = torchrun(WORKER, mode, tmp_path)
         assert rc == 0, logs
     ref = rows(tmp_path, "ref")
-    for mode, splitter in (("agreed", 0), ("agreed-backward", 1)):
+    assert ref[0]["seen"] != ref[1]["seen"]  # the buffer changes, and differs by rank between broadcasts
+    for mode, splitter in (("agreed", 0), ("agreed-backward", 1), ("agreed-later", 0)):
         got = rows(tmp_path, mode)
         assert len(got) == 2
         for r, g in zip(ref, got):
             torch.testing.assert_close(torch.tensor(g["weights"]), torch.tensor(r["weights"]), rtol=1e-5, atol=1e-6)
-        phase = "forward" if mode == "agreed" else "backward"
+            assert g["seen"] == pytest.approx(r["seen"], rel=1e-6)  # buffers as DDP broadcasts them
+        phase = "backward" if mode == "agreed-backward" else "forward"
         assert [(e["phase"], e["action"], e["new_micro_batch"]) for e in got[splitter]["events"]] == [(phase, "halve", 4)]
         assert got[1 - splitter]["events"] == []
+
+
+@pytest.mark.parametrize("mode, failing, error, phase, peer", [
+    ("agreed-midbwd", 1, "middle of a gradient-accumulation cycle", "backward",
+     "rank 1 of this job ran out of memory in backward"),
+    ("agreed-valueerr", 0, "a bug in the user's code", None, "rank 0 of this job failed in this step"),
+])
+def test_recover_under_ddp_a_rank_that_cannot_go_on_stops_both(tmp_path, mode, failing, error, phase, peer):
+    rc, logs = torchrun(WORKER, mode, tmp_path)
+    assert rc != 0, logs
+    got = rows(tmp_path, mode)
+    assert len(got) == 2, logs  # both ranks raised and wrote their row: no hang
+    assert error in got[failing]["error"] and got[failing]["phase"] == phase
+    assert got[1 - failing]["error"].startswith(peer)
 
 
 def test_recover_under_ddp_a_rank_at_its_floor_stops_every_rank(tmp_path):

@@ -111,6 +111,10 @@ class Coordinator:
                         self.dist.broadcast(b, 0, group=self.group)
         ddp.require_forward_param_sync = False  # and DDP itself must not repeat it in a piece's forward
 
+    def quiet(self) -> None:
+        """Before each attempt: DDP must not broadcast buffers in a piece's forward (a retry would repeat it alone)."""
+        self.ddp.require_forward_param_sync = False
+
     def end_step(self) -> None:
         """After the update DDP would broadcast buffers again at the next forward (an evaluation, say): as it would."""
         self.ddp.require_forward_param_sync = True

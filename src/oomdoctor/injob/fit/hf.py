@@ -23,9 +23,12 @@ zeroes them with set_to_none), and otherwise raises, since a partial backward ca
 is only measured when it must be split: a step that fits runs as the Trainer runs it.
 Several processes (DDP through torchrun or accelerate): under plain DDP every piece but the last runs under the
 model's `no_sync()` (unless accelerate's sync_each_batch is set), so each rank synchronises its gradients once per
-step however it splits. A retry after an OOM is refused there (FitOutOfMemoryError naming the micro-batch to
-start from): the other ranks are already waiting in a collective that the failed rank would answer out of order.
-With `micro_batch=` every rank splits every step alike from the start. DeepSpeed has its own micro-batching
+step however it splits. By default a retry after an OOM is refused there (FitOutOfMemoryError naming the
+micro-batch to start from): the other ranks are already waiting in a collective that the failed rank would answer
+out of order. With `micro_batch=` every rank splits every step alike from the start. With recover_under_ddp=True
+every piece runs without DDP's all-reduce, the ranks agree after each Trainer micro-step (fit/ddp.py) and average
+the gradients at the cycle's last, so the rank that ran out splits alone; forward and compute_loss must then issue
+no collective of their own (TRL's trainers gather metrics in compute_loss: refused). DeepSpeed has its own micro-batching
 (`train_micro_batch_size_per_gpu`) and is not supported.
 """
 
@@ -144,6 +147,10 @@ class MicroBatchTrainerMixin:
         self.min_micro_batch, self.micro_batch = min_micro_batch, micro_batch
         self.oom_events: list[dict[str, Any]] = []
         self.recover_under_ddp = recover_under_ddp
+        if recover_under_ddp and any(c.__module__.split(".")[0] == "trl" for c in type(self).__mro__):
+            raise ValueError("fit: recover_under_ddp cannot be used with TRL's trainers: their compute_loss gathers "
+                             "metrics across processes, and a rank that splits calls it more often than the others, "
+                             "so the gathers would meet out of order (a hang)")
         self._coordinator: Any = None
         self._cycle_open = False
         self._share = 1.0
@@ -196,9 +203,11 @@ class MicroBatchTrainerMixin:
         """Whether the loss the Trainer computes (compute_loss: the model's own loss, a label smoother, a
         compute_loss_func or a subclass's override) is divided by num_items_in_batch: the step's most labelled
         sample at num_items_in_batch = N and 2N. Halved: yes; unchanged: no; anything else (no labelled item, a loss
-        of 0, part of the loss scaled) keeps the Trainer's own view. Asked once, at the first split, which every
-        rank reaches at the same step (a retry after an OOM is refused under several processes), so a compute_loss
-        that gathers across ranks stays in step. An OOM is raised as the piece's."""
+        of 0, part of the loss scaled) keeps the Trainer's own view. Asked once, at the first split. Without
+        recover_under_ddp every rank reaches it at the same step (a retry after an OOM is refused under several
+        processes, so ranks split only alike, from micro_batch=), and a compute_loss that gathers across ranks stays
+        in step; with it only the rank that splits asks, so compute_loss must not gather (TRL's trainers are
+        refused). An OOM is raised as the piece's."""
         trainer_view = bool(getattr(self, "model_accepts_loss_kwargs", False)
                             or getattr(self, "compute_loss_func", None) is not None)
         items = self._items(model, inputs)
@@ -262,6 +271,11 @@ class MicroBatchTrainerMixin:
                         "sum (two samples gave %.6g and %.6g, together %.6g); micro-batches are weighted as a %s mean",
                         la, lb, lab, fallback)
         return self._reduction_seen
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """A new training run starts with no accumulation cycle open and no DDP module held (model_init, a search)."""
+        self._cycle_open, self._coordinator = False, None
+        return super().train(*args, **kwargs)  # type: ignore[misc]
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
         if self.recover_under_ddp and core._world_size() > 1:
@@ -343,21 +357,26 @@ class MicroBatchTrainerMixin:
         if ddp is None:
             raise ValueError("fit: recover_under_ddp needs the model wrapped in plain DistributedDataParallel (not "
                              "FSDP or DeepSpeed, and not accelerate's sync_each_batch)")
-        if self._coordinator is None or self._coordinator.ddp is not ddp:
-            self._coordinator = Coordinator(ddp)
+        if self._coordinator is None or self._coordinator.ddp is not ddp:  # a new DDP (model_init, a re-wrap)
+            self._coordinator, self._cycle_open = Coordinator(ddp), False
         coord = self._coordinator
         if not self._cycle_open:  # DDP's buffer broadcast, once per optimizer step, outside the pieces
             coord.start_step()
             self._cycle_open = True
         sync = bool(getattr(self.accelerator, "sync_gradients", True))
         clean_start = all(p.grad is None for p in model.parameters())
-        n = batch_size_of(inputs) if self.micro_batch else None
-        micro = min(self.micro_batch, n) if n else None
+        n, micro = None, None
         self._done, self._total = 0, 0.0
         loss, failure, finished, has_grad = None, None, False, None
+        try:  # measured where an error is heard by every rank (only ranks that split before measure)
+            n = batch_size_of(inputs) if self.micro_batch else None
+            micro = min(self.micro_batch, n) if n else None
+        except Exception as exc:
+            failure = exc
         while True:
             if not finished and failure is None:
                 try:
+                    coord.quiet()  # no piece's forward may broadcast buffers on its own (DDP's pre-forward sync)
                     with coord.no_sync():
                         got = self._attempt(model, inputs, n, micro, num_items, args, kwargs)
                 except Exception as exc:  # not an OOM: every rank must hear of it, then it is raised
@@ -375,9 +394,7 @@ class MicroBatchTrainerMixin:
                         try:
                             has_grad = coord.complete_grads()
                         except Exception as exc:
-                            if not is_oom(exc):
-                                raise
-                            failure = FitOutOfMemoryError(
+                            failure = exc if not is_oom(exc) else FitOutOfMemoryError(
                                 f"OOM while preparing the gradients' average across processes (zeros for parameters "
                                 f"this rank did not use, {core.BUCKET_MIB} MiB buckets): {first_line_of(str(exc))}",
                                 micro_batch=micro or 0, floor=self.min_micro_batch, phase="gradients",
@@ -385,7 +402,7 @@ class MicroBatchTrainerMixin:
             agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
             if agreed.failed:
-                self._cycle_open = False
+                self._cycle_open, self._coordinator = False, None  # the DDP (and its buckets) is not kept alive by fit
                 model.zero_grad(set_to_none=True)
                 was_oom, phase, message = coord.hear_failure(agreed.failed_rank, failure)
                 if failure is not None:
