@@ -66,6 +66,8 @@ def test_recover_under_ddp_one_rank_splits_alone_and_matches_the_unsplit_run(tmp
     ("agreed-midbwd", 1, "middle of a gradient-accumulation cycle", "backward",
      "rank 1 of this job ran out of memory in backward"),
     ("agreed-valueerr", 0, "a bug in the user's code", None, "rank 0 of this job failed in this step"),
+    ("agreed-optoom", 1, "OOM in the optimizer update", "optimizer",
+     "rank 1 of this job ran out of memory in optimizer"),
 ])
 def test_recover_under_ddp_a_rank_that_cannot_go_on_stops_both(tmp_path, mode, failing, error, phase, peer):
     rc, logs = torchrun(WORKER, mode, tmp_path)

@@ -416,7 +416,48 @@ class MicroBatchTrainerMixin:
             coord.average(agreed.has_grad)
             coord.end_step()
             self._cycle_open = False
+            self._agree_after_optimizer_step()
         return loss
+
+    def _agree_after_optimizer_step(self) -> None:
+        """The Trainer steps the optimizer itself, after this micro-step: its step is wrapped (once) so that every
+        rank agrees after it, and an OOM there on one rank stops every rank instead of leaving them to the timeout."""
+        opt = getattr(self, "optimizer", None)
+        if opt is None or getattr(opt, "_oomdoctor_agreed", False):
+            return
+        step = opt.step
+        trainer = self
+
+        def agreed_step(*a: Any, **k: Any) -> Any:
+            coord = trainer._coordinator
+            if coord is None or not trainer.recover_under_ddp:
+                return step(*a, **k)
+            failure: BaseException | None = None
+            out = None
+            try:
+                out = step(*a, **k)
+            except Exception as exc:
+                failure = exc
+                if is_oom(exc):
+                    failure = FitOutOfMemoryError(
+                        f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help. "
+                        f"{first_line_of(str(exc))}", micro_batch=trainer.micro_batch or 0,
+                        floor=trainer.min_micro_batch, phase="optimizer", oom_message=str(exc),
+                        diagnosis=_diagnosis(str(exc)))
+            agreed = coord.agree(incomplete=False, failed=failure is not None, has_grad=None)
+            if agreed.failed:
+                trainer._cycle_open, trainer._coordinator = False, None
+                was_oom, phase, message = coord.hear_failure(agreed.failed_rank, failure)
+                if failure is not None:
+                    raise failure
+                trainer.oom_events.append({"phase": "peer", "micro_batch": trainer.micro_batch, "action": "raise",
+                                           "rank": agreed.failed_rank})
+                raise core.peer_error(agreed.failed_rank, was_oom, phase, message, trainer.micro_batch or 0,
+                                      trainer.min_micro_batch)
+            return out
+
+        opt.step = agreed_step
+        opt._oomdoctor_agreed = True
 
     def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
