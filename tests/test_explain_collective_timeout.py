@@ -33,17 +33,26 @@ OOM_RANK0 = ["[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allo
 def test_a_timeout_alone_is_a_note_not_an_event(lines):
     ex = explain_text(lines)
     assert ex.events == [] and ex.primary is None
-    (note,) = [n for n in ex.notes if "collective timed out" in n]
+    (note,) = [n for n in ex.notes if "waited for a rank of the job" in n]
     assert "oomdoctor explain" in note and "--log-dir" in note
 
 
 def test_an_oom_beside_the_timeout_is_still_the_answer():
     ex = explain_text(OOM_RANK0 + NCCL_2X)
     assert ex.primary is not None and ex.primary.kind == "torch_oom"
-    assert any("collective timed out" in n for n in ex.notes)
+    assert any("waited for a rank of the job" in n for n in ex.notes)
 
 
 def test_no_note_without_a_timeout():
     assert not any("collective" in n for n in explain_text(OOM_RANK0).notes)
     # a timeout mentioned in prose or in a setting is no timeout
     assert not explain_text(["set NCCL_TIMEOUT=1800 and ddp_timeout=7200 to avoid timing out"]).notes
+
+
+def test_a_long_run_that_ends_in_the_timeout_still_gets_the_note():
+    """Whole-log hints stop after 8 MiB; a long run's timeout comes at its end, in the sampled tail."""
+    training = [f"step {i} loss 2.{i % 1000:03d} lr 3e-4 grad_norm 1.{i % 97:02d}" for i in range(240_000)]
+    assert sum(len(x) + 1 for x in training) > 9 << 20
+    ex = explain_text(training + NCCL_2X)
+    assert ex.events == []
+    (note,) = [n for n in ex.notes if "collective (ALLREDUCE) timed out: a rank in this log waited" in n]

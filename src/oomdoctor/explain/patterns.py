@@ -390,13 +390,13 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"gpuarray\.preallocate|lib\.cnmem)\b[^\n]{0,50}"),
     # A line anywhere in the text that says a fix did not help ("It did not help, same error.", "My code already has:"),
     # read with pool_setting: the setting was tried, so the pool is not the answer (review, session 11).
-    # A stop, not the OOM killer, behind a 137: Docker sends SIGKILL when a container does not stop within its grace
-    # period ("Container takes 10s timeout to stop, exits with code 137"; silver, session 19). Not SIGTERM alone:
     # A rank that waited in a collective until the process group's timeout (NCCL's watchdog, gloo): what the
-    # other ranks print when one of them stopped, often for an OOM. No cause by itself: read for a note only.
+    # other ranks print when one of them stopped, an OOM or another reason. No cause by itself: read for a note only.
     "collective_timeout": re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\([^)]{0,200}\)"
                                      r"|\bran for \d+ milliseconds before timing out"
                                      r"|\bTimed out waiting \d+ ?ms for (?:recv|send) operation to complete"),
+    # A stop, not the OOM killer, behind a 137: Docker sends SIGKILL when a container does not stop within its grace
+    # period ("Container takes 10s timeout to stop, exits with code 137"; silver, session 19). Not SIGTERM alone:
     # torchrun sends it to the other ranks when one is OOM-killed.
     # (only the stop timing out: "graceful shutdown" and a "docker stop" the reporter ran are no kill; review)
     "stop_kill": re.compile(r"(?i)\bfailed to exit within \d+\s?s\b|\busing the force\b|\bdid ?n[o']t stop in time\b|"

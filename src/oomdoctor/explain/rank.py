@@ -19,7 +19,7 @@ from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article
-from oomdoctor.explain.patterns import MACHINE_HINTS, classify_line
+from oomdoctor.explain.patterns import ENV_PATTERNS, MACHINE_HINTS, classify_line
 from oomdoctor.explain.recovery import bfc_crash, loop_went_on, recovered_events, retry_went_on, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
@@ -450,15 +450,24 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
 
 def collective_timeout_note(scan: LogScan) -> list[str]:
     """A rank that waited in a collective until the timeout did not fail by itself: a rank it waited for stopped,
-    hung or fell behind. Said as a note, never as an event or a cause (no labelled report holds one yet)."""
-    seen = scan.env.get("collective_timeout")
+    hung or fell behind. Said as a note, never as an event or a cause (no labelled report holds one yet). Read from
+    the whole-log hints, and from each log's sampled tail, where a long run's timeout is (hints stop at 8 MiB)."""
+    seen = list(scan.env.get("collective_timeout") or [])
+    if not seen:
+        pat = ENV_PATTERNS["collective_timeout"]
+        seen = [m.group(0) for _, _, text in scan.samples if (m := pat.search(text))]
     if not seen:
         return []
-    return [f"a collective timed out here ('{seen[0][:100]}'): this process waited for a rank of the job that had "
-            "stopped, hung or fallen behind: an OOM or another error on that rank, uneven work (evaluation or saving "
-            "on one rank only, ranks with different numbers of batches), or the network. The timeout itself is no "
-            "cause: keep every rank's output (torchrun --log-dir DIR --tee 3, or each Slurm task's file) and run "
-            "`oomdoctor explain` on the rank that stopped first"]
+    op = _OP_TYPE.search(seen[0])
+    what = f"a collective ({op.group(1)}) timed out" if op else "a collective timed out"
+    return [f"{what}: a rank in this log waited for a rank of the job that had stopped, hung or fallen behind (an "
+            "OOM or another error on that rank, uneven work such as evaluation or saving on one rank only or ranks "
+            "with different numbers of batches, or the network). The timeout itself is no cause: keep every rank's "
+            "output (torchrun --log-dir DIR --tee 3, or each Slurm task's file) and run `oomdoctor explain` on the "
+            "rank that stopped first"]
+
+
+_OP_TYPE = re.compile(r"OpType=(\w{1,40})")
 
 
 def _sticky(ev: OomEvent) -> bool:

@@ -154,10 +154,13 @@ class Coordinator:
         from oomdoctor.workload.oom_exceptions import is_oom
 
         got: list[Any] = [None]
-        if self.rank == failed_rank and own is not None:
-            inner = getattr(own, "oom_message", None)
-            got = [(bool(inner) or is_oom(own), str(getattr(own, "phase", "") or ""),
-                    (inner or f"{type(own).__name__}: {own}")[:4000])]
+        if self.rank == failed_rank:
+            try:  # the failing rank must send something whatever its error is like, or the others wait in vain
+                inner = getattr(own, "oom_message", None)
+                got = [(bool(inner) or is_oom(own), str(getattr(own, "phase", "") or ""),
+                        (inner or f"{type(own).__name__}: {own}")[:4000])]
+            except Exception:  # noqa: BLE001 - an exception whose text cannot be made
+                got = [(False, "", f"{type(own).__name__} (its message could not be read)")]
         src = failed_rank if self.group is None else self.dist.get_global_rank(self.group, failed_rank)
         self.dist.broadcast_object_list(got, src=src, group=self.group, device=self.device)
         return got[0] if isinstance(got[0], tuple) else (False, "", "")

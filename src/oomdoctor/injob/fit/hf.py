@@ -423,7 +423,7 @@ class MicroBatchTrainerMixin:
         """The Trainer steps the optimizer itself, after this micro-step: its step is wrapped (once) so that every
         rank agrees after it, and an OOM there on one rank stops every rank instead of leaving them to the timeout."""
         opt = getattr(self, "optimizer", None)
-        if opt is None or getattr(opt, "_oomdoctor_agreed", False):
+        if opt is None or getattr(opt.step, "_oomdoctor_agreed", False):  # wrapped already (also through a re-wrap)
             return
         step = opt.step
         trainer = self
@@ -436,6 +436,8 @@ class MicroBatchTrainerMixin:
             out = None
             try:
                 out = step(*a, **k)
+            except (FitOutOfMemoryError, core.FitPeerError):
+                raise  # agreed on already, by a wrapper underneath
             except Exception as exc:
                 failure = exc
                 if is_oom(exc):
@@ -456,8 +458,8 @@ class MicroBatchTrainerMixin:
                                       trainer.min_micro_batch)
             return out
 
+        agreed_step._oomdoctor_agreed = True  # type: ignore[attr-defined]
         opt.step = agreed_step
-        opt._oomdoctor_agreed = True
 
     def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
