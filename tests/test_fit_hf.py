@@ -357,6 +357,13 @@ class TokenData(torch.utils.data.Dataset):
         return {"input_ids": self.x[i], "labels": self.y[i]}
 
 
+def _unsplit_and_split(tmp_path, model, data, micro, ga=1):
+    """The plain Trainer's weights and the mixin's with micro_batch=`micro`, each from a fresh model and dataset."""
+    _, ref = _weights(transformers.Trainer, model(), _sgd_args(tmp_path / "ref", ga), data())
+    trainer, got = _weights(Split, model(), _sgd_args(tmp_path / "split", ga), data(), micro_batch=micro)
+    return trainer, got, ref
+
+
 @pytest.mark.parametrize("ga", [1, 2])
 def test_a_token_mean_head_is_weighted_by_labelled_items(tmp_path, ga):
     """BertForTokenClassification averages over its labelled tokens and drops num_items_in_batch."""
@@ -366,11 +373,7 @@ def test_a_token_mean_head_is_weighted_by_labelled_items(tmp_path, ga):
             vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
-    def run(cls, out, **extra):
-        return _weights(cls, model(), _sgd_args(out, ga), TokenData(), **extra)
-
-    _, ref = run(transformers.Trainer, tmp_path / "ref")
-    trainer, got = run(Split, tmp_path / "split", micro_batch=3)
+    trainer, got, ref = _unsplit_and_split(tmp_path, model, TokenData, 3, ga)
     assert trainer._honours_num_items is False
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
 
@@ -384,11 +387,7 @@ def test_an_unlabelled_first_sample_does_not_decide(tmp_path):
                 row["labels"] = torch.full_like(row["labels"], -100)
             return row
 
-    def run(cls, out, **extra):
-        return _weights(cls, _tiny_llama("lm"), _sgd_args(out), Blank("lm"), **extra)
-
-    _, ref = run(transformers.Trainer, tmp_path / "ref")
-    trainer, got = run(Split, tmp_path / "split", micro_batch=4)
+    trainer, got, ref = _unsplit_and_split(tmp_path, lambda: _tiny_llama("lm"), lambda: Blank("lm"), 4)
     assert trainer._honours_num_items is True
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
 

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+import fit_hf_gpu  # noqa: E402  (beside this script)
+
 BATCH, SEQ, STEPS = 16, 512, 4
 WEIGHTS = Path("/tmp/fit_hf_ddp_agreed")
 MODELS = {"neox-lm-ga2": ("lm", 2), "neox-cls-ga1": ("cls", 1)}
@@ -42,24 +44,11 @@ def make_model(kind):
     return (transformers.GPTNeoXForSequenceClassification if kind == "cls" else transformers.GPTNeoXForCausalLM)(cfg)
 
 
-class Data:
-    """Random tokens without the padding id; causal-LM labels cut at random lengths (-100), so samples differ in
-    their number of labelled items."""
+class Data(fit_hf_gpu.Data):
+    """fit_hf_gpu's data (random tokens, causal-LM labels cut at random lengths), twice as many samples."""
 
     def __init__(self, kind, n=BATCH * STEPS * 2 * 2):
-        import torch
-        g = torch.Generator().manual_seed(1)
-        self.kind, self.x = kind, torch.randint(1, 32000, (n, SEQ), generator=g)
-        self.y = torch.randint(0, 5, (n,), generator=g)
-        self.lab = self.x.clone()
-        for i, k in enumerate(torch.randint(SEQ // 4, SEQ, (n,), generator=g).tolist()):
-            self.lab[i, k:] = -100
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.y[i] if self.kind == "cls" else self.lab[i]}
+        super().__init__(kind, n)
 
 
 def worker(model_key: str, case: str, out: Path, cap: float) -> int:

@@ -142,6 +142,34 @@ def peer_error(rank: int, was_oom: bool, phase: str, message: str, micro: int, f
         micro_batch=micro, floor=floor, phase="peer", oom_message=message, diagnosis=diag)
 
 
+def optimizer_oom_error(message: str, micro: int, floor: int) -> FitOutOfMemoryError:
+    """An OOM in the update: smaller micro-batches cannot shrink optimizer state, and the update may be partial."""
+    return FitOutOfMemoryError(
+        f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help, and the update "
+        f"may be partial. {first_line_of(message)}", micro_batch=micro, floor=floor, phase="optimizer",
+        oom_message=message, diagnosis=_diagnosis(message))
+
+
+def gradients_oom_error(message: str, micro: int, floor: int) -> FitOutOfMemoryError:
+    """ddp=: an OOM making the average's room (zeros for unused parameters, the buckets): smaller pieces cannot help."""
+    return FitOutOfMemoryError(
+        f"OOM while preparing the gradients' average across processes (zeros for parameters this rank did not use, "
+        f"{BUCKET_MIB} MiB buckets): {first_line_of(message)}", micro_batch=micro, floor=floor, phase="gradients",
+        oom_message=message, diagnosis=_diagnosis(message))
+
+
+def stop_together(coord: Any, failed_rank: int, own: BaseException | None, micro: int, floor: int,
+                  events: list[dict[str, Any]], step: int | None = None) -> BaseException:
+    """What a rank raises once the exchange said a rank failed: its own error, or the failing rank's, heard from
+    it (every rank takes part in that one broadcast)."""
+    was_oom, phase, message = coord.hear_failure(failed_rank, own)
+    if own is not None:
+        return own
+    event = {"action": "raise", "phase": "peer", "micro_batch": micro, "rank": failed_rank}
+    events.append(event if step is None else {"step": step, **event})
+    return peer_error(failed_rank, was_oom, phase, message, micro, floor)
+
+
 def _free_cuda_cache() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -300,39 +328,15 @@ class AutoMicroBatch:
 
     def _stop_together(self, coord: Any, failed_rank: int, own: BaseException | None, micro: int,
                        n: int) -> BaseException:
-        """What this rank raises when a rank failed: its own error, or the failing rank's, heard from it."""
-        was_oom, phase, message = coord.hear_failure(failed_rank, own)
-        if own is not None:
-            return own
-        self.events.append({"step": self.steps, "action": "raise", "phase": "peer", "micro_batch": micro,
-                            "rank": failed_rank})
-        return peer_error(failed_rank, was_oom, phase, message, micro, min(self.min_micro_batch, n))
+        return stop_together(coord, failed_rank, own, micro, min(self.min_micro_batch, n), self.events, self.steps)
 
     def _pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                 total: Any) -> tuple[int, Any, tuple[str, str] | None, list[bool] | None]:
         """ddp=: the pieces from sample `done` on, all without DDP's all-reduce; an OOM comes back as (phase,
         message). On success also which parameters got a gradient here (the others hold zeros now)."""
         coord = self._coordinator
-        phase = "forward"
-        try:
-            while done < n:
-                stop = min(done + micro, n)
-                phase = "forward"
-                with coord.no_sync():
-                    loss = loss_fn(self._split(batch, done, stop))
-                    weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
-                    phase = "backward"
-                    scaled = loss * weight
-                    self._backward(self.scaler.scale(scaled) if self.scaler is not None else scaled)
-                total = total + loss.detach() * weight
-                del loss, scaled
-                done = stop
-            oom = None
-        except Exception as exc:
-            if not is_oom(exc):
-                raise
-            oom = (phase, str(exc))
-        if oom is not None:  # outside the handler: the exception and the graph it pinned are gone
+        done, total, oom = self._run_pieces(loss_fn, batch, n, micro, done, total, lambda stop: coord.no_sync())
+        if oom is not None:
             return done, total, oom, None
         try:
             return done, total, None, coord.complete_grads()
@@ -340,22 +344,12 @@ class AutoMicroBatch:
             if not is_oom(exc):
                 raise
             message = str(exc)
-        raise FitOutOfMemoryError(
-            f"OOM while preparing the gradients' average across processes (zeros for parameters this rank did not "
-            f"use, {BUCKET_MIB} MiB buckets): {first_line_of(message)}", micro_batch=micro,
-            floor=min(self.min_micro_batch, n), phase="gradients", oom_message=message, diagnosis=_diagnosis(message))
+        raise gradients_oom_error(message, micro, min(self.min_micro_batch, n))
 
     def _update(self, micro: int, n: int) -> None:
         """ddp=: the update once the gradients are averaged; an OOM here is not retried (as without ddp=)."""
         try:
-            if self.before_step is not None:
-                self.before_step(self.optimizer)
-            if self.scaler is not None:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self._apply_update()
             return
         except Exception as exc:
             if not is_oom(exc):
@@ -367,13 +361,31 @@ class AutoMicroBatch:
     def _run_from(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                   total: Any) -> tuple[int, Any, tuple[str, str] | None]:
         """Micro-batches from sample `done` on, then the update. OOM comes back as (phase, message)."""
+        def quiet(stop: int) -> Any:  # DDP: forward and backward of every piece but the last without an all-reduce
+            return self._no_sync() if self._no_sync is not None and stop < n else contextlib.nullcontext()
+
+        done, total, oom = self._run_pieces(loss_fn, batch, n, micro, done, total, quiet)
+        if oom is not None:
+            return done, total, oom
+        try:
+            self._apply_update()
+            return done, total, None
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            message = str(exc)
+        return done, total, ("optimizer", message)
+
+    def _run_pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int, total: Any,
+                    quiet: Callable[[int], Any]) -> tuple[int, Any, tuple[str, str] | None]:
+        """Forward and backward of the pieces from sample `done` on, each inside quiet(its end); each weighted by
+        its share of the batch. An OOM comes back as (phase, message)."""
         phase = "forward"
         try:
             while done < n:
                 stop = min(done + micro, n)
                 phase = "forward"
-                quiet = self._no_sync() if self._no_sync is not None and stop < n else contextlib.nullcontext()
-                with quiet:  # DDP: forward and backward of every piece but the last without an all-reduce
+                with quiet(stop):
                     loss = loss_fn(self._split(batch, done, stop))
                     weight = (stop - done) / n if self.loss_reduction == "mean" else 1.0
                     phase = "backward"
@@ -382,15 +394,6 @@ class AutoMicroBatch:
                 total = total + loss.detach() * weight
                 del loss, scaled
                 done = stop
-            phase = "optimizer"
-            if self.before_step is not None:
-                self.before_step(self.optimizer)
-            if self.scaler is not None:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
             return done, total, None
         except Exception as exc:
             if not is_oom(exc):
@@ -398,6 +401,16 @@ class AutoMicroBatch:
             message = str(exc)
         # Outside the handler: the exception, its traceback and the graph it pinned are gone now.
         return done, total, (phase, message)
+
+    def _apply_update(self) -> None:
+        if self.before_step is not None:
+            self.before_step(self.optimizer)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _after_oom(self, phase: str) -> None:
         if phase != "forward":
@@ -410,10 +423,7 @@ class AutoMicroBatch:
         event = {"step": self.steps, "phase": phase, "micro_batch": micro, "message": first_line_of(message)}
         if phase == "optimizer":
             self.events.append({**event, "action": "raise"})
-            raise FitOutOfMemoryError(
-                f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help, and "
-                f"the update may be partial. {first_line_of(message)}", micro_batch=micro, floor=floor,
-                phase=phase, oom_message=message, diagnosis=_diagnosis(message)) from None
+            raise optimizer_oom_error(message, micro, floor) from None
         world = 1 if several_ok else _world_size()
         if world > 1:
             self.events.append({**event, "action": "raise"})

@@ -118,11 +118,12 @@ class _OOM:
         self.phase, self.message = phase, message
 
 
-def _size_or_none(inputs: Any) -> int | None:
+def _size_or_why(inputs: Any) -> tuple[int | None, str]:
+    """The batch's size, or None and why it cannot be split."""
     try:
-        return batch_size_of(inputs)
-    except ValueError:
-        return None
+        return batch_size_of(inputs), ""
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _take(batch: Any, rows: list[int]) -> Any:
@@ -290,10 +291,12 @@ class MicroBatchTrainerMixin:
                 return oom
             world = core._world_size()
             if world > 1:
-                n = n if n is not None else _size_or_none(inputs)
+                why = ""
+                if n is None:
+                    n, why = _size_or_why(inputs)
                 self.oom_events.append({"phase": oom.phase, "micro_batch": micro or n, "action": "raise"})
                 if n is None:
-                    raise self._unsplittable(oom, inputs)
+                    raise self._unsplittable(oom, why)
                 micro = micro or n
                 raise several_processes_error(oom.phase, micro, min(self.min_micro_batch, n), self.min_micro_batch,
                                               world, oom.message)
@@ -315,12 +318,7 @@ class MicroBatchTrainerMixin:
         _free_cuda_cache()
         return oom
 
-    def _unsplittable(self, oom: _OOM, inputs: Any) -> FitOutOfMemoryError:
-        try:
-            batch_size_of(inputs)
-            why = "it has one sample"
-        except ValueError as exc:
-            why = str(exc)
+    def _unsplittable(self, oom: _OOM, why: str) -> FitOutOfMemoryError:
         return FitOutOfMemoryError(
             f"OOM in {oom.phase}, and this batch cannot be split into micro-batches ({why}). "
             f"{first_line_of(oom.message)}", micro_batch=0, floor=self.min_micro_batch, phase=oom.phase,
@@ -330,10 +328,10 @@ class MicroBatchTrainerMixin:
                  clean_start: bool) -> tuple[int, int]:
         """The (n, micro) to go on with after an OOM, or FitOutOfMemoryError: unsplittable, mid-cycle, floor."""
         if n is None:
-            n = _size_or_none(inputs)
+            n, why = _size_or_why(inputs)
             if n is None:
                 self.oom_events.append({"phase": oom.phase, "micro_batch": None, "action": "raise"})
-                raise self._unsplittable(oom, inputs)
+                raise self._unsplittable(oom, why)
             micro = n
         assert micro is not None
         if oom.phase == "backward":
@@ -394,22 +392,15 @@ class MicroBatchTrainerMixin:
                         try:
                             has_grad = coord.complete_grads()
                         except Exception as exc:
-                            failure = exc if not is_oom(exc) else FitOutOfMemoryError(
-                                f"OOM while preparing the gradients' average across processes (zeros for parameters "
-                                f"this rank did not use, {core.BUCKET_MIB} MiB buckets): {first_line_of(str(exc))}",
-                                micro_batch=micro or 0, floor=self.min_micro_batch, phase="gradients",
-                                oom_message=str(exc), diagnosis=None)
+                            failure = exc if not is_oom(exc) else core.gradients_oom_error(
+                                str(exc), micro or 0, self.min_micro_batch)
             agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
                                  has_grad=has_grad)
             if agreed.failed:
                 self._cycle_open, self._coordinator = False, None  # the DDP (and its buckets) is not kept alive by fit
                 model.zero_grad(set_to_none=True)
-                was_oom, phase, message = coord.hear_failure(agreed.failed_rank, failure)
-                if failure is not None:
-                    raise failure
-                self.oom_events.append({"phase": "peer", "micro_batch": micro, "action": "raise",
-                                        "rank": agreed.failed_rank})
-                raise core.peer_error(agreed.failed_rank, was_oom, phase, message, micro or 0, self.min_micro_batch)
+                raise core.stop_together(coord, agreed.failed_rank, failure, micro or 0, self.min_micro_batch,
+                                         self.oom_events)
             if not agreed.incomplete:
                 break
         if sync:
@@ -439,23 +430,13 @@ class MicroBatchTrainerMixin:
             except (FitOutOfMemoryError, core.FitPeerError):
                 raise  # agreed on already, by a wrapper underneath
             except Exception as exc:
-                failure = exc
-                if is_oom(exc):
-                    failure = FitOutOfMemoryError(
-                        f"OOM in the optimizer update (after all micro-batches): smaller micro-batches cannot help. "
-                        f"{first_line_of(str(exc))}", micro_batch=trainer.micro_batch or 0,
-                        floor=trainer.min_micro_batch, phase="optimizer", oom_message=str(exc),
-                        diagnosis=_diagnosis(str(exc)))
+                failure = core.optimizer_oom_error(str(exc), trainer.micro_batch or 0, trainer.min_micro_batch) \
+                    if is_oom(exc) else exc
             agreed = coord.agree(incomplete=False, failed=failure is not None, has_grad=None)
             if agreed.failed:
                 trainer._cycle_open, trainer._coordinator = False, None
-                was_oom, phase, message = coord.hear_failure(agreed.failed_rank, failure)
-                if failure is not None:
-                    raise failure
-                trainer.oom_events.append({"phase": "peer", "micro_batch": trainer.micro_batch, "action": "raise",
-                                           "rank": agreed.failed_rank})
-                raise core.peer_error(agreed.failed_rank, was_oom, phase, message, trainer.micro_batch or 0,
-                                      trainer.min_micro_batch)
+                raise core.stop_together(coord, agreed.failed_rank, failure, trainer.micro_batch or 0,
+                                         trainer.min_micro_batch, trainer.oom_events)
             return out
 
         agreed_step._oomdoctor_agreed = True  # type: ignore[attr-defined]
