@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "fit"))
 from fit_ddp_launch import torchrun  # noqa: E402
 
+from oomdoctor import fit  # noqa: E402
 from oomdoctor.injob.fit import ddp as fit_ddp  # noqa: E402
 
 WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_agreed_worker.py"
@@ -118,6 +119,14 @@ def test_an_error_in_one_ranks_code_makes_every_rank_raise(tmp_path):
     peer = got[1]["error"]
     assert (peer["type"], peer["rank"], peer["step"]) == ("FitPeerError", 0, 1)
     assert "ValueError: a bug in the user's code" in peer["text"] and "out of memory" not in peer["text"]
+
+
+def test_an_error_beside_an_oom_in_the_same_step_wins_on_every_rank(tmp_path):
+    got = run("mixed", tmp_path)
+    assert got[0]["error"]["type"] == "ValueError" and got[0]["error"]["step"] == 0
+    peer = got[1]["error"]  # rank 1 ran out at its floor, but stops with rank 0's error, its own OOM as the cause
+    assert (peer["type"], peer["rank"], peer["cause"]) == ("FitPeerError", 0, "FitOutOfMemoryError")
+    assert "ValueError: a bug in rank 0's code" in peer["text"] and " out of memory." not in peer["text"]
 
 
 # -- refusals and the older-torch path, without processes -----------------------------------------------------------
@@ -221,3 +230,140 @@ def test_a_stop_for_another_ranks_error_is_no_oom_event():
     err = peer_error(0, False, "", "ValueError: a bug in the user's code", micro=8, floor=1)
     assert isinstance(err, FitPeerError) and err.rank == 0
     assert not explain_text([f"[rank1]: oomdoctor.injob.fit.core.FitPeerError: {err.args[0]}"]).events
+
+
+# -- the exchange's arithmetic and the optimizer-step wrapper, with stand-ins -------------------------------------
+class RecordingDist:
+    """all_reduce(MAX) against the other ranks' contributions; get_global_rank as a subgroup maps it."""
+
+    class ReduceOp:
+        MAX = "max"
+
+    def __init__(self, others=(), offset=0):
+        self.others, self.offset = list(others), offset
+
+    def all_reduce(self, t, op=None, group=None):
+        for o in self.others:
+            t.copy_(torch.maximum(t, o))
+
+    def get_global_rank(self, group, rank):
+        if self.offset is None:
+            raise RuntimeError("not a member")
+        return rank + self.offset
+
+
+def coordinator_at(rank, world, dist):
+    c = fit_ddp.Coordinator.__new__(fit_ddp.Coordinator)
+    c.dist, c.group, c.rank, c.world, c.params = dist, object(), rank, world, []
+    c._status = torch.zeros(2, dtype=torch.int32)
+    return c
+
+
+def agree_all(failures):
+    """Every rank's Agreement for one exchange in which rank r failed with failures[r] (None: did not)."""
+    world = len(failures)
+    sent = []
+    for r, f in enumerate(failures):  # what each rank puts in (an all_reduce with nobody else)
+        c = coordinator_at(r, world, RecordingDist())
+        c.agree(incomplete=False, failure=f, has_grad=None)
+        sent.append(c._status.clone())
+    return [coordinator_at(r, world, RecordingDist(sent[:r] + sent[r + 1:])).agree(False, f, None)
+            for r, f in enumerate(failures)]
+
+
+def test_the_exchange_names_the_failing_rank_and_prefers_an_error_that_is_no_oom():
+    oom, bug = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB."), ValueError("bug")
+    for got in (agree_all([oom, bug, oom]),):  # an OOM on the highest rank, another error in the middle
+        assert {(a.failed, a.failed_rank, a.failed_oom) for a in got} == {(True, 1, False)}
+    assert {(a.failed_rank, a.failed_oom) for a in agree_all([oom, None, oom, None])} == {(2, True)}
+    assert {(a.failed, a.failed_rank) for a in agree_all([None, None])} == {(False, None)}
+    floor = fit.FitOutOfMemoryError("at the floor", micro_batch=1, floor=1, phase="forward", oom_message="CUDA out "
+                                    "of memory.", diagnosis=None)
+    assert {(a.failed_rank, a.failed_oom) for a in agree_all([floor, None])} == {(0, True)}  # fit's own OOM error
+
+
+def test_messages_name_the_rank_as_torchrun_numbers_it_in_a_subgroup():
+    assert coordinator_at(1, 2, RecordingDist(offset=4)).global_rank(1) == 5
+    assert coordinator_at(1, 2, RecordingDist(offset=None)).global_rank(1) == 1  # unknown: the group's number
+
+
+class StandInCoordinator:
+    def __init__(self, failed_rank=None, failed_oom=True, message="ValueError: bug", offset=0):
+        self.calls, self.failed_rank, self.failed_oom, self.message, self.offset = 0, failed_rank, failed_oom, message, offset
+
+    def agree(self, incomplete, failure, has_grad):
+        self.calls += 1
+        rank = self.failed_rank if self.failed_rank is not None else (0 if failure is not None else None)
+        return fit_ddp.Agreement(False, rank, [], failed_oom=self.failed_oom)
+
+    def hear_failure(self, failed_rank, own):
+        return (self.failed_oom, "", self.message)
+
+    def global_rank(self, rank):
+        return rank + self.offset
+
+
+def test_an_oom_beside_another_ranks_error_is_raised_as_that_error_which_no_batch_size_finder_retries():
+    from accelerate.utils.memory import should_reduce_batch_size
+
+    from oomdoctor.injob.fit import core
+    own = fit.FitOutOfMemoryError("floor", micro_batch=16, floor=16, phase="forward",
+                                  oom_message="CUDA out of memory. Tried to allocate 1.00 GiB.", diagnosis=None)
+    coord = StandInCoordinator(failed_rank=0, failed_oom=False, message="ValueError: a bug", offset=8)
+    events: list = []
+    err = core.stop_together(coord, coord.agree(False, own, None), own, 16, 16, events)
+    assert isinstance(err, fit.FitPeerError) and err.__cause__ is own and err.rank == 8
+    assert err.args[0].startswith("rank 8 of this job failed")  # the global rank, not the subgroup's 0
+    assert not should_reduce_batch_size(err) and should_reduce_batch_size(RuntimeError(own.oom_message))
+    assert events == [{"action": "raise", "phase": "peer", "micro_batch": 16, "rank": 8, "own": "oom"}]
+    same = StandInCoordinator(failed_rank=1, failed_oom=True, message="CUDA out of memory.")
+    assert core.stop_together(same, same.agree(False, own, None), own, 16, 16, []) is own  # OOMs alone: its own
+
+
+def agreed_trainer(coord):
+    import types as t
+
+    from oomdoctor.injob.fit.hf import MicroBatchTrainerMixin
+    net = torch.nn.Linear(2, 1)
+    trainer = t.SimpleNamespace(_coordinator=coord, recover_under_ddp=True, micro_batch=4, min_micro_batch=1,
+                                oom_events=[], _cycle_open=False, optimizer=DictPickledSGD(net.parameters(), lr=0.1))
+    MicroBatchTrainerMixin._agree_after_optimizer_step(trainer)
+    return trainer, net
+
+
+class DictPickledSGD(torch.optim.SGD):
+    """Pickles its whole __dict__, as accelerate's AcceleratedOptimizer (the Trainer's optimizer) does."""
+
+    def __getstate__(self):
+        return dict(self.__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def test_the_wrapped_optimizer_step_pickles_and_copies_as_the_plain_step():
+    import copy
+    import io
+    import pickle
+
+    from oomdoctor.injob.fit.hf import _AgreedStep
+    trainer, net = agreed_trainer(None)
+    opt = trainer.optimizer
+    assert isinstance(vars(opt)["step"], _AgreedStep)
+    for twin in (pickle.loads(pickle.dumps(opt)), copy.deepcopy(opt)):
+        assert not isinstance(vars(twin).get("step"), _AgreedStep) and twin.step.__self__ is twin
+    torch.save(opt, io.BytesIO())
+
+
+def test_a_rewrapped_optimizer_step_agrees_once_on_a_failure():
+    from oomdoctor.injob.fit.hf import _AgreedStep
+    coord = StandInCoordinator()
+    trainer, _ = agreed_trainer(coord)
+
+    def failing(*a, **k):
+        raise ValueError("bug in the update")
+
+    outer = _AgreedStep(_AgreedStep(failing, trainer), trainer)  # the optimizer prepared again: wrapped again
+    with pytest.raises(ValueError, match="bug in the update"):
+        outer()
+    assert coord.calls == 1  # the outer wrapper does not agree again: no rank waits alone in that exchange

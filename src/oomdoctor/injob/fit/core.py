@@ -158,16 +158,44 @@ def gradients_oom_error(message: str, micro: int, floor: int) -> FitOutOfMemoryE
         oom_message=message, diagnosis=_diagnosis(message))
 
 
-def stop_together(coord: Any, failed_rank: int, own: BaseException | None, micro: int, floor: int,
+def stop_together(coord: Any, agreed: Any, own: BaseException | None, micro: int, floor: int,
                   events: list[dict[str, Any]], step: int | None = None) -> BaseException:
     """What a rank raises once the exchange said a rank failed: its own error, or the failing rank's, heard from
-    it (every rank takes part in that one broadcast)."""
-    was_oom, phase, message = coord.hear_failure(failed_rank, own)
+    it (every rank takes part in that one broadcast). An error that is not an OOM wins over an OOM in the same
+    exchange: a rank that ran out then raises the other rank's error, its own OOM as the cause, so that no
+    batch-size finder retries on this rank while that one has stopped."""
+    from oomdoctor.injob.fit.ddp import failure_is_oom
+
+    was_oom, phase, message = coord.hear_failure(agreed.failed_rank, own)
+    rank = coord.global_rank(agreed.failed_rank)
+    own_oom = own is not None and failure_is_oom(own)
+    if own is not None and (not own_oom or agreed.failed_oom):  # its own error, unless an OOM beside another error
+        return _agreed_on(own)
+    event = {"action": "raise", "phase": "peer", "micro_batch": micro, "rank": rank}
     if own is not None:
-        return own
-    event = {"action": "raise", "phase": "peer", "micro_batch": micro, "rank": failed_rank}
+        event["own"] = "oom"
     events.append(event if step is None else {"step": step, **event})
-    return peer_error(failed_rank, was_oom, phase, message, micro, floor)
+    err = peer_error(rank, was_oom, phase, message, micro, floor)
+    if own is not None:
+        err = FitPeerError(f"{err} This rank had also run out of memory in the same step (the cause below); it "
+                           "stops with the other rank's error, so that nothing retries this rank alone.",
+                           rank=rank, error=message)
+        err.__cause__ = own
+    return _agreed_on(err)
+
+
+def _agreed_on(exc: BaseException) -> BaseException:
+    """Marked as stopped for by every rank: a wrapper around it (a second optimizer-step wrapper) must not agree on
+    it again, or this rank would wait alone in that exchange."""
+    try:
+        exc._oomdoctor_agreed = True  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an exception type with slots: raised as is
+        pass
+    return exc
+
+
+def agreed_on(exc: BaseException) -> bool:
+    return bool(getattr(exc, "_oomdoctor_agreed", False))
 
 
 def _free_cuda_cache() -> None:
@@ -306,11 +334,11 @@ class AutoMicroBatch:
                         micro = self._shrink(micro, n, phase, message, several_ok=True)
                     except FitOutOfMemoryError as exc:  # at the floor: the others must hear of it before it is raised
                         failure = exc
-            agreed = coord.agree(incomplete=has_grad is None and failure is None, failed=failure is not None,
+            agreed = coord.agree(incomplete=has_grad is None and failure is None, failure=failure,
                                  has_grad=has_grad)
             if agreed.failed:
                 self.optimizer.zero_grad(set_to_none=True)
-                raise self._stop_together(coord, agreed.failed_rank, failure, micro, n)
+                raise self._stop_together(coord, agreed, failure, micro, n)
             if not agreed.incomplete:
                 break
         coord.average(agreed.has_grad)
@@ -318,17 +346,17 @@ class AutoMicroBatch:
             self._update(micro, n)
         except Exception as exc:  # an OOM in the update, or anything else: told to the others, then raised
             failure = exc
-        agreed = coord.agree(incomplete=False, failed=failure is not None, has_grad=None)
+        agreed = coord.agree(incomplete=False, failure=failure, has_grad=None)
         if agreed.failed:
-            raise self._stop_together(coord, agreed.failed_rank, failure, micro, n)
+            raise self._stop_together(coord, agreed, failure, micro, n)
         coord.end_step()
         self.steps += 1
         self._after_clean_step(micro, n)
         return total
 
-    def _stop_together(self, coord: Any, failed_rank: int, own: BaseException | None, micro: int,
+    def _stop_together(self, coord: Any, agreed: Any, own: BaseException | None, micro: int,
                        n: int) -> BaseException:
-        return stop_together(coord, failed_rank, own, micro, min(self.min_micro_batch, n), self.events, self.steps)
+        return stop_together(coord, agreed, own, micro, min(self.min_micro_batch, n), self.events, self.steps)
 
     def _pieces(self, loss_fn: Callable[[Any], Any], batch: Any, n: int, micro: int, done: int,
                 total: Any) -> tuple[int, Any, tuple[str, str] | None, list[bool] | None]:

@@ -26,11 +26,22 @@ BUCKET_BYTES = 25 * 1024 * 1024  # DDP's default bucket_cap_mb
 class Agreement:
     """What every rank learnt from one exchange."""
 
-    __slots__ = ("incomplete", "failed", "failed_rank", "has_grad")
+    __slots__ = ("incomplete", "failed", "failed_rank", "failed_oom", "has_grad")
 
-    def __init__(self, incomplete: bool, failed_rank: int | None, has_grad: list[bool]):
+    def __init__(self, incomplete: bool, failed_rank: int | None, has_grad: list[bool], failed_oom: bool = True):
         self.incomplete, self.failed, self.failed_rank = incomplete, failed_rank is not None, failed_rank
+        self.failed_oom = failed_oom  # the failure every rank stops for is an OOM (no rank's failure was another error)
         self.has_grad = has_grad
+
+
+def failure_is_oom(exc: BaseException | None) -> bool:
+    """An OOM, or fit's own error about one (it carries the OOM's message)."""
+    from oomdoctor.workload.oom_exceptions import is_oom
+
+    try:
+        return bool(getattr(exc, "oom_message", None)) or is_oom(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot even be looked at is not an OOM
+        return False
 
 
 def unwrap(ddp: Any) -> Any:
@@ -138,31 +149,44 @@ class Coordinator:
             self._bucket(key, grads)
         return had
 
-    def agree(self, incomplete: bool, failed: bool, has_grad: list[bool] | None) -> Agreement:
+    def agree(self, incomplete: bool, failure: BaseException | None, has_grad: list[bool] | None) -> Agreement:
         torch = sys.modules["torch"]
         s = self._status
-        # slot 1: 1 + the failing rank (the highest one when several fail), so that all know whose words to hear
-        values = [int(incomplete), self.rank + 1 if failed else 0] + [int(h) for h in (has_grad or [False] * len(self.params))]
+        # slot 1: 1 + the failing rank (the highest one when several fail), so that all know whose words to hear;
+        # + world when its error is not an OOM, so that such an error wins: no rank then raises an OOM that a
+        # batch-size finder (auto_find_batch_size) would retry while another rank has stopped
+        code = 0
+        if failure is not None:
+            code = self.rank + 1 + (0 if failure_is_oom(failure) else self.world)
+        values = [int(incomplete), code] + [int(h) for h in (has_grad or [False] * len(self.params))]
         s.copy_(torch.tensor(values, dtype=torch.int32))
         self.dist.all_reduce(s, op=self.dist.ReduceOp.MAX, group=self.group)
         got = s.tolist()
-        return Agreement(bool(got[0]), got[1] - 1 if got[1] else None, [bool(v) for v in got[2:]])
+        code = got[1]
+        return Agreement(bool(got[0]), (code - 1) % self.world if code else None, [bool(v) for v in got[2:]],
+                         failed_oom=code <= self.world)
+
+    def global_rank(self, rank: int) -> int:
+        """A rank of DDP's process group as torchrun numbers it (its RANK, its log file), for messages."""
+        if self.group is None:
+            return rank
+        try:
+            return int(self.dist.get_global_rank(self.group, rank))
+        except Exception:  # noqa: BLE001 - the default group, or an older torch: the same number
+            return rank
 
     def hear_failure(self, failed_rank: int, own: BaseException | None) -> tuple[bool, str, str]:
         """Every rank, once the exchange said a rank failed: that rank's (was it an OOM, in which phase, its message),
         broadcast from it, so that each rank's own log names the cause (and explain can read it there)."""
-        from oomdoctor.workload.oom_exceptions import is_oom
-
         got: list[Any] = [None]
         if self.rank == failed_rank:
             try:  # the failing rank must send something whatever its error is like, or the others wait in vain
                 inner = getattr(own, "oom_message", None)
-                got = [(bool(inner) or is_oom(own), str(getattr(own, "phase", "") or ""),
+                got = [(failure_is_oom(own), str(getattr(own, "phase", "") or ""),
                         (inner or f"{type(own).__name__}: {own}")[:4000])]
             except Exception:  # noqa: BLE001 - an exception whose text cannot be made
                 got = [(False, "", f"{type(own).__name__} (its message could not be read)")]
-        src = failed_rank if self.group is None else self.dist.get_global_rank(self.group, failed_rank)
-        self.dist.broadcast_object_list(got, src=src, group=self.group, device=self.device)
+        self.dist.broadcast_object_list(got, src=self.global_rank(failed_rank), group=self.group, device=self.device)
         return got[0] if isinstance(got[0], tuple) else (False, "", "")
 
     # -- once every rank is done ---------------------------------------------------------------------------------

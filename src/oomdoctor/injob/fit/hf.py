@@ -137,6 +137,45 @@ def _take(batch: Any, rows: list[int]) -> Any:
             else parts[0][k] for k in parts[0]}
 
 
+class _AgreedStep:
+    """The Trainer optimizer's step followed by the ranks' agreement (recover_under_ddp). Pickled or copied as the
+    plain step: a saved or copied optimizer takes no part in this job's exchange (and accelerate's optimizer
+    pickles its __dict__, where a closure could not go)."""
+
+    _oomdoctor_agreed = True
+
+    def __init__(self, step: Any, trainer: Any):
+        self._step, self._trainer = step, trainer
+
+    def __call__(self, *a: Any, **k: Any) -> Any:
+        trainer, step = self._trainer, self._step
+        coord = trainer._coordinator
+        if coord is None or not trainer.recover_under_ddp:
+            return step(*a, **k)
+        failure: BaseException | None = None
+        out = None
+        try:
+            out = step(*a, **k)
+        except Exception as exc:
+            if core.agreed_on(exc):
+                raise  # every rank stopped for it already, in a wrapper underneath (a re-wrapped optimizer)
+            failure = core.optimizer_oom_error(str(exc), trainer.micro_batch or 0, trainer.min_micro_batch) \
+                if is_oom(exc) else exc
+        agreed = coord.agree(incomplete=False, failure=failure, has_grad=None)
+        if agreed.failed:
+            trainer._cycle_open, trainer._coordinator = False, None
+            raise core.stop_together(coord, agreed, failure, trainer.micro_batch or 0, trainer.min_micro_batch,
+                                     trainer.oom_events)
+        return out
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _plain_step, (self._step,)
+
+
+def _plain_step(step: Any) -> Any:
+    return step
+
+
 class MicroBatchTrainerMixin:
     """Mix in before `transformers.Trainer` (or a subclass of it)."""
 
@@ -394,12 +433,12 @@ class MicroBatchTrainerMixin:
                         except Exception as exc:
                             failure = exc if not is_oom(exc) else core.gradients_oom_error(
                                 str(exc), micro or 0, self.min_micro_batch)
-            agreed = coord.agree(incomplete=not finished and failure is None, failed=failure is not None,
+            agreed = coord.agree(incomplete=not finished and failure is None, failure=failure,
                                  has_grad=has_grad)
             if agreed.failed:
                 self._cycle_open, self._coordinator = False, None  # the DDP (and its buckets) is not kept alive by fit
                 model.zero_grad(set_to_none=True)
-                raise core.stop_together(coord, agreed.failed_rank, failure, micro or 0, self.min_micro_batch,
+                raise core.stop_together(coord, agreed, failure, micro or 0, self.min_micro_batch,
                                          self.oom_events)
             if not agreed.incomplete:
                 break
@@ -416,31 +455,7 @@ class MicroBatchTrainerMixin:
         opt = getattr(self, "optimizer", None)
         if opt is None or getattr(opt.step, "_oomdoctor_agreed", False):  # wrapped already (also through a re-wrap)
             return
-        step = opt.step
-        trainer = self
-
-        def agreed_step(*a: Any, **k: Any) -> Any:
-            coord = trainer._coordinator
-            if coord is None or not trainer.recover_under_ddp:
-                return step(*a, **k)
-            failure: BaseException | None = None
-            out = None
-            try:
-                out = step(*a, **k)
-            except (FitOutOfMemoryError, core.FitPeerError):
-                raise  # agreed on already, by a wrapper underneath
-            except Exception as exc:
-                failure = core.optimizer_oom_error(str(exc), trainer.micro_batch or 0, trainer.min_micro_batch) \
-                    if is_oom(exc) else exc
-            agreed = coord.agree(incomplete=False, failed=failure is not None, has_grad=None)
-            if agreed.failed:
-                trainer._cycle_open, trainer._coordinator = False, None
-                raise core.stop_together(coord, agreed.failed_rank, failure, trainer.micro_batch or 0,
-                                         trainer.min_micro_batch, trainer.oom_events)
-            return out
-
-        agreed_step._oomdoctor_agreed = True  # type: ignore[attr-defined]
-        opt.step = agreed_step
+        opt.step = _AgreedStep(opt.step, self)
 
     def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
