@@ -15,7 +15,11 @@ seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
   fit      fit ddp= without any cap (the pieces' path and the hand-made average, nothing split)
   noset    as cap0, but the script never calls torch.cuda.set_device (model.to(rank), DDP(device_ids=[rank])):
            the exchange must use DDP's device, not the current one (a review found a hang there)
+  optoom0  (added in session 25, before its run) fit ddp= with Adam (lr 1e-4); at rank 0's first update a step
+           pre-hook empties the cache and caps rank 0 at what it holds + 32 MiB: Adam's state cannot be allocated,
+           a real OOM in one rank's update. Every rank must raise at the first step, rank 1 with rank 0's message.
 Added after the first run (the review, same session): ref2, fit, noset, deterministic algorithms, per-rank files.
+Select cases: validation/fit_ddp_gpu.py OUTDIR [CASE ...] (cap and floor cases need ref first).
 Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
 splits; floor0/floor2 every rank raises FitOutOfMemoryError well before the NCCL timeout (120 s), job exits.
 """
@@ -74,7 +78,18 @@ def worker(case: str, out: Path) -> None:
     inner = build().to(f"cuda:{rank}")
     init = flat(inner)
     model = torch.nn.parallel.DistributedDataParallel(inner, device_ids=[rank])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    if case == "optoom0":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        if rank == 0:
+            def cap(o, a, k):
+                if not o.state:  # the first update: Adam's state is still to be allocated
+                    torch.cuda.empty_cache()
+                    limit = torch.cuda.memory_reserved(rank) + 32 * 2**20
+                    torch.cuda.set_per_process_memory_fraction(
+                        limit / torch.cuda.get_device_properties(rank).total_memory, rank)
+            opt.register_step_pre_hook(cap)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
     res: dict = {"rank": rank}
 
     def loss_fn(ids):
@@ -119,9 +134,10 @@ def worker(case: str, out: Path) -> None:
                     runners["fit"].step(loss_fn, ids)
                 torch.cuda.synchronize(rank)
                 times.setdefault(how, []).append(time.perf_counter() - t0)
-    except fit.FitOutOfMemoryError as exc:
-        res["error"] = {"phase": exc.phase, "micro_batch": exc.micro_batch, "text": str(exc)[:400],
-                        "after_s": round(time.time() - t_start, 1)}
+    except (fit.FitOutOfMemoryError, fit.FitPeerError) as exc:
+        res["error"] = {"type": type(exc).__name__, "phase": getattr(exc, "phase", None),
+                        "micro_batch": getattr(exc, "micro_batch", None), "text": str(exc)[:600],
+                        "after_s": round(time.time() - t_start, 1), "steps_done": runners["fit"].steps}
     res["events"] = [{k: v for k, v in e.items() if k != "message"} for e in runners["fit"].events]
     res["times"] = times
     res["peak_gib"] = torch.cuda.max_memory_allocated(rank) / 2**30
@@ -136,11 +152,11 @@ def worker(case: str, out: Path) -> None:
     os._exit(0)
 
 
-def drive(out: Path) -> None:
+def drive(out: Path, cases: list[str]) -> None:
     import torch
     out.mkdir(parents=True, exist_ok=True)
     rows = {}
-    for case in ("ref", "ref2", "fit", "cap0", "capboth", "noset", "floor0", "floor2", "timing"):
+    for case in cases or ("ref", "ref2", "fit", "cap0", "capboth", "noset", "floor0", "floor2", "optoom0", "timing"):
         t0 = time.time()
         p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                             __file__, case, str(out)], capture_output=True, text=True, timeout=400)
@@ -152,13 +168,13 @@ def drive(out: Path) -> None:
         print(f"{case}: rc {p.returncode}, {wall:.0f} s", flush=True)
     ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in (0, 1)]
     for case in ("ref2", "fit", "cap0", "capboth", "noset"):
-        for r in (0, 1):
+        for r in (0, 1) if case in rows else ():
             f = WEIGHTS / f"{case}-{r}.pt"
             if f.exists() and not (rows[case]["ranks"][r] or {}).get("error"):
                 got = torch.load(f)
                 upd = (ref[r]["final"] - ref[r]["init"]).norm()
                 rows[case]["ranks"][r]["diff_over_update"] = float((got["final"] - ref[r]["final"]).norm() / upd)
-    t = rows["timing"]["ranks"][0]
+    t = rows["timing"]["ranks"][0] if "timing" in rows else None
     if t and "ref" in t["times"] and "fit" in t["times"]:
         ref_t, fit_t = sorted(t["times"]["ref"][2:]), sorted(t["times"]["fit"][2:])
         rows["timing"]["median_ref_s"], rows["timing"]["median_fit_s"] = ref_t[len(ref_t) // 2], fit_t[len(fit_t) // 2]
@@ -172,4 +188,4 @@ if __name__ == "__main__":
     if "RANK" in os.environ:
         worker(sys.argv[1], Path(sys.argv[2]))
     else:
-        drive(Path(sys.argv[1]))
+        drive(Path(sys.argv[1]), sys.argv[2:])

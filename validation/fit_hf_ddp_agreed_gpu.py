@@ -12,6 +12,11 @@ tokens per rank. Per model, one torchrun job (2 processes, NCCL, Trainer's DDP, 
           ref's and split8's peak reserved: rank 0 must OOM at 16 and go on at 8, rank 1 never split
   floor0  as cap0 with min_micro_batch=16 (classifier only): every rank must raise, well before the timeout
   ref2    the plain Trainer again (added after the first run: the noise floor, with deterministic algorithms on)
+  optoom0 (added in session 25, before its run) the mixin with AdamW (lr 1e-4); at rank 0's first optimizer step a
+          pre-hook on the torch optimizer empties the cache and caps rank 0 at what it holds + 32 MiB, so Adam's
+          state cannot be allocated: a real OOM in the Trainer's optimizer step (the mixin's wrapped step). Both ranks
+          must raise at the first step, rank 1 with rank 0's message, well before the timeout.
+Select: validation/fit_hf_ddp_agreed_gpu.py OUTDIR [MODEL,...] [CASE,...] (the cap cases need ref and split8).
 Pass: cap0 within 1e-3 of ref's update (float32 summation order) on both ranks; equal or near split8; floor0 ends
 with both ranks' FitOutOfMemoryError (rank 0 floor, rank 1 peer).
 """
@@ -65,17 +70,34 @@ def worker(model_key: str, case: str, out: Path, cap: float) -> int:
     if case in ("cap0", "floor0") and rank == 0:
         torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(rank).total_memory)
     model = make_model(kind)
+    adam = case == "optoom0"
     args = transformers.TrainingArguments(
         output_dir=str(WEIGHTS / "run"), per_device_train_batch_size=BATCH, gradient_accumulation_steps=ga,
-        max_steps=STEPS, optim="sgd", learning_rate=0.05, max_grad_norm=0.0, report_to=[], save_strategy="no",
+        max_steps=STEPS, optim="adamw_torch" if adam else "sgd", learning_rate=1e-4 if adam else 0.05,
+        max_grad_norm=0.0, report_to=[], save_strategy="no",
         logging_steps=1, seed=7, data_seed=7, dataloader_num_workers=0, disable_tqdm=True, ddp_timeout=120)
+    callbacks = []
+    if adam and rank == 0:
+        class CapAtFirstUpdate(transformers.TrainerCallback):
+            def on_train_begin(self, args, state, control, optimizer=None, **kw):
+                inner = getattr(optimizer, "optimizer", optimizer)
+
+                def cap(opt, a, k):
+                    if not opt.state:  # the first update: Adam's state is still to be allocated
+                        torch.cuda.empty_cache()
+                        limit = torch.cuda.memory_reserved(rank) + 32 * 2**20
+                        torch.cuda.set_per_process_memory_fraction(
+                            limit / torch.cuda.get_device_properties(rank).total_memory, rank)
+                inner.register_step_pre_hook(cap)
+        callbacks.append(CapAtFirstUpdate())
     if case in ("ref", "ref2"):
         trainer = transformers.Trainer(model=model, args=args, train_dataset=Data(kind))
     else:
         class Split(fit.MicroBatchTrainerMixin, transformers.Trainer):
             pass
         trainer = Split(model=model, args=args, train_dataset=Data(kind), recover_under_ddp=True,
-                        micro_batch=8 if case == "split8" else None, min_micro_batch=16 if case == "floor0" else 2)
+                        micro_batch=8 if case == "split8" else None, min_micro_batch=16 if case == "floor0" else 2,
+                        callbacks=callbacks)
     row: dict = {"model": model_key, "case": case, "rank": rank}
     torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
@@ -86,8 +108,9 @@ def worker(model_key: str, case: str, out: Path, cap: float) -> int:
             WEIGHTS.mkdir(exist_ok=True)
             torch.save(torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()]),
                        WEIGHTS / f"{model_key}-{case}.pt")
-    except fit.FitOutOfMemoryError as exc:
-        row["error"] = {"phase": exc.phase, "text": str(exc)[:300]}
+    except (fit.FitOutOfMemoryError, fit.FitPeerError) as exc:
+        row["error"] = {"type": type(exc).__name__, "phase": getattr(exc, "phase", None), "text": str(exc)[:600],
+                        "step": trainer.state.global_step}
     row["seconds"] = round(time.time() - t0, 1)
     row["peak_reserved"] = torch.cuda.max_memory_reserved()
     row["events"] = getattr(trainer, "oom_events", None)
@@ -99,7 +122,7 @@ def worker(model_key: str, case: str, out: Path, cap: float) -> int:
     os._exit(1 if "error" in row else 0)
 
 
-def drive(out: Path) -> None:
+def drive(out: Path, models: list[str] | None = None, cases: list[str] | None = None) -> None:
     import torch
     import transformers
     out.mkdir(parents=True, exist_ok=True)
@@ -126,15 +149,22 @@ def drive(out: Path) -> None:
         res["runs"].append(run)
         return run
 
+    cases = cases or ["ref", "split8", "ref2", "cap0", "floor0", "optoom0"]
     for key, (kind, _ga) in MODELS.items():
+        if models and key not in models:
+            continue
         ref, split = launch(key, "ref"), launch(key, "split8")
-        launch(key, "ref2")
+        if "ref2" in cases:
+            launch(key, "ref2")
         p16 = next(r["peak_reserved"] for r in ref["ranks"] if r["rank"] == 0)
         p8 = next(r["peak_reserved"] for r in split["ranks"] if r["rank"] == 0)
         cap = (p16 + p8) / 2
-        launch(key, "cap0", cap)
-        if kind == "cls":
+        if "cap0" in cases:
+            launch(key, "cap0", cap)
+        if kind == "cls" and "floor0" in cases:
             launch(key, "floor0", cap)
+        if kind == "cls" and "optoom0" in cases:
+            launch(key, "optoom0")
         w_ref = torch.load(WEIGHTS / f"{key}-ref.pt")
         init = torch.cat([p.detach().float().flatten() for p in make_model(kind).parameters()])
         upd = (w_ref - init).abs().max().item()
@@ -156,4 +186,5 @@ if __name__ == "__main__":
     if "LOCAL_RANK" in os.environ:
         worker(sys.argv[1], sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
     else:
-        drive(Path(sys.argv[1]))
+        drive(Path(sys.argv[1]), sys.argv[2].split(",") if len(sys.argv) > 2 else None,
+              sys.argv[3].split(",") if len(sys.argv) > 3 else None)
