@@ -18,6 +18,9 @@ seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
   optoom0  (added in session 25, before its run) fit ddp= with Adam (lr 1e-4); at rank 0's first update a step
            pre-hook empties the cache and caps rank 0 at what it holds + 32 MiB: Adam's state cannot be allocated,
            a real OOM in one rank's update. Every rank must raise at the first step, rank 1 with rank 0's message.
+  optoom0b (session 25, written after optoom0 split in forward instead: the cap left Adam's state room inside the
+           segments still holding gradients) Adam, rank 0 capped at 4.0 GiB from the start: its forward splits
+           until a piece fits, then Adam's 2.26 GiB of state cannot be allocated.
 Added after the first run (the review, same session): ref2, fit, noset, deterministic algorithms, per-rank files.
 Select cases: validation/fit_ddp_gpu.py OUTDIR [CASE ...] (cap and floor cases need ref first).
 Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
@@ -78,7 +81,12 @@ def worker(case: str, out: Path) -> None:
     inner = build().to(f"cuda:{rank}")
     init = flat(inner)
     model = torch.nn.parallel.DistributedDataParallel(inner, device_ids=[rank])
-    if case == "optoom0":
+    if case == "optoom0b":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        if rank == 0:
+            torch.cuda.set_per_process_memory_fraction(4 * 2**30 / torch.cuda.get_device_properties(rank).total_memory,
+                                                       rank)
+    elif case == "optoom0":
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         if rank == 0:
             def cap(o, a, k):
