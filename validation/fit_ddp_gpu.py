@@ -174,9 +174,10 @@ def drive(out: Path, cases: list[str]) -> None:
                  for r in (0, 1)]
         rows[case] = {"rc": p.returncode, "wall_s": round(wall, 1), "ranks": ranks}
         print(f"{case}: rc {p.returncode}, {wall:.0f} s", flush=True)
-    ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in (0, 1)]
+    have_ref = (WEIGHTS / "ref-1.pt").exists()
+    ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in (0, 1)] if have_ref else []
     for case in ("ref2", "fit", "cap0", "capboth", "noset"):
-        for r in (0, 1) if case in rows else ():
+        for r in (0, 1) if case in rows and have_ref else ():
             f = WEIGHTS / f"{case}-{r}.pt"
             if f.exists() and not (rows[case]["ranks"][r] or {}).get("error"):
                 got = torch.load(f)
