@@ -21,6 +21,9 @@ seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
   optoom0b (session 25, written after optoom0 split in forward instead: the cap left Adam's state room inside the
            segments still holding gradients) Adam, rank 0 capped at 4.0 GiB from the start: its forward splits
            until a piece fits, then Adam's 2.26 GiB of state cannot be allocated.
+  optoom0c (session 25, after optoom0b stopped at its floor in forward) Adam; at rank 0's first update a pre-hook
+           caps rank 0 at what it reserves, fills the free space inside its segments with ballast, then allows 32
+           MiB more: Adam's state cannot be allocated, a small allocation (the peer broadcast's) can.
 Added after the first run (the review, same session): ref2, fit, noset, deterministic algorithms, per-rank files.
 Select cases: validation/fit_ddp_gpu.py OUTDIR [CASE ...] (cap and floor cases need ref first).
 Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
@@ -41,6 +44,7 @@ from pathlib import Path
 
 SEQ, BATCH, STEPS = 512, 32, 4
 WEIGHTS = Path("/tmp/fit_ddp_gpu_weights")
+BALLAST: list = []  # optoom0c: what fills rank 0's segments during the first update
 
 
 def build():
@@ -86,6 +90,25 @@ def worker(case: str, out: Path) -> None:
         if rank == 0:
             torch.cuda.set_per_process_memory_fraction(4 * 2**30 / torch.cuda.get_device_properties(rank).total_memory,
                                                        rank)
+    elif case == "optoom0c":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        if rank == 0:
+            total = torch.cuda.get_device_properties(rank).total_memory
+
+            def fill(o, a, k):
+                if o.state:
+                    return
+                torch.cuda.empty_cache()
+                torch.cuda.set_per_process_memory_fraction(torch.cuda.memory_reserved(rank) / total, rank)
+                for mib in (256, 64, 16, 4, 2):
+                    try:
+                        while True:
+                            BALLAST.append(torch.empty(mib * 2**20, dtype=torch.uint8, device=f"cuda:{rank}"))
+                    except torch.OutOfMemoryError:
+                        pass
+                torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(rank) + 32 * 2**20) / total,
+                                                           rank)
+            opt.register_step_pre_hook(fill)
     elif case == "optoom0":
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         if rank == 0:
@@ -146,6 +169,8 @@ def worker(case: str, out: Path) -> None:
         res["error"] = {"type": type(exc).__name__, "phase": getattr(exc, "phase", None),
                         "micro_batch": getattr(exc, "micro_batch", None), "text": str(exc)[:600],
                         "after_s": round(time.time() - t_start, 1), "steps_done": runners["fit"].steps}
+    res["ballast_mib"] = sum(b.numel() for b in BALLAST) / 2**20
+    BALLAST.clear()
     res["events"] = [{k: v for k, v in e.items() if k != "message"} for e in runners["fit"].events]
     res["times"] = times
     res["peak_gib"] = torch.cuda.max_memory_allocated(rank) / 2**30
