@@ -26,6 +26,7 @@ seq 512, SGD without momentum, 4 steps, each rank its own data. Cases:
            MiB more: Adam's state cannot be allocated, a small allocation (the peer broadcast's) can.
 Added after the first run (the review, same session): ref2, fit, noset, deterministic algorithms, per-rank files.
 Select cases: validation/fit_ddp_gpu.py OUTDIR [CASE ...] (cap and floor cases need ref first).
+FIT_DDP_NPROC=4 runs every job on 4 GPUs (session 25); rank 0 is still the only capped rank in the *0 cases.
 Pass (pre-registered in the session notes): cap0/capboth finish, diff/update vs ref < 1e-3, rank 1 of cap0 never
 splits; floor0/floor2 every rank raises FitOutOfMemoryError well before the NCCL timeout (120 s), job exits.
 """
@@ -44,6 +45,7 @@ from pathlib import Path
 
 SEQ, BATCH, STEPS = 512, 32, 4
 WEIGHTS = Path("/tmp/fit_ddp_gpu_weights")
+NPROC = int(os.environ.get("FIT_DDP_NPROC", "2"))  # processes (GPUs) per job; session 25 added 4
 BALLAST: list = []  # optoom0c: what fills rank 0's segments during the first update
 
 
@@ -191,18 +193,18 @@ def drive(out: Path, cases: list[str]) -> None:
     rows = {}
     for case in cases or ("ref", "ref2", "fit", "cap0", "capboth", "noset", "floor0", "floor2", "optoom0", "timing"):
         t0 = time.time()
-        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(NPROC),
                             __file__, case, str(out)], capture_output=True, text=True, timeout=400)
         wall = time.time() - t0
         (out / f"{case}.log").write_text(p.stdout[-20000:] + "\n--- stderr\n" + p.stderr[-20000:])
         ranks = [json.loads((out / f"{case}-{r}.json").read_text()) if (out / f"{case}-{r}.json").exists() else None
-                 for r in (0, 1)]
+                 for r in range(NPROC)]
         rows[case] = {"rc": p.returncode, "wall_s": round(wall, 1), "ranks": ranks}
         print(f"{case}: rc {p.returncode}, {wall:.0f} s", flush=True)
     have_ref = (WEIGHTS / "ref-1.pt").exists()
-    ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in (0, 1)] if have_ref else []
+    ref = [torch.load(WEIGHTS / f"ref-{r}.pt") for r in range(NPROC)] if have_ref else []
     for case in ("ref2", "fit", "cap0", "capboth", "noset"):
-        for r in (0, 1) if case in rows and have_ref else ():
+        for r in range(NPROC) if case in rows and have_ref else ():
             f = WEIGHTS / f"{case}-{r}.pt"
             if f.exists() and not (rows[case]["ranks"][r] or {}).get("error"):
                 got = torch.load(f)
