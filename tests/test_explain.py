@@ -450,3 +450,9 @@ def test_thread_key_joins_forms_of_one_thread():
     assert C.thread_key("https://discuss.pytorch.org/t/1234/5") == C.thread_key("https://discuss.pytorch.org/t/slug/1234")
     assert C.thread_key("https://stackoverflow.com/questions/5963/a-title") == C.thread_key("https://stackoverflow.com/q/5963")
     assert C.thread_key("https://github.com/a/b/issues/12") != C.thread_key("https://github.com/a/b/issues/13")
+
+
+def test_cupy_figures_are_named_as_cupy_reports_them():
+    from oomdoctor.render.explain import to_text
+    text = to_text(_explain(_fixture("cupy_oom.txt")))
+    assert "allocated by CuPy's pool so far: 0 bytes" in text and "allocated by PyTorch" not in text

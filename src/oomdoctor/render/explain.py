@@ -20,8 +20,13 @@ _NUMBER_LABELS = (
 _MAX_EVENTS_SHOWN = 20
 
 
-def number_rows(numbers: dict[str, int]) -> list[tuple[str, str]]:
-    return [(label, format_bytes(numbers[k])) for k, label in _NUMBER_LABELS if k in numbers]
+# the same figure under another framework's name (CuPy's pool reports what it has handed out so far)
+_LABELS_BY_KIND = {"cupy_oom": {"allocated_bytes": "allocated by CuPy's pool so far"}}
+
+
+def number_rows(numbers: dict[str, int], kind: str = "") -> list[tuple[str, str]]:
+    names = _LABELS_BY_KIND.get(kind, {})
+    return [(names.get(k, label), format_bytes(numbers[k])) for k, label in _NUMBER_LABELS if k in numbers]
 
 
 def to_json(ex: Explanation) -> str:
@@ -81,7 +86,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
               f"(confidence {top.confidence:.2f}) for the event at {escape(where)}")
     if p is not None:
         con.print(f"  [dim]{escape(p.text[:300])}[/dim]")
-        rows = number_rows(p.numbers)
+        rows = number_rows(p.numbers, p.kind)
         if rows:
             con.print("  " + "; ".join(f"{k}: [bold]{v}[/bold]" for k, v in rows))
     shown = _shown(ex.hypotheses)
@@ -128,6 +133,6 @@ def to_html(ex: Explanation) -> str:
     for i, e in enumerate(ex.events):
         events.append({"where": f"{e.source + ':' if e.source else ''}{e.line}", "kind": e.kind, "count": e.count,
                        "category": ex.event_categories.get(i, ""), "text": e.text[:2000],
-                       "numbers": number_rows(e.numbers), "primary": e is ex.primary})
+                       "numbers": number_rows(e.numbers, e.kind), "primary": e is ex.primary})
     return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ex.hypotheses],
                        events=events, facts_used=ex.facts_used, notes=ex.notes)
