@@ -17,6 +17,7 @@ tokens per rank. Per model, one torchrun job (2 processes, NCCL, Trainer's DDP, 
           state cannot be allocated: a real OOM in the Trainer's optimizer step (the mixin's wrapped step). Both ranks
           must raise at the first step, rank 1 with rank 0's message, well before the timeout.
 Select: validation/fit_hf_ddp_agreed_gpu.py OUTDIR [MODEL,...] [CASE,...] (the cap cases need ref and split8).
+FIT_HF_NPROC=4 runs every job on 4 GPUs (session 25); rank 0 is still the only capped rank.
 Pass: cap0 within 1e-3 of ref's update (float32 summation order) on both ranks; equal or near split8; floor0 ends
 with both ranks' FitOutOfMemoryError (rank 0 floor, rank 1 peer).
 """
@@ -133,7 +134,7 @@ def drive(out: Path, models: list[str] | None = None, cases: list[str] | None = 
     def launch(model_key, case, cap=0.0):
         t0 = time.time()
         try:
-            p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", os.environ.get("FIT_HF_NPROC", "2"),
                                 __file__, model_key, case, str(out), str(cap)], capture_output=True, text=True,
                                timeout=300)
             rc, tail = p.returncode, (p.stdout + p.stderr)[-3000:]
