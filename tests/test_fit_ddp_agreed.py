@@ -363,7 +363,52 @@ def test_a_rewrapped_optimizer_step_agrees_once_on_a_failure():
     def failing(*a, **k):
         raise ValueError("bug in the update")
 
-    outer = _AgreedStep(_AgreedStep(failing, trainer), trainer)  # the optimizer prepared again: wrapped again
+    outer = _AgreedStep(_AgreedStep(failing, trainer, False), trainer, True)  # prepared again: wrapped again
     with pytest.raises(ValueError, match="bug in the update"):
         outer()
     assert coord.calls == 1  # the outer wrapper does not agree again: no rank waits alone in that exchange
+
+
+class BackendCompilerFailed(RuntimeError):
+    """As torch._dynamo raises it: a RuntimeError subclass whose text holds the OOM it wraps."""
+
+
+@pytest.mark.parametrize("exc, oom", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB."), True),
+    (RuntimeError("CUDA error: out of memory"), True),
+    (BackendCompilerFailed("backend='inductor' raised:\nOutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"),
+     True),  # accelerate's finder retries it, so the other ranks must raise what it retries too
+    (RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous"),
+     True),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), False),
+    (ValueError("ran out of memory."), False),  # not a RuntimeError: no finder retries it
+    (RuntimeError("a", "CUDA out of memory."), False),  # two arguments: accelerate's finder does not look
+])
+def test_what_counts_as_an_oom_is_what_a_batch_size_finder_retries(exc, oom):
+    from accelerate.utils.memory import should_reduce_batch_size
+    assert fit_ddp.failure_is_oom(exc) is oom
+    assert not should_reduce_batch_size(exc) or oom  # whatever accelerate retries is an OOM to the exchange
+
+
+def test_an_oom_beside_another_error_says_so_in_words_no_finder_takes_for_an_oom():
+    from oomdoctor.injob.fit import core
+    own = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+    coord = StandInCoordinator(failed_rank=0, failed_oom=False, message="RuntimeError: CUDA error: an illegal memory "
+                               "access was encountered")
+    err = core.stop_together(coord, coord.agree(False, own, None), own, 8, 1, [])
+    assert isinstance(err, fit.FitPeerError) and not fit_ddp.finder_retries(err)
+
+
+def test_a_new_scheduler_finds_the_optimizer_step_as_it_was_before_fit_wrapped_it():
+    from oomdoctor.injob.fit.hf import _AgreedStep, _unwrap_agreed_step
+    trainer, net = agreed_trainer(None)
+    opt = trainer.optimizer
+    assert isinstance(vars(opt)["step"], _AgreedStep)
+    _unwrap_agreed_step(opt)
+    assert "step" not in vars(opt)  # the class's step again: no instance attribute left
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)  # wraps step through its __func__
+    scheduled = vars(opt)["step"]
+    from oomdoctor.injob.fit.hf import MicroBatchTrainerMixin
+    MicroBatchTrainerMixin._agree_after_optimizer_step(trainer)  # fit wraps the scheduler's step
+    _unwrap_agreed_step(opt)
+    assert vars(opt)["step"] is scheduled  # and gives it back as it found it

@@ -86,3 +86,14 @@ def test_recover_under_ddp_a_rank_at_its_floor_stops_every_rank(tmp_path):
     assert got[0]["phase"] == "forward" and "floor" in got[0]["error"]
     assert got[1]["phase"] == "peer" and got[1]["error"].startswith("rank 0 of this job ran out of memory in forward")
     assert "CUDA out of memory. Tried to allocate 1.00 GiB." in got[1]["error"]
+
+
+def test_recover_under_ddp_survives_a_new_scheduler_a_second_train_and_the_batch_size_finders_retry(tmp_path):
+    for mode in ("agreed-twice", "agreed-afbs"):
+        rc, logs = torchrun(WORKER, mode, tmp_path)
+        assert rc == 0, logs
+    twice = rows(tmp_path, "agreed-twice")
+    assert len(twice) == 2 and twice[0]["weights"] == twice[1]["weights"]  # the second run ended, ranks alike
+    afbs = rows(tmp_path, "agreed-afbs")
+    assert [r["batch_size"] for r in afbs] == [4, 4]  # every rank was retried at 4, none alone
+    assert afbs[0]["events"][0] == {"phase": "forward", "micro_batch": 8, "action": "raise"}

@@ -177,8 +177,8 @@ def stop_together(coord: Any, agreed: Any, own: BaseException | None, micro: int
     events.append(event if step is None else {"step": step, **event})
     err = peer_error(rank, was_oom, phase, message, micro, floor)
     if own is not None:
-        err = FitPeerError(f"{err} This rank had also run out of memory in the same step (the cause below); it "
-                           "stops with the other rank's error, so that nothing retries this rank alone.",
+        err = FitPeerError(f"{err} This rank had also hit an OOM in the same step (the cause below); it stops with "
+                           "the other rank's error, so that nothing retries this rank alone.",
                            rank=rank, error=message)
         err.__cause__ = own
     return _agreed_on(err)

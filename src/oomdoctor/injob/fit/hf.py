@@ -144,8 +144,9 @@ class _AgreedStep:
 
     _oomdoctor_agreed = True
 
-    def __init__(self, step: Any, trainer: Any):
+    def __init__(self, step: Any, trainer: Any, own: bool):
         self._step, self._trainer = step, trainer
+        self._own = own  # the step wrapped was the optimizer's own attribute (an LR scheduler's wrapper), not its class's
 
     def __call__(self, *a: Any, **k: Any) -> Any:
         trainer, step = self._trainer, self._step
@@ -174,6 +175,21 @@ class _AgreedStep:
 
 def _plain_step(step: Any) -> Any:
     return step
+
+
+def _unwrap_agreed_step(opt: Any) -> None:
+    """The optimizer's step as it was before fit wrapped it: a new LR scheduler (a second train(), the retry of
+    auto_find_batch_size) re-wraps the step through its `__func__`, which fit's wrapper has not."""
+    for _ in range(8):  # AcceleratedOptimizer -> torch optimizer ...
+        wrapper = vars(opt).get("step") if hasattr(opt, "__dict__") else None
+        if isinstance(wrapper, _AgreedStep):
+            if wrapper._own:
+                opt.step = wrapper._step
+            else:
+                del opt.step
+        opt = getattr(opt, "optimizer", None)
+        if opt is None:
+            return
 
 
 class MicroBatchTrainerMixin:
@@ -317,6 +333,14 @@ class MicroBatchTrainerMixin:
         self._cycle_open, self._coordinator = False, None
         return super().train(*args, **kwargs)  # type: ignore[misc]
 
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """A new scheduler wraps the optimizer's step: it must find the step as it was before fit wrapped it (fit wraps
+        it again at the next synchronised micro-step)."""
+        for opt in (optimizer, getattr(self, "optimizer", None)):
+            if opt is not None:
+                _unwrap_agreed_step(opt)
+        return super().create_scheduler(num_training_steps, optimizer)  # type: ignore[misc]
+
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None, *args: Any, **kwargs: Any) -> Any:
         if self.recover_under_ddp and core._world_size() > 1:
             return self._training_step_agreed(model, inputs, num_items_in_batch, args, kwargs)
@@ -455,7 +479,7 @@ class MicroBatchTrainerMixin:
         opt = getattr(self, "optimizer", None)
         if opt is None or getattr(opt.step, "_oomdoctor_agreed", False):  # wrapped already (also through a re-wrap)
             return
-        opt.step = _AgreedStep(opt.step, self)
+        opt.step = _AgreedStep(opt.step, self, own="step" in vars(opt))
 
     def _pieces(self, model: Any, inputs: Any, n: int | None, micro: int | None, num_items: Any, args: tuple,
                 kwargs: dict) -> Any:
