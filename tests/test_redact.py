@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -137,3 +138,17 @@ def test_every_token_pattern_has_anchors_that_every_match_contains():
         assert "***" in r.redact_text(f"x {sample} y") and sample not in r.redact_text(f"x {sample} y")
     # each alternation branch of the AWS/GitHub/Slack patterns is an anchor
     assert set(_re.findall(r"[A-Z]{4}", r._TOKEN_PATTERNS[1].pattern.split("[")[0])) == set(r._TOKEN_ANCHORS[1])
+
+
+@pytest.mark.parametrize("where", ["monkey.log:3", "/data/pretrain_tokens.log:1204", "auth.log:7", "key.txt:12",
+                                   "run/secret_sauce.out:88"])
+def test_a_log_file_and_line_number_stay_readable(where):
+    # explain and doctor print where an event is as FILE:LINE; a file name with a secret-looking word is no key
+    assert redact_text(f"Answer: host_oom for the event at {where}") == f"Answer: host_oom for the event at {where}"
+
+
+@pytest.mark.parametrize("text, hidden", [("password:123456", "123456"), ("api.key:123", "123"),
+                                          ("token:12345", "12345"), ("db.password:42", "42"),
+                                          ("private.key:9", ":9")])
+def test_numbers_after_secret_names_that_are_not_files_are_still_hidden(text, hidden):
+    assert hidden not in redact_text(text)

@@ -79,6 +79,10 @@ _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&\x00]+)"
 )
 
+# A log file's name and a line number (`pretrain_tokens.log:42`), as explain and doctor print where an event is: the
+# name looks secret to the rule above, the number is no secret.
+_FILE_LINE = re.compile(r"[^\s=:]*(?:/[^\s=:]*|\.(?:log|txt|out|err|jsonl?|ya?ml|py|csv|md|gz)):\d{1,9}\Z")
+
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
 # the next word. Values that start with `-` are the next option, not a value.
 _FLAG_VALUE = re.compile(r"(?<![\w\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<sp>[ \t]+)"
@@ -118,6 +122,8 @@ def redact_text(text: str) -> str:
     depth = [0]
 
     def _assign(m: re.Match[str]) -> str:
+        if _FILE_LINE.match(m.group(0)):  # `monkey.log:12`, `logs/auth.log:3`: a file and a line, not a key
+            return m.group(0)
         if is_secret_name(m.group("name")) and m.group("value") != MASK:
             return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}"
         # a harmless name's value may hold the next assignment (`A= PGPASSWORD=x`: the separator's
