@@ -2056,3 +2056,18 @@ def test_the_bundle_record_of_a_suspect_size_says_not_oom():
 
     rec = records_from_lines([_OOM_ASKING_2_0.format(req="2.50 TiB")])[0]
     assert rec["category"] == "not_oom" and rec["details"]["absurd_size"] is True
+
+
+def test_a_kubectl_describe_pasted_alone_is_a_failure_not_documentation():
+    # a new user's walkthrough (session 25): `kubectl describe pod` with Last State OOMKilled / Exit Code 137 was
+    # read as documentation (exit 0) once its Limits:/Events: sections were pasted too. A page explains in
+    # sentences; a command's output has none.
+    from oomdoctor.explain.mentions import prose_lines
+    text = (Path(__file__).parent / "fixtures" / "explain" / "kubectl_describe_oomkilled.txt").read_text()
+    ex = explain_text(text.splitlines())
+    assert ex.explained and ex.hypotheses[0].category == "host_oom" and not ex.documentation
+    assert prose_lines(text.splitlines()) < 3
+    guide = ("When a container exceeds its memory limit, the kernel kills it and Kubernetes records the reason.\n"
+             "You can see the reason in the output of kubectl describe pod, as in the example below from a pod.\n"
+             "The exit code 137 means the process was killed with SIGKILL, which is what the OOM killer sends.\n")
+    assert prose_lines(guide.splitlines()) == 3

@@ -164,6 +164,26 @@ def cjk_article(lines: Iterable[str]) -> bool:
     return n >= CJK_ARTICLE_LINES
 
 
+_WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
+PROSE_LINES_MIN = 3  # lines of prose a documentation page has, and a pasted command's output has not
+
+
+def prose_lines(lines: Iterable[str], enough: int = PROSE_LINES_MIN) -> int:
+    """Lines that read as sentences (eight words or more, nearly all of them words; or CJK_PROSE_MIN CJK letters),
+    counted up to `enough`: `kubectl describe`'s output, a table, a log has none or one."""
+    n = 0
+    for line in lines:
+        if _LOG_PREFIX.match(line) or _CODE_LINE.match(line):
+            continue
+        tokens = line.split()
+        words = _WORD.findall(line)
+        if (len(words) >= 8 and len(words) >= 0.7 * len(tokens)) or len(CJK_CHAR.findall(line)) >= _CJK_PROSE_MIN:
+            n += 1
+            if n >= enough:
+                break
+    return n
+
+
 def _cjk_general_clause(line: str, start: int, end: int) -> bool:
     if not CJK_CHAR.search(line) or CJK_OWN_RUN.search(line):
         return False
