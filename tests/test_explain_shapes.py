@@ -2071,3 +2071,21 @@ def test_a_kubectl_describe_pasted_alone_is_a_failure_not_documentation():
              "You can see the reason in the output of kubectl describe pod, as in the example below from a pod.\n"
              "The exit code 137 means the process was killed with SIGKILL, which is what the OOM killer sends.\n")
     assert prose_lines(guide.splitlines()) == 3
+
+
+def test_the_answer_speaks_of_the_framework_and_the_segment_the_log_names():
+    # a new user's walkthrough (session 25): NCCL's /dev/shm segment was described as the DataLoader's, a CuPy
+    # OOM got PyTorch's allocator command and a "needs X more" it could not know, a bare Killed an exit code
+    nccl = explain_text(["NCCL WARN Error while creating shared memory segment /dev/shm/nccl-vzIpS6 (size 9637888)",
+                         "ncclSystemError: System call (e.g. socket, malloc) or external library call failed"])
+    top = nccl.hypotheses[0]
+    assert top.category == "shm_exhausted" and "NCCL" in top.evidence[0] and "NCCL_SHM_DISABLE" in top.fixes[0]
+    cupy = explain_text(["cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,600,000,000 bytes "
+                         "(allocated so far: 0 bytes)."])
+    j = cupy.to_json()
+    assert "CuPy ran out" in j["hypotheses"][0]["evidence"][0]
+    assert "one allocation of" in j["hypotheses"][0]["fixes"][0]
+    commands = " ".join(h["decided_by"]["command"] for h in j["hypotheses"] if "decided_by" in h)
+    assert "cupy" in commands and "PYTORCH_CUDA_ALLOC_CONF" not in commands
+    killed = explain_text(["step 100 loss 2.0", "Killed"])
+    assert "killed by SIGKILL" in killed.hypotheses[0].evidence[0]

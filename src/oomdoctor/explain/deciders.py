@@ -36,3 +36,29 @@ DECIDERS: dict[str, Decider] = {
     "not_oom": Decider("the first CUDA error, reported where it happens",
                        "CUDA_LAUNCH_BLOCKING=1 python train.py"),
 }
+
+
+# The same question asked of another framework's allocator: a PyTorch command would not apply (a new user's
+# walkthrough, session 25: a CuPy OOM was told to set PYTORCH_CUDA_ALLOC_CONF)
+_PEAK = "this job's own peak against the memory it may use"
+_BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
+    ("fragmentation", "cupy_oom"): Decider("memory CuPy's pool holds but has not handed out (total_bytes - used_bytes)",
+                                           "pool = cupy.get_default_memory_pool(); print(pool.used_bytes(), "
+                                           "pool.total_bytes())  # in the job, before the failing step"),
+    ("true_capacity", "cupy_oom"): Decider(_PEAK, "print(cupy.get_default_memory_pool().total_bytes())  # in the job, "
+                                                  "at its largest step"),
+    ("fragmentation", "jax_oom"): Decider("memory XLA's allocator holds but cannot hand out",
+                                          "XLA_PYTHON_CLIENT_ALLOCATOR=platform python train.py  # fixed (and slower): "
+                                          "it was fragmentation"),
+    ("true_capacity", "jax_oom"): Decider(_PEAK, "print(jax.devices()[0].memory_stats()['peak_bytes_in_use'])"),
+    ("fragmentation", "tf_oom"): Decider("TensorFlow's BFC allocator: its largest free chunk against the request (the "
+                                         "memory summary it logs before the error)",
+                                         "TF_GPU_ALLOCATOR=cuda_malloc_async python train.py  # fixed: it was "
+                                         "fragmentation"),
+    ("true_capacity", "tf_oom"): Decider(_PEAK, "print(tf.config.experimental.get_memory_info('GPU:0')['peak'])"),
+}
+
+
+def decider(category: str, kind: str = "") -> Decider | None:
+    """The fact that decides `category`, asked of the allocator of the event's framework (`kind`)."""
+    return _BY_FRAMEWORK.get((category, kind)) or DECIDERS.get(category)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.explain.deciders import DECIDERS
+from oomdoctor.explain.deciders import decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
@@ -84,11 +84,12 @@ class Hypothesis:
     evidence: list[str]
     fixes: list[str]
     score: float = 0.0
+    kind: str = ""  # the answer's event kind: whose allocator the deciding command asks (deciders.decider)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"category": self.category, "confidence": self.confidence, "evidence": self.evidence,
                                "fixes": self.fixes}
-        d = DECIDERS.get(self.category)
+        d = decider(self.category, self.kind)
         if d is not None:
             out["decided_by"] = {"fact": d.fact, "command": d.command}
         return out
@@ -105,6 +106,10 @@ class Explanation:
     recovered: list[OomEvent] = field(default_factory=list)  # OOMs the job caught and went on from
     documentation: bool = False  # the text reads as documentation; its vague OOM wording was not a failure
     notes: list[str] = field(default_factory=list)  # what the reader should know that is no event (a BFC warning before a crash)
+
+    def __post_init__(self) -> None:
+        for h in self.hypotheses:
+            h.kind = self.primary.kind if self.primary is not None else ""
 
     @property
     def category(self) -> str | None:
@@ -133,7 +138,7 @@ class Explanation:
             return []
         out = []
         for h in self.hypotheses[:2]:
-            d = DECIDERS.get(h.category)
+            d = decider(h.category, h.kind)
             if d is not None:
                 out.append({"category": h.category, "fact": d.fact, "command": d.command,
                             "collected_by": "--here or --bundle" if d.keys else "not collected by explain"})

@@ -251,7 +251,10 @@ def _split_mb(x: int) -> int:
 
 def _capacity_fix(x: int | None, f: int | None, u: int | None, t: int | None) -> str:
     short = (x or 0) - (f or 0) - (u or 0)
-    msg = f"the step needs at least {fb(short)} more than it can get" if short > 0 else "the step needs more"
+    if f is None and x:  # no free figure (CuPy, JAX): the request itself, not a shortfall
+        msg = f"one allocation of {fb(x)} could not be served"
+    else:
+        msg = f"the step needs at least {fb(short)} more than it can get" if short > 0 else "the step needs more"
     return (msg + (f" on this {fb(t)} GPU" if t else "") + ": lower the batch size or sequence length, enable "
             "activation checkpointing, use bf16 autocast, or find the largest batch that fits with "
             "`oomdoctor estimate WORKLOAD.py --max-batch --memory-limit SIZE`")

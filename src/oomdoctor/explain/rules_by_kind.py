@@ -44,6 +44,25 @@ if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms 
 
 SHM_FIX = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
            "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm; or lower num_workers")
+_FRAMEWORK = {"jax_oom": "JAX/XLA", "tf_oom": "TensorFlow", "cupy_oom": "CuPy", "rmm_oom": "RAPIDS RMM",
+              "ort_oom": "ONNX Runtime"}
+SHM_FIX_BASE = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
+                "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm")
+
+
+def _shm_whose(text: str) -> tuple[str, str]:
+    """Whose /dev/shm segment the line names (NCCL's, Ray's object store, the DataLoader's): the why and the fix."""
+    low = text.lower()
+    if "nccl" in low:
+        return ("NCCL could not create its shared-memory segment in /dev/shm (its buffers between processes of one "
+                "node; Docker gives 64 MB)", SHM_FIX_BASE + "; or NCCL_SHM_DISABLE=1 (slower, through the network "
+                "stack)")
+    if "object store" in low:
+        return ("Ray's object store does not fit in /dev/shm", SHM_FIX_BASE + "; or a smaller object_store_memory")
+    return ("the DataLoader's shared-memory segments in /dev/shm ran out (bus error / 'No space left on device' for "
+            "/torch_* segments) [PTDL][PTMAP]", SHM_FIX)
+
+
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 NOT_OOM_FIX = ("rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel; check index/label ranges "
@@ -120,7 +139,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("true_capacity", 3.5, f"one allocation of {fb(x)} is larger than any GPU",
                   "the array itself must shrink (check its shape) or be sharded")
         else:
-            b.add("true_capacity", 2.2, f"{k.split('_')[0].upper()} ran out of device memory"
+            b.add("true_capacity", 2.2, f"{_FRAMEWORK[k]} ran out of device memory"
                   + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
         if k == "tf_oom" and "from device" in ev.text:
             _tf_reserve_failed(b, alone="OOM when allocating" not in ev.text)
@@ -196,8 +215,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("not_oom", 3.0, f"{status}: a kernel or argument error of the library, not a lack of memory",
                   NOT_OOM_FIX)
     elif k == "shm_error":
-        b.add("shm_exhausted", 3.5, "the DataLoader's shared-memory segments in /dev/shm ran out "
-              "(bus error / 'No space left on device' for /torch_* segments) [PTDL][PTMAP]", SHM_FIX)
+        b.add("shm_exhausted", 3.5, *_shm_whose(ev.text))
     elif k == "bus_error":
         b.add("shm_exhausted", 2.4, "a bus error (SIGBUS) in a GPU job is most often a /dev/shm page that could not be "
               "backed: DataLoader workers and NCCL put tensors there, and Docker gives 64 MB [PTDL]", SHM_FIX)
@@ -213,7 +231,9 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         if d.get("shmem_rss_bytes", 0) >= GIB:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
-        b.add("host_oom", 2.0, "exit code 137 = 128 + SIGKILL, the usual mark of the OOM killer (but docker "
+        # what the line says: an exit code, or the shell's "Killed" (the same SIGKILL, no code printed)
+        said = "exit code 137 = 128 + SIGKILL" if "137" in ev.text else "killed by SIGKILL (exit code 137 = 128 + 9)"
+        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but docker "
               "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
