@@ -105,3 +105,16 @@ def test_max_batch_is_monotonic_in_the_limit(mlp, capsys):
     # the answer fits and one more does not
     assert main(["estimate", str(mlp), "--batch-size", str(found[0]), "--memory-limit", "100MiB"]) == 0
     assert main(["estimate", str(mlp), "--batch-size", str(found[0] + 1), "--memory-limit", "100MiB"]) == 1
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "cfg", "--lora-r", "8"], "--lora-r applies to --task lora or qlora; this is --task train"),
+    (["--model", "cfg", "--task", "lora", "--num-beams", "4"], "--num-beams applies to --task generate"),
+    (["--model", "cfg", "--task", "lora", "--kbit-prep"], "--kbit-prep applies to --task qlora"),
+    (["WORKLOAD", "--batch-size", "2", "--task", "lora"], "--task shapes a --model estimate"),
+])
+def test_an_option_the_estimate_would_ignore_is_refused(mlp, capsys, argv, words):
+    # a new user's walkthrough (session 25): --lora-r without --task lora silently gave a full fine-tune's figure
+    argv = [str(mlp) if a == "WORKLOAD" else a for a in argv]
+    assert main(["estimate", *argv]) == 2
+    assert words in capsys.readouterr().err

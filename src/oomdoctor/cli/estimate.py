@@ -74,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         if args.workload:
             raise UsageError("give either WORKLOAD.py or --model PATH, not both")
+        _refuse_unused(args)
         return _run_model(args, limit, conf)
     if not args.workload:
         raise UsageError("give WORKLOAD.py or --model PATH")
+    _refuse_unused(args)
     workload = load_workload(args.workload)
     if args.max_batch:
         if limit is None and not args.gpu:
@@ -108,6 +110,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 
+
+
+# options that only shape a --model estimate, and the tasks they apply to (None: any task); a value set away from its
+# default where it does not apply is refused, rather than silently left out of the figure
+_MODEL_ONLY: tuple[tuple[str, str, object, tuple[str, ...] | None], ...] = (
+    ("task", "--task", "train", None), ("seq_len", "--seq-len", 512, None), ("dtype", "--dtype", None, None),
+    ("amp", "--amp", None, None), ("optimizer", "--optimizer", "adamw", None),
+    ("gradient_checkpointing", "--gradient-checkpointing", False, None),
+    ("lora_r", "--lora-r", 16, ("lora", "qlora")), ("lora_targets", "--lora-targets", None, ("lora", "qlora")),
+    ("max_new_tokens", "--max-new-tokens", 128, ("generate",)), ("num_beams", "--num-beams", 1, ("generate",)),
+    ("kbit_prep", "--kbit-prep", False, ("qlora",)), ("parallel", "--parallel", None, None),
+    ("no_search", "--no-search", False, None),
+)
+
+
+def _refuse_unused(args: argparse.Namespace) -> None:
+    for attr, flag, default, tasks in _MODEL_ONLY:
+        if getattr(args, attr, default) == default:
+            continue
+        if not args.model:
+            raise UsageError(f"{flag} shapes a --model estimate; a WORKLOAD.py builds its own model and step")
+        if tasks is not None and args.task not in tasks:
+            raise UsageError(f"{flag} applies to --task {' or '.join(tasks)}; this is --task {args.task}"
+                             + (" (a full fine-tune)" if args.task == "train" else ""))
 
 
 def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
