@@ -118,3 +118,15 @@ def test_an_option_the_estimate_would_ignore_is_refused(mlp, capsys, argv, words
     argv = [str(mlp) if a == "WORKLOAD" else a for a in argv]
     assert main(["estimate", *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, key", [("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("nvidia-a100-80g", "a100-80gb"),
+                                       ("H100 SXM", "h100"), ("tesla-t4", "t4")])
+def test_a_gpu_is_found_by_the_names_people_write(name, key):
+    from oomdoctor.knowledge.gpus import get_gpu
+    assert get_gpu(name).key == key
+
+
+def test_a_gpu_name_with_two_sizes_asks_which(mlp, capsys):
+    assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", "a100"]) == 2
+    assert "a100-40gb or a100-80gb" in capsys.readouterr().err

@@ -98,8 +98,22 @@ GPUS: dict[str, GpuSpec] = {g.key: g for g in (
 )}
 
 
+_SIZES = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb")}
+
+
+def _normal(key: str) -> str:
+    """The ways people write a GPU's name ("RTX4090", "nvidia-a100-80g", "H100 SXM") as this table's key."""
+    k = re.sub(r"[\s_]+", "-", key.strip().lower())
+    k = re.sub(r"^(?:nvidia-)?(?:geforce-|tesla-)?", "", k)
+    k = re.sub(r"^rtx-?(\d{4})$", r"rtx-\1", k)
+    k = re.sub(r"^(a100|v100)-?(\d{2})g?b?$", r"\1-\2gb", k)
+    return {"h100-sxm": "h100", "h100-sxm5": "h100", "h200-sxm": "h200"}.get(k, k)
+
+
 def get_gpu(key: str) -> GpuSpec:
-    k = key.strip().lower().replace("_", "-")
+    k = _normal(key)
+    if k in _SIZES:
+        raise UsageError(f"{key!r} comes in more than one size: {' or '.join(_SIZES[k])}")
     if k not in GPUS:
         raise UsageError(f"unknown GPU {key!r}; known: {', '.join(sorted(GPUS))}")
     return GPUS[k]
