@@ -141,3 +141,15 @@ def test_crossed_threshold_outranks_an_equal_weight_version_change():
     result = diff_reports(DoctorReport(a, (), Verdict(Category.UNKNOWN, ""), {}),
                           DoctorReport(b, (), Verdict(Category.UNKNOWN, ""), {}))
     assert [d.key for d in result.differences] == ["kernel.release", "driver.version"]
+
+
+def test_an_empty_reading_beside_an_unread_fact_claims_nothing_and_a_finding_can_head():
+    # a new user's walkthrough (session 25): a live report against its own machine's bundle headlined
+    # "k8s.terminations 'unavailable' vs []: host/cgroup OOM kills seen on one side", with none on either side
+    from oomdoctor.analysis.diff import diff_facts
+    from oomdoctor.facts import Fact, FactSet, Unavailable
+
+    a = FactSet([Unavailable("k8s.terminations", "live: no manifests given")])
+    b = FactSet([Fact("k8s.terminations", [], "manifests")])
+    (d,), _ = diff_facts(a, b)
+    assert "OOM" not in d.note and d.note.startswith("read on B only")

@@ -125,7 +125,14 @@ def diff_facts(a: FactSet, b: FactSet) -> tuple[list[Difference], int]:
             diffs.append(Difference(key, spec.layer, va, vb, spec.weight + threshold_bonus(key, va, vb),
                                     explain(key, va, vb)))
         elif pa or pb:
-            # known on one side only: still worth showing, at a lower score (the other side could not tell)
+            # known on one side only: still worth showing, at a lower score (the other side could not tell); an
+            # empty reading there (no OOM kills, no terminations) says nothing against the other side, which was
+            # not read: no note that would claim one
+            known = va if pa else vb
+            if known in ([], {}, None, ""):
+                diffs.append(Difference(key, spec.layer, va, vb, spec.weight * 0.2,
+                                        f"read on {'A' if pa else 'B'} only (empty there); not collected on the other side"))
+                continue
             diffs.append(Difference(key, spec.layer, va, vb, spec.weight * 0.6,
                                     explain(key, va if pa else None, vb if pb else None)))
         elif va != vb:
@@ -155,6 +162,8 @@ def diff_reports(a: DoctorReport, b: DoctorReport, a_name: str = "A", b_name: st
 def top_explanation(result: DiffResult) -> Optional[str]:
     """The headline: the highest-ranked difference with an explanation, as one line."""
     for d in result.differences:
-        if d.note and d.kind == "fact":
+        if d.note and d.kind == "finding":  # the table's order: a finding on one side may rank first
+            return f"{d.key} ({d.a if d.a is not None else d.b}): {d.note}"
+        if d.note and d.kind == "fact" and not d.note.startswith("read on "):
             return f"{d.key}: {d.a!r} (A) vs {d.b!r} (B): {d.note}"
     return None
