@@ -456,3 +456,17 @@ def test_cupy_figures_are_named_as_cupy_reports_them():
     from oomdoctor.render.explain import to_text
     text = to_text(_explain(_fixture("cupy_oom.txt")))
     assert "allocated by CuPy's pool so far: 0 bytes" in text and "allocated by PyTorch" not in text
+
+
+def test_facts_asked_for_are_said_to_have_been_read_or_not():
+    # a new user's walkthrough (session 25): `explain --here` printed the same as without it, ending with advice to
+    # run --here; now it says what the deciding facts were where they were read, and drops the advice
+    from oomdoctor.facts import Unavailable
+    from oomdoctor.render.explain import to_text
+    text = _fixture("hog_leaves_300MiB_then_alloc_1GiB.txt").splitlines()
+    bare = to_text(explain_text(text))
+    assert "explain --here LOG` reads these facts" in bare
+    ex = explain_text(text, FactSet([Unavailable("sharing.processes", "NVML library not found")]))
+    note = next(n for n in ex.notes if n.startswith("the facts that decide"))
+    assert "sharing.processes: not available (NVML library not found)" in note and "probe.context: not read" in note
+    assert "explain --here LOG` reads these facts" not in to_text(ex)

@@ -106,6 +106,7 @@ class Explanation:
     recovered: list[OomEvent] = field(default_factory=list)  # OOMs the job caught and went on from
     documentation: bool = False  # the text reads as documentation; its vague OOM wording was not a failure
     notes: list[str] = field(default_factory=list)  # what the reader should know that is no event (a BFC warning before a crash)
+    facts_given: bool = False  # machine facts were read (--here, --bundle), whether or not they decided anything
 
     def __post_init__(self) -> None:
         for h in self.hypotheses:
@@ -372,6 +373,39 @@ def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
 
 
 def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
+    ex = _explain_scan(scan, facts, prior)
+    if facts is not None:
+        ex.facts_given = True
+        note = _facts_note(facts, ex)
+        if note:
+            ex.notes.append(note)
+    return ex
+
+
+def _facts_note(facts: FactSet, ex: Explanation) -> str | None:
+    """What the facts that decide between the leading causes said where they were read (--here, --bundle): a
+    user who asked for them must not be left to guess whether they were found (a new user's walkthrough)."""
+    if not ex.ambiguous:
+        return None
+    keys: list[str] = []
+    for h in ex.hypotheses[:2]:
+        d = decider(h.category, h.kind)
+        keys += [k for k in (d.keys if d else ()) if k not in keys]
+    if not keys:
+        return None
+    said = []
+    for k in keys:
+        entry = facts.get(k)
+        if entry is None:
+            said.append(f"{k}: not read")
+        elif not entry.available:
+            said.append(f"{k}: not available ({str(getattr(entry, 'reason', ''))[:160]})")
+        else:
+            said.append(f"{k}: read, " + ("used above" if k in ex.facts_used else "it settles neither cause"))
+    return "the facts that decide, as read: " + "; ".join(said)
+
+
+def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     crashes = {id(e): bfc_crash(e, scan) for e in scan.events if e.kind in RECOVERY}
     recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and crashes[id(e)] is None])

@@ -109,7 +109,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         con.print("[bold]The log alone cannot settle this.[/bold] What decides:")
         for d in decide:
             con.print(f"   - {d['category']}: {escape(d['fact'])}: [bold]{escape(d['command'])}[/bold]")
-        if not ex.facts_used and any(d["collected_by"] != "not collected by explain" for d in decide):
+        if not ex.facts_given and any(d["collected_by"] != "not collected by explain" for d in decide):
             con.print("   On the machine that ran the job, `oomdoctor explain --here LOG` reads these facts itself "
                       "(or pass --bundle from `oomdoctor bundle`).")
     con.print()
@@ -122,7 +122,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     if len(ex.events) > _MAX_EVENTS_SHOWN:
         con.print(f"  ... {len(ex.events) - _MAX_EVENTS_SHOWN} more (see --format json)")
     if ex.facts_used:
-        con.print(f"Bundle facts used: {', '.join(ex.facts_used)}")
+        con.print(f"Machine facts used (--here / --bundle): {', '.join(ex.facts_used)}")
     return buf.getvalue()
 
 
