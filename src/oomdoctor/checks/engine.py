@@ -51,12 +51,23 @@ def weight(f: Finding) -> float:
     return SEVERITY_WEIGHT[f.severity] * CONFIDENCE_WEIGHT[f.confidence]
 
 
+_CORE = {"driver": ("driver.version", "driver.gpus", "driver.gpu_count")}  # what makes the layer read
+
+
+def _core_read(facts: FactSet, layer: str) -> bool:
+    core = _CORE.get(layer)
+    return core is None or any((e := facts.get(k)) is not None and e.available for k in core)
+
+
 def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerStatus]:
     out: dict[str, LayerStatus] = {}
     for name in LAYERS:
         mine = [f for f in findings if f.layer.value == name]
-        # bundle.* describes the snapshot (when it was made), not the layer: it does not make a layer read
-        has_facts = any(e.available for k, e in facts.by_layer(name).items() if not k.startswith("bundle."))
+        # bundle.* describes the snapshot (when it was made), not the layer: it does not make a layer read; nor do
+        # the kernel's and the OS's names make the driver layer read where no NVIDIA driver answered (a machine
+        # without one showed its driver layer "OK"; a new user's walkthrough)
+        has_facts = _core_read(facts, name) if name in _CORE else any(
+            e.available for k, e in facts.by_layer(name).items() if not k.startswith("bundle."))
         worst = max((f.severity.rank for f in mine), default=-1)
         if worst >= Severity.ERROR.rank:
             out[name] = LayerStatus.FAIL

@@ -1,0 +1,17 @@
+"""GIVEN facts read on a machine WHEN the layers get their status THEN a layer is read only from what describes it."""
+
+from __future__ import annotations
+
+
+def test_the_driver_layer_is_unknown_where_no_nvidia_driver_answered():
+    # a new user's walkthrough (session 25): a machine without a driver showed its driver layer "OK", read from the
+    # kernel's and the OS's names alone
+    from oomdoctor.checks.engine import layer_statuses
+    from oomdoctor.facts import Fact, FactSet, Unavailable
+    from oomdoctor.facts.model import LayerStatus
+
+    base = [Fact("kernel.release", "6.8.0", "uname"), Fact("os.id", "debian 12", "os-release"),
+            Fact("driver.nvml_error", "NVML library not found", "NVML"), Unavailable("driver.version", "no NVML")]
+    assert layer_statuses(FactSet(base), [])["driver"] is LayerStatus.UNKNOWN
+    read = [f for f in base if f.key != "driver.version"] + [Fact("driver.version", "550.54.15", "NVML")]
+    assert layer_statuses(FactSet(read), [])["driver"] is LayerStatus.OK
