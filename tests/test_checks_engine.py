@@ -15,3 +15,23 @@ def test_the_driver_layer_is_unknown_where_no_nvidia_driver_answered():
     assert layer_statuses(FactSet(base), [])["driver"] is LayerStatus.UNKNOWN
     read = [f for f in base if f.key != "driver.version"] + [Fact("driver.version", "550.54.15", "NVML")]
     assert layer_statuses(FactSet(read), [])["driver"] is LayerStatus.OK
+
+
+def test_the_verdict_asks_for_probes_only_where_they_were_not_run():
+    from oomdoctor.checks.engine import diagnose
+    from oomdoctor.facts import FactSet, Unavailable
+
+    not_run = diagnose(FactSet([Unavailable("probe.context", "not run (use --probe)")]), {})
+    tried = diagnose(FactSet([Unavailable("probe.context", "no CUDA device (NVML and torch see none)")]), {})
+    assert "doctor --probe" in not_run.verdict.summary and "doctor --probe" not in tried.verdict.summary
+
+
+def test_unavailable_facts_say_why_in_the_text_report():
+    from oomdoctor.checks.engine import diagnose
+    from oomdoctor.facts import FactSet, Unavailable
+    from oomdoctor.render.doctor_text import render_text
+
+    rep = diagnose(FactSet([Unavailable(k, "no CUDA device (NVML and torch see none)")
+                            for k in ("probe.context", "probe.alloc")]), {})
+    text = render_text(rep, width=240)
+    assert "unavailable (no CUDA device (NVML and torch see none)): probe.alloc, probe.context" in text

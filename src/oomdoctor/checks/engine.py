@@ -80,7 +80,13 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
     return out
 
 
-def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus]) -> Verdict:
+def _probes_tried(facts: FactSet) -> bool:
+    """--probe was asked for: its facts were read, or say why they could not be (not "not run")."""
+    e = facts.get("probe.context")
+    return e is not None and (e.available or not str(getattr(e, "reason", "")).startswith("not run"))
+
+
+def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus], probed: bool = False) -> Verdict:
     scores: dict[Category, float] = {}
     best: dict[Category, Finding] = {}
     for f in findings:
@@ -94,8 +100,8 @@ def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus])
         lead = ("No finding points at a root cause of OOM failures on this environment"
                 if known else "Not enough evidence: no layer could be read")
         seen = f" ({len(known)} of {len(LAYERS)} layers read: {', '.join(known)})" if known else ""
-        return Verdict(Category.UNKNOWN, lead + seen + ". If a job still fails, run `oomdoctor explain` on its log "
-                       "and `oomdoctor doctor --probe` on the node.")
+        return Verdict(Category.UNKNOWN, lead + seen + ". If a job still fails, run `oomdoctor explain` on its log"
+                       + ("." if probed else " and `oomdoctor doctor --probe` on the node."))
     ranked = sorted(scores, key=lambda c: (-scores[c], sort_key(best[c])))
     winner = ranked[0]
     support = sorted((f for f in findings if f.category is winner and weight(f) > 0), key=sort_key)
@@ -119,7 +125,7 @@ def diagnose(facts: FactSet, meta: Mapping[str, Any] | None = None) -> DoctorRep
         findings.extend(_run(spec, facts))
     findings.sort(key=sort_key)
     statuses = layer_statuses(facts, findings)
-    return DoctorReport(facts=facts, findings=tuple(findings), verdict=choose_verdict(findings, statuses),
+    return DoctorReport(facts=facts, findings=tuple(findings), verdict=choose_verdict(findings, statuses, _probes_tried(facts)),
                         layer_status=statuses, meta=dict(meta or {}))
 
 

@@ -27,6 +27,11 @@ SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red", "cri
 MAX_FACTS_PER_LAYER = 14
 
 
+def _short(reason: str, limit: int = 70) -> str:
+    reason = " ".join(str(reason).split())
+    return reason if len(reason) <= limit else reason[:limit - 1].rstrip() + "…"
+
+
 def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
     table = Table(title="Layers (outside in)", box=box.ASCII2 if ascii_only else box.SIMPLE_HEAD,
                   show_lines=ascii_only, expand=True, title_justify="left")
@@ -47,9 +52,16 @@ def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
             lines.append(f"... {len(available) - MAX_FACTS_PER_LAYER} more (--format json shows all)")
         if empty:
             lines.append(f"none/empty: {', '.join(empty[:6])}" + (" ..." if len(empty) > 6 else ""))
-        missing = [k for k, e in entries.items() if isinstance(e, Unavailable)]
-        if missing:
-            lines.append(f"unavailable: {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else ""))
+        # grouped by why, so that "no CUDA device" or "not run (use --probe)" shows here, not only in JSON
+        why: dict[str, list[str]] = {}
+        for k, e in entries.items():
+            if isinstance(e, Unavailable):
+                why.setdefault(_short(e.reason), []).append(k)
+        for reason, keys in list(why.items())[:3]:
+            lines.append(f"unavailable ({reason}): {', '.join(keys[:6])}" + (" ..." if len(keys) > 6 else ""))
+        if len(why) > 3:
+            rest = sum(len(v) for v in list(why.values())[3:])
+            lines.append(f"... {rest} more unavailable (--format json says why)")
         if not lines:
             lines.append("no facts read")
         table.add_row(name, Text(status.upper(), style=STATUS_STYLE[status]), Text("\n".join(lines)))
