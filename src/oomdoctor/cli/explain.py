@@ -24,7 +24,9 @@ HELP = "explain OOM-like events in logs (files or -) and rank their root causes"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG",
-                        help="log files; '-' reads standard input; with --bundle and no LOG, the bundle's logs/")
+                        help="log files of one job (its ranks, its launcher): read together, one answer for the job; "
+                             "explain each job's logs in its own run. '-' reads standard input; with --bundle and no "
+                             "LOG, the bundle's logs/")
     parser.add_argument("--bundle", metavar="PATH", help="an `oomdoctor bundle` (directory or .tar.gz) for environment evidence")
     parser.add_argument("--here", action="store_true",
                         help="the log comes from this machine: read the deciding facts from it (GPU processes, "
