@@ -39,6 +39,11 @@ FIXES = {
         "or pick a free device with CUDA_VISIBLE_DEVICES.",
         "In containers and Kubernetes, make sure one job gets the whole GPU (no stray notebook, no extra rank).",
     ],
+    "host_leak": [
+        "Find what keeps host memory alive across steps: a list of tensors or arrays kept on the CPU, a cache, "
+        "per-step logs; tracemalloc or memray (`memray run train.py`) shows the growing allocation sites.",
+        "With DataLoader workers: copy-on-write of Python lists in the dataset; keep samples in numpy arrays.",
+    ],
     "host_oom": [
         "Host or cgroup RAM ran out (the kernel or Kubernetes killed the job with SIGKILL): raise the memory "
         "limit, use fewer DataLoader workers, avoid loading the whole dataset in RAM, check pinned memory.",
@@ -237,6 +242,16 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "evidence": leak_evidence(label, leak, total), "fixes": FIXES["leak_in_code"], "message": None,
                 "leak": {k: leak.get(k) for k in ("rate_per_step", "rate_per_s", "growth_bytes", "confidence",
                                                    "pattern", "steps_from", "projection", "sites")}}
+    if host_leaks:  # host memory grew step after step, the GPU allocator did not: left unsaid, a host OOM comes later
+        p = max(host_leaks, key=lambda q: q["host_leak"].get("rate_per_s") or q["host_leak"]["slope_bytes"])
+        hl = p["host_leak"]
+        return {"oom": False, "category": "host_oom", "severity": "warning", "source": "timeline",
+                "summary": f"host memory (RSS) grows steadily{' across steps' if hl['unit'] == 'step' else ''}: "
+                           f"{leak_rate(hl)} (confidence {hl.get('confidence') or 'low'}); left to grow, the kernel "
+                           "or the container's limit kills the job (SIGKILL, exit 137)",
+                "evidence": [f"{p['name']}: host RSS grew {format_bytes(hl['growth_bytes'])} from "
+                             f"{format_bytes(hl['first'])} to {format_bytes(hl['last'])}"],
+                "fixes": FIXES["host_leak"], "message": None}
     for p in processes:
         fr = p.get("fragmentation") or {}
         top = fr.get("at_peak_reserved") or {}
