@@ -72,7 +72,8 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category 
         site = e["details"].get("call_site")
         where = f"while {site}" if isinstance(site, str) else "(context creation, model.to)"
         return (hint, Severity.WARNING, Confidence.MEDIUM,
-                f"raised by a CUDA runtime call {where}, not by PyTorch's allocator; the GPU is not full")
+                f"raised by a CUDA runtime call {where}, not by PyTorch's allocator; the GPU was not full when "
+                "these facts were read (at the failure another process may have held it, and left since)")
     if kind == "driver_error":
         return (hint, Severity.WARNING, Confidence.HIGH, "the driver or CUDA runtime failed to initialise")
     if hint is Category.NOT_OOM:
