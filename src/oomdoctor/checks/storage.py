@@ -99,7 +99,7 @@ def shm_errors(facts: FactSet) -> Iterator[Finding]:
     events = shm_log_events(facts)
     if events:
         yield finding("STO003", L, Severity.ERROR, Confidence.HIGH,
-                      f"{len(events)} shared-memory failure(s) in the logs (DataLoader bus error / shm allocation)",
+                      f"{len(events)} shared-memory error line(s) in the logs (DataLoader bus error / shm allocation)",
                       _remedy(facts) + "; or fewer workers / smaller prefetch_factor", Category.SHM_EXHAUSTED,
                       [ev_value("workload.oom_events", events[0].get("text"), facts.source("workload.oom_events"))])
     fds = [e for e in as_list(facts.value("workload.oom_events"))
