@@ -130,3 +130,10 @@ def test_a_gpu_is_found_by_the_names_people_write(name, key):
 def test_a_gpu_name_with_two_sizes_asks_which(mlp, capsys):
     assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", "a100"]) == 2
     assert "a100-40gb or a100-80gb" in capsys.readouterr().err
+
+
+def test_a_directory_given_as_the_workload_says_so(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["estimate", str(tmp_path), "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "a directory, not a workload file" in err and "--model DIR" in err

@@ -140,7 +140,9 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
     `seq_len` (docs/contracts.md §6).
     """
     if not Path(workload).is_file():
-        raise InputError(f"{workload}: no such workload file")
+        from oomdoctor.workload.load import workload_missing
+
+        raise InputError(workload_missing(workload))
     if dim not in ("batch", "seq"):
         raise UsageError(f"--dim must be batch or seq, not {dim!r}")
     if dim == "seq":

@@ -108,11 +108,20 @@ class WorkloadSpec:
         )
 
 
+def workload_missing(path: str | Path) -> str:
+    """Why a workload path cannot be loaded, in one line."""
+    p = Path(path)
+    if p.is_dir():
+        hint = " (a Hugging Face model directory: oomdoctor estimate --model DIR)" if (p / "config.json").is_file() else ""
+        return f"{path}: a directory, not a workload file (WORKLOAD.py defines build(batch_size)){hint}"
+    return f"{path}: no such workload file"
+
+
 def load_workload(path: str | Path) -> Workload:
     """Import a workload file in isolation. Raises InputError for a missing file, bad syntax or no build()."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{path}: no such workload file")
+        raise InputError(workload_missing(path))
     name = f"_oomdoctor_workload_{uuid.uuid4().hex}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
