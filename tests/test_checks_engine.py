@@ -35,3 +35,12 @@ def test_unavailable_facts_say_why_in_the_text_report():
                             for k in ("probe.context", "probe.alloc")]), {})
     text = render_text(rep, width=240)
     assert "unavailable (no CUDA device (NVML and torch see none)): probe.alloc, probe.context" in text
+
+
+def test_a_bundle_made_without_probes_still_gets_the_probe_advice():
+    from oomdoctor.checks.engine import diagnose
+    from oomdoctor.facts import FactSet, Unavailable
+
+    rep = diagnose(FactSet([Unavailable("probe.context", "bundle:commands/probe.json not present (bundle without "
+                                                         "--probe)")]), {})
+    assert "doctor --probe" in rep.verdict.summary

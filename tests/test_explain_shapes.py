@@ -2071,6 +2071,10 @@ def test_a_kubectl_describe_pasted_alone_is_a_failure_not_documentation():
              "You can see the reason in the output of kubectl describe pod, as in the example below from a pod.\n"
              "The exit code 137 means the process was killed with SIGKILL, which is what the OOM killer sends.\n")
     assert prose_lines(guide.splitlines()) == 3
+    # a short page whose paragraphs are one long line each stays documentation (review, session 25)
+    for name in ("faq_oomkilled_one_paragraph.md", "troubleshooting_two_paragraphs.md"):
+        page = (Path(__file__).parent / "fixtures" / "explain" / name).read_text()
+        assert not explain_text(page.splitlines()).explained, name
 
 
 def test_the_answer_speaks_of_the_framework_and_the_segment_the_log_names():

@@ -140,8 +140,8 @@ def test_every_token_pattern_has_anchors_that_every_match_contains():
     assert set(_re.findall(r"[A-Z]{4}", r._TOKEN_PATTERNS[1].pattern.split("[")[0])) == set(r._TOKEN_ANCHORS[1])
 
 
-@pytest.mark.parametrize("where", ["monkey.log:3", "/data/pretrain_tokens.log:1204", "auth.log:7", "key.txt:12",
-                                   "run/secret_sauce.out:88"])
+@pytest.mark.parametrize("where", ["monkey.log:3", "/data/pretrain_tokens.log:1204", "auth.log:7", "run.txt:12",
+                                   "run/secret_sauce.out:88", "slurm-42.err:9"])
 def test_a_log_file_and_line_number_stay_readable(where):
     # explain and doctor print where an event is as FILE:LINE; a file name with a secret-looking word is no key
     assert redact_text(f"Answer: host_oom for the event at {where}") == f"Answer: host_oom for the event at {where}"
@@ -149,6 +149,9 @@ def test_a_log_file_and_line_number_stay_readable(where):
 
 @pytest.mark.parametrize("text, hidden", [("password:123456", "123456"), ("api.key:123", "123"),
                                           ("token:12345", "12345"), ("db.password:42", "42"),
-                                          ("private.key:9", ":9")])
+                                          ("private.key:9", ":9"),
+                                          # a secret file's content as grep prints it (review, session 25)
+                                          ("secrets/db_password.txt:482913", "482913"),
+                                          ("vault_token.json:123456789", "123456789"), ("key.txt:1234", "1234")])
 def test_numbers_after_secret_names_that_are_not_files_are_still_hidden(text, hidden):
     assert hidden not in redact_text(text)

@@ -83,6 +83,16 @@ _ASSIGNMENT = re.compile(
 # name looks secret to the rule above, the number is no secret.
 _FILE_LINE = re.compile(r"[^\s=:]*(?:/[^\s=:]*|\.(?:log|txt|out|err|jsonl?|ya?ml|py|csv|md|gz)):\d{1,9}\Z")
 
+_LOG_EXTENSIONS = frozenset({"log", "out", "err"})
+
+
+def _log_file(name: str) -> bool:
+    """A log's name (`auth.log`, `slurm-42.out`), or another file whose name is no secret's (`run.txt`): not
+    `db_password.txt` or `vault_token.json`, whose `:1234` may be the file's content as grep prints it (review)."""
+    stem, _, ext = name.rpartition(".")
+    return ext.lower() in _LOG_EXTENSIONS or not is_secret_name(stem)
+
+
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
 # the next word. Values that start with `-` are the next option, not a value.
 _FLAG_VALUE = re.compile(r"(?<![\w\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<sp>[ \t]+)"
@@ -122,7 +132,7 @@ def redact_text(text: str) -> str:
     depth = [0]
 
     def _assign(m: re.Match[str]) -> str:
-        if _FILE_LINE.match(m.group(0)):  # `monkey.log:12`, `logs/auth.log:3`: a file and a line, not a key
+        if _FILE_LINE.match(m.group(0)) and _log_file(m.group("name")):  # `monkey.log:12`: a file and a line
             return m.group(0)
         if is_secret_name(m.group("name")) and m.group("value") != MASK:
             return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}"

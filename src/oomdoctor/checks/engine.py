@@ -83,7 +83,10 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
 def _probes_tried(facts: FactSet) -> bool:
     """--probe was asked for: its facts were read, or say why they could not be (not "not run")."""
     e = facts.get("probe.context")
-    return e is not None and (e.available or not str(getattr(e, "reason", "")).startswith("not run"))
+    if e is None:
+        return False
+    why = str(getattr(e, "reason", ""))
+    return e.available or not (why.startswith("not run") or "probe.json not present" in why)
 
 
 def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus], probed: bool = False) -> Verdict:

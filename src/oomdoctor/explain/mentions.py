@@ -168,6 +168,25 @@ _WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
 PROSE_LINES_MIN = 3  # lines of prose a documentation page has, and a pasted command's output has not
 
 
+def reads_as_prose(lines: Iterable[str]) -> bool:
+    """Enough prose for a page of documentation: PROSE_LINES_MIN lines of it, or one or more that hold at least half
+    of the text's words (a Markdown paragraph is one long line: a short FAQ entry has one or two; review, session 25).
+    `kubectl describe`'s output pasted alone has neither."""
+    lines = list(lines)
+    n = prose_lines(lines)
+    if n >= PROSE_LINES_MIN:
+        return True
+    if n == 0:
+        return False
+    total = in_prose = 0
+    for line in lines:
+        words = len(_WORD.findall(line)) + len(CJK_CHAR.findall(line)) // 2
+        total += words
+        if prose_lines([line], 1):
+            in_prose += words
+    return in_prose >= 0.5 * max(total, 1)
+
+
 def prose_lines(lines: Iterable[str], enough: int = PROSE_LINES_MIN) -> int:
     """Lines that read as sentences (eight words or more, nearly all of them words; or CJK_PROSE_MIN CJK letters),
     counted up to `enough`: `kubectl describe`'s output, a table, a log has none or one."""

@@ -18,7 +18,7 @@ from oomdoctor.explain.deciders import decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
-from oomdoctor.explain.mentions import PROSE_LINES_MIN, cjk_article, prose_lines
+from oomdoctor.explain.mentions import cjk_article, reads_as_prose
 from oomdoctor.explain.patterns import ENV_PATTERNS, MACHINE_HINTS, classify_line
 from oomdoctor.explain.recovery import bfc_crash, loop_went_on, recovered_events, retry_went_on, went_on
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
@@ -296,7 +296,7 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
     lines = [ln for _, _, t in scan.samples for ln in t.splitlines()]
     # a command's output pasted alone (`kubectl describe pod`: OOMKilled, exit code 137) is no page of
     # documentation, whatever its words: a page explains in sentences
-    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and prose_lines(lines) >= PROSE_LINES_MIN:
+    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and reads_as_prose(lines):
         return True
     if cjk_article(lines):
         return True

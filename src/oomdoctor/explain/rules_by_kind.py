@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms 
 
 SHM_FIX = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
            "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm; or lower num_workers")
+_CODE_137 = re.compile(r"(?i)(?:code|status|exit(?:ed)?)\W{0,4}137\b")  # not a pid: "line 1: 13712 Killed"
 _FRAMEWORK = {"jax_oom": "JAX/XLA", "tf_oom": "TensorFlow", "cupy_oom": "CuPy", "rmm_oom": "RAPIDS RMM",
               "ort_oom": "ONNX Runtime"}
 SHM_FIX_BASE = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
@@ -232,7 +233,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
         # what the line says: an exit code, or the shell's "Killed" (the same SIGKILL, no code printed)
-        said = "exit code 137 = 128 + SIGKILL" if "137" in ev.text else "killed by SIGKILL (exit code 137 = 128 + 9)"
+        said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
+                else "killed by SIGKILL (exit code 137 = 128 + 9)")
         b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but docker "
               "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
         if env.get("stop_kill"):
