@@ -121,7 +121,8 @@ def test_an_option_the_estimate_would_ignore_is_refused(mlp, capsys, argv, words
 
 
 @pytest.mark.parametrize("name, key", [("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("nvidia-a100-80g", "a100-80gb"),
-                                       ("H100 SXM", "h100"), ("tesla-t4", "t4")])
+                                       ("H100 SXM", "h100"), ("tesla-t4", "t4"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+                                       ("NVIDIA H100 80GB HBM3", "h100"), ("Tesla V100-SXM2-32GB", "v100-32gb")])
 def test_a_gpu_is_found_by_the_names_people_write(name, key):
     from oomdoctor.knowledge.gpus import get_gpu
     assert get_gpu(name).key == key

@@ -106,6 +106,9 @@ def _normal(key: str) -> str:
     k = re.sub(r"[\s_]+", "-", key.strip().lower())
     k = re.sub(r"^(?:nvidia-)?(?:geforce-|tesla-)?", "", k)
     k = re.sub(r"^rtx-?(\d{4})$", r"rtx-\1", k)
+    # nvidia-smi's names: "A100-SXM4-80GB", "A100-PCIE-40GB", "V100-SXM2-32GB", "H100 80GB HBM3"
+    k = re.sub(r"^(a100|v100)-(?:sxm\d?|pcie)-(\d{2})gb$", r"\1-\2gb", k)
+    k = re.sub(r"^h100-80gb-hbm3$", "h100", k)
     k = re.sub(r"^(a100|v100)-?(\d{2})g?b?$", r"\1-\2gb", k)
     return {"h100-sxm": "h100", "h100-sxm5": "h100", "h200-sxm": "h200"}.get(k, k)
 
