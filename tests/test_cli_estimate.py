@@ -138,3 +138,9 @@ def test_a_directory_given_as_the_workload_says_so(tmp_path, capsys):
     assert main(["estimate", str(tmp_path), "--batch-size", "2"]) == 2
     err = capsys.readouterr().err
     assert "a directory, not a workload file" in err and "--model DIR" in err
+
+
+def test_qlora_refuses_an_fp32_base_it_would_not_model(capsys):
+    # review, session 25: --task qlora --dtype fp32 printed fp32 in its header and estimated bf16
+    assert main(["estimate", "--model", "cfg", "--task", "qlora", "--dtype", "fp32"]) == 2
+    assert "--dtype fp32 is not modelled" in capsys.readouterr().err

@@ -64,6 +64,9 @@ class Recipe:
             raise UsageError(f"--optimizer must be one of {', '.join(MODEL_OPTIMIZERS)}, got {self.optimizer!r}")
         if self.kbit_prep and self.task != "qlora":
             raise UsageError("--kbit-prep applies to --task qlora")
+        if self.task == "qlora" and self.dtype == "fp32":  # the trace below runs the base in bf16 (as fp16: same size)
+            raise UsageError("--task qlora models the 4-bit base's other weights in bf16 or fp16 (the same size); "
+                             "--dtype fp32 is not modelled")
         for name in ("seq_len", "lora_r", "max_new_tokens", "num_beams"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")

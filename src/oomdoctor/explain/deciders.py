@@ -57,6 +57,10 @@ _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
                                          "fragmentation"),
     ("true_capacity", "tf_oom"): Decider(_PEAK, "print(tf.config.experimental.get_memory_info('GPU:0')['peak'])"),
 }
+_NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
+                             "runs: its highest reading")
+for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to name here: the device's reading
+    _BY_FRAMEWORK[("true_capacity", _kind)] = _NVSMI_PEAK
 
 
 def decider(category: str, kind: str = "") -> Decider | None:
