@@ -37,10 +37,14 @@ def test_unavailable_facts_say_why_in_the_text_report():
     assert "unavailable (no CUDA device (NVML and torch see none)): probe.alloc, probe.context" in text
 
 
-def test_a_bundle_made_without_probes_still_gets_the_probe_advice():
+def test_a_bundle_made_without_probes_still_gets_the_probe_advice(tmp_path):
     from oomdoctor.checks.engine import diagnose
-    from oomdoctor.facts import FactSet, Unavailable
+    from oomdoctor.collectors.context import CollectContext
+    from oomdoctor.collectors.nvml import BundleSmiBackend
+    from oomdoctor.collectors.probe import collect_probe_facts
+    from oomdoctor.facts import FactSet
 
-    rep = diagnose(FactSet([Unavailable("probe.context", "bundle:commands/probe.json not present (bundle without "
-                                                         "--probe)")]), {})
+    ctx = CollectContext(root=tmp_path, env={}, gpu=BundleSmiBackend(None, "not present"), bundle=True)  # no probe.json
+    entries, _ = collect_probe_facts(ctx, run=False, attempts=1)
+    rep = diagnose(FactSet(entries), {})
     assert "doctor --probe" in rep.verdict.summary

@@ -21,6 +21,7 @@ from fit_ddp_launch import torchrun  # noqa: E402
 
 from oomdoctor import fit  # noqa: E402
 from oomdoctor.injob.fit import ddp as fit_ddp  # noqa: E402
+from oomdoctor.workload.oom_exceptions import failure_is_oom, finder_retries  # noqa: E402
 
 WORKER = Path(__file__).parent / "fixtures" / "fit" / "ddp_agreed_worker.py"
 
@@ -386,7 +387,7 @@ class BackendCompilerFailed(RuntimeError):
 ])
 def test_what_counts_as_an_oom_is_what_a_batch_size_finder_retries(exc, oom):
     from accelerate.utils.memory import should_reduce_batch_size
-    assert fit_ddp.failure_is_oom(exc) is oom
+    assert failure_is_oom(exc) is oom
     assert not should_reduce_batch_size(exc) or oom  # whatever accelerate retries is an OOM to the exchange
 
 
@@ -396,7 +397,7 @@ def test_an_oom_beside_another_error_says_so_in_words_no_finder_takes_for_an_oom
     coord = StandInCoordinator(failed_rank=0, failed_oom=False, message="RuntimeError: CUDA error: an illegal memory "
                                "access was encountered")
     err = core.stop_together(coord, coord.agree(False, own, None), own, 8, 1, [])
-    assert isinstance(err, fit.FitPeerError) and not fit_ddp.finder_retries(err)
+    assert isinstance(err, fit.FitPeerError) and not finder_retries(err)
 
 
 def test_a_new_scheduler_finds_the_optimizer_step_as_it_was_before_fit_wrapped_it():

@@ -81,12 +81,10 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
 
 
 def _probes_tried(facts: FactSet) -> bool:
-    """--probe was asked for: its facts were read, or say why they could not be (not "not run")."""
+    """--probe was asked for: its facts were read, or say why they could not be; the probe collector's reason starts
+    with "not run" where they were not (live without --probe, a bundle made without it)."""
     e = facts.get("probe.context")
-    if e is None:
-        return False
-    why = str(getattr(e, "reason", ""))
-    return e.available or not (why.startswith("not run") or "probe.json not present" in why)
+    return e is not None and (e.available or not str(getattr(e, "reason", "")).startswith("not run"))
 
 
 def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus], probed: bool = False) -> Verdict:

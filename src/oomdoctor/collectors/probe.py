@@ -218,7 +218,7 @@ def collect_probe_facts(ctx: CollectContext, run: bool, attempts: int) -> tuple[
             except (ValueError, RecursionError):
                 why = "unparsable JSON"
         elif "not present" in why:
-            why = f"{why} (the probes were not run when the bundle was made, or it was cut down)"
+            why = f"not run when the bundle was made, or the bundle was cut down ({why})"
         return probe_facts(doc, why, src, ctx.gpu_snapshot()), None
     if not run:
         return probe_facts(None, "not run (use --probe)", "probe"), None

@@ -42,13 +42,12 @@ _HOST_FAILURES: dict[str, tuple[float, str]] = {
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
 
-SHM_FIX = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
-           "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm; or lower num_workers")
 _CODE_137 = re.compile(r"(?i)(?:code|status|exit(?:ed)?)\W{0,4}137\b")  # not a pid: "line 1: 13712 Killed"
 _FRAMEWORK = {"jax_oom": "JAX/XLA", "tf_oom": "TensorFlow", "cupy_oom": "CuPy", "rmm_oom": "RAPIDS RMM",
               "ort_oom": "ONNX Runtime"}
 SHM_FIX_BASE = ("give the container a bigger /dev/shm: docker run --shm-size=8g (or --ipc=host); Kubernetes: an "
                 "emptyDir {medium: Memory, sizeLimit: 8Gi} mounted at /dev/shm")
+SHM_FIX = SHM_FIX_BASE + "; or lower num_workers"
 
 
 def _shm_whose(text: str) -> tuple[str, str]:

@@ -30,5 +30,10 @@ def fact_value_text(key: str, value: Any) -> str:
             text = json.dumps(value, sort_keys=True, default=str)
         except (TypeError, ValueError):
             text = str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
+    return one_line(text, MAX_VALUE)
+
+
+def one_line(text: str, limit: int) -> str:
+    """Whitespace folded to single spaces, cut to `limit` characters with an ellipsis."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

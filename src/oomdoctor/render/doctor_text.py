@@ -20,16 +20,11 @@ from oomdoctor._version import __version__
 from oomdoctor.facts import LAYERS, Unavailable
 from oomdoctor.facts.model import LayerStatus
 from oomdoctor.facts.report import DoctorReport
-from oomdoctor.render.doctor_common import fact_value_text
+from oomdoctor.render.doctor_common import fact_value_text, one_line
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim"}
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red", "critical": "bold white on red"}
 MAX_FACTS_PER_LAYER = 14
-
-
-def _short(reason: str, limit: int = 70) -> str:
-    reason = " ".join(str(reason).split())
-    return reason if len(reason) <= limit else reason[:limit - 1].rstrip() + "…"
 
 
 def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
@@ -56,7 +51,7 @@ def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
         why: dict[str, list[str]] = {}
         for k, e in entries.items():
             if isinstance(e, Unavailable):
-                why.setdefault(_short(e.reason), []).append(k)
+                why.setdefault(one_line(e.reason, 70), []).append(k)
         for reason, keys in list(why.items())[:3]:
             lines.append(f"unavailable ({reason}): {', '.join(keys[:6])}" + (" ..." if len(keys) > 6 else ""))
         if len(why) > 3:

@@ -46,6 +46,30 @@ def is_oom(exc: BaseException) -> bool:
     return False
 
 
+# what batch-size finders retry on: accelerate's should_reduce_batch_size (the Trainer's auto_find_batch_size) looks
+# for these in a RuntimeError's one argument; Lightning's and toma's for "CUDA" and "out of memory" together
+_FINDER_TEXTS = (" out of memory.", "CUDNN_STATUS_NOT_SUPPORTED.", "DefaultCPUAllocator: can't allocate memory",
+                 "PT_DEVMEM Allocation failed")
+
+
+def finder_retries(exc: BaseException | None) -> bool:
+    """Would a batch-size finder take this exception for an OOM and retry with a smaller batch?"""
+    if not isinstance(exc, RuntimeError) or len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return False
+    text = exc.args[0]
+    return any(s in text for s in _FINDER_TEXTS) or ("CUDA" in text and "out of memory" in text)
+
+
+def failure_is_oom(exc: BaseException | None) -> bool:
+    """An OOM, an error that carries one's message (fit's own), or an error a batch-size finder would retry
+    (torch.compile's BackendCompilerFailed wrapping an OOM). fit's ranks agree on this: whatever one rank raises, the
+    others must raise an error that the same finder treats alike, or one rank would retry alone."""
+    try:
+        return bool(getattr(exc, "oom_message", None)) or is_oom(exc) or finder_retries(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot even be looked at is not an OOM
+        return False
+
+
 def first_line(exc: BaseException, limit: int = 400) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:limit]

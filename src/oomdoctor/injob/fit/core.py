@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oomdoctor.workload.oom_exceptions import first_line, is_oom
+from oomdoctor.workload.oom_exceptions import failure_is_oom, first_line, is_oom
 
 log = logging.getLogger("oomdoctor.fit")
 
@@ -164,8 +164,6 @@ def stop_together(coord: Any, agreed: Any, own: BaseException | None, micro: int
     it (every rank takes part in that one broadcast). An error that is not an OOM wins over an OOM in the same
     exchange: a rank that ran out then raises the other rank's error, its own OOM as the cause, so that no
     batch-size finder retries on this rank while that one has stopped."""
-    from oomdoctor.injob.fit.ddp import failure_is_oom
-
     was_oom, phase, message = coord.hear_failure(agreed.failed_rank, own)
     rank = coord.global_rank(agreed.failed_rank)
     own_oom = own is not None and failure_is_oom(own)

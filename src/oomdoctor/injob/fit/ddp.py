@@ -18,6 +18,8 @@ import logging
 import sys
 from typing import Any
 
+from oomdoctor.workload.oom_exceptions import failure_is_oom
+
 log = logging.getLogger("oomdoctor.fit")
 
 BUCKET_BYTES = 25 * 1024 * 1024  # DDP's default bucket_cap_mb
@@ -32,32 +34,6 @@ class Agreement:
         self.incomplete, self.failed, self.failed_rank = incomplete, failed_rank is not None, failed_rank
         self.failed_oom = failed_oom  # the failure every rank stops for is an OOM (no rank's failure was another error)
         self.has_grad = has_grad
-
-
-# what batch-size finders retry on: accelerate's should_reduce_batch_size (the Trainer's auto_find_batch_size) looks
-# for these in a RuntimeError's one argument; Lightning's and toma's for "CUDA" and "out of memory" together
-_FINDER_TEXTS = (" out of memory.", "CUDNN_STATUS_NOT_SUPPORTED.", "DefaultCPUAllocator: can't allocate memory",
-                 "PT_DEVMEM Allocation failed")
-
-
-def finder_retries(exc: BaseException | None) -> bool:
-    """Would a batch-size finder take this exception for an OOM and retry with a smaller batch?"""
-    if not isinstance(exc, RuntimeError) or len(exc.args) != 1 or not isinstance(exc.args[0], str):
-        return False
-    text = exc.args[0]
-    return any(s in text for s in _FINDER_TEXTS) or ("CUDA" in text and "out of memory" in text)
-
-
-def failure_is_oom(exc: BaseException | None) -> bool:
-    """An OOM, fit's own error about one (it carries the OOM's message), or an error a batch-size finder would retry
-    (torch.compile's BackendCompilerFailed wrapping an OOM): whatever one rank raises, the others must raise an error
-    that the same finder treats alike, or one rank would retry alone."""
-    from oomdoctor.workload.oom_exceptions import is_oom
-
-    try:
-        return bool(getattr(exc, "oom_message", None)) or is_oom(exc) or finder_retries(exc)
-    except Exception:  # noqa: BLE001 - an exception that cannot even be looked at is not an OOM
-        return False
 
 
 def unwrap(ddp: Any) -> Any:
