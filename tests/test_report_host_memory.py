@@ -29,3 +29,58 @@ def test_no_host_verdict_without_steady_growth():
     for hl in (None, {**LEAK, "leak": False}):
         v = verdict([process(hl)], [], {"exit_code": 0}, {})
         assert v["severity"] == "ok" and "host memory" not in v["summary"]
+
+
+# session 26: a GPU job reading an np.memmap dataset was flagged (validation/record_host_gpu/gpu_memmap.py); records
+# now carry the file-backed pages (RssFile), and the lead is judged on RSS less those
+import json  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+from oomdoctor.analysis.timeline import analyse  # noqa: E402
+from oomdoctor.facts.recording import RunFiles  # noqa: E402
+
+MiB = 2**20
+
+
+def timeline(rss_file_grows: bool | None) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": 7, "label": "pid7", "t": 0}]
+    for step in range(40):
+        rec = {"kind": "step", "t": float(step), "step": step + 1, "rss": (900 + 32 * step) * MiB}
+        if rss_file_grows is not None:
+            rec["rss_file"] = (100 + (32 * step if rss_file_grows else 0)) * MiB
+        rows.append(rec)
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def run_of(text: str) -> RunFiles:
+    return RunFiles(path="run", meta={"returncode": 0}, timelines={"pid7": text})
+
+
+@pytest.mark.parametrize(("file_grows", "lead", "measure"), [(True, False, "rss_anon"), (False, True, "rss_anon"),
+                                                             (None, True, "rss")])
+def test_file_backed_pages_are_not_a_host_leak(file_grows, lead, measure):
+    out = analyse(run_of(timeline(file_grows)))
+    hl = out["processes"][0]["host_leak"]
+    assert bool(hl and hl.get("leak")) is lead and hl["measure"] == measure
+    said = "grew steadily" in out["verdict"]["summary"]
+    assert said is lead
+    if lead and measure == "rss_anon":
+        assert "not backed by files" in out["verdict"]["summary"] and "memory-mapped" not in out["verdict"]["summary"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RssFile is Linux's")
+def test_file_backed_reading_counts_a_mapped_file(tmp_path):
+    import mmap
+
+    from oomdoctor.injob.record.probes import host_rss_file
+
+    before = host_rss_file()
+    assert isinstance(before, int)
+    f = tmp_path / "data"
+    f.write_bytes(b"\1" * (64 * MiB))
+    with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        total = sum(m[i] for i in range(0, len(m), 4096))  # touch every page
+        after = host_rss_file()
+    assert total == 64 * MiB // 4096 and after - before >= 48 * MiB

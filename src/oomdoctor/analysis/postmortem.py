@@ -248,12 +248,17 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
         # settles late; a review showed both flagged, so no warning is raised from RSS alone
         p = max(host_leaks, key=lambda q: q["host_leak"].get("rate_per_s") or q["host_leak"]["slope_bytes"])
         hl = p["host_leak"]
+        # records from session 26 on carry the file-backed pages, left out of what is judged (a memory-mapped dataset)
+        anon = hl.get("measure") == "rss_anon"
+        what, unless = (("host memory not backed by files (RSS less its file pages)", "a warm-up still settling")
+                        if anon else ("host memory (RSS)", "a memory-mapped dataset's pages (the kernel takes those "
+                                      "back) or a warm-up still settling"))
         return {"oom": False, "category": None, "severity": "ok", "source": "timeline",
-                "summary": f"no OOM and no steady growth of GPU memory recorded; but host memory (RSS) grew "
+                "summary": f"no OOM and no steady growth of GPU memory recorded; but {what} grew "
                            f"steadily{' across steps' if hl['unit'] == 'step' else ''}: {leak_rate(hl)} (confidence "
-                           f"{hl.get('confidence') or 'low'}): a leak on the CPU side, unless it is a memory-mapped "
-                           "dataset's pages (the kernel takes those back) or a warm-up still settling",
-                "evidence": [f"{p['name']}: host RSS grew {format_bytes(hl['growth_bytes'])} from "
+                           f"{hl.get('confidence') or 'low'}): a leak on the CPU side, unless it is {unless}",
+                "evidence": [f"{p['name']}: host {'memory not backed by files' if anon else 'RSS'} grew "
+                             f"{format_bytes(hl['growth_bytes'])} from "
                              f"{format_bytes(hl['first'])} to {format_bytes(hl['last'])}"],
                 "fixes": FIXES["host_leak"], "message": None}
     for p in processes:

@@ -91,6 +91,8 @@ def load_process(label: str, text: str) -> Process:
                 p.header.pop("argv", None)
         elif kind in ("sample", "step"):
             rec = _clean(rec)
+            if (rss := _num(rec, "rss")) is not None and (file_backed := _num(rec, "rss_file")) is not None:
+                rec["rss_anon"] = max(0.0, rss - file_backed)  # what a host leak grows; file pages are reclaimable
             p.samples.append(rec)
             if kind == "step":
                 p.steps.append(rec)
@@ -152,7 +154,10 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         gpu = any(_num(r, "allocated") is not None for r in p.samples)
         totals = [d.get("total") for r in p.samples for d in (r.get("gpu_devices") or ()) if d.get("total")]
         leak = detect_leak(p, "allocated", device_total=max(totals) if totals else None) if gpu else None
-        host_leak = detect_leak(p, "rss", min_growth=64 * MiB, min_fraction=0.05)
+        host_key = "rss_anon" if any("rss_anon" in r for r in p.samples) else "rss"  # older records: RSS alone
+        host_leak = detect_leak(p, host_key, min_growth=64 * MiB, min_fraction=0.05)
+        if host_leak is not None:
+            host_leak["measure"] = host_key
         proc_out.append({"device_total": max(totals) if totals else None, "label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
                          "argv": p.header.get("argv"), "uses_gpu": gpu, "steps": len(p.steps),
                          "samples": len(p.samples), "bad_lines": p.bad_lines, "peaks": peaks(p),

@@ -64,6 +64,22 @@ def host_rss(pid: int | None = None) -> int | None:
         return _rss_from_proc(pid)
 
 
+def host_rss_file(pid: int | None = None) -> int | None:
+    """Resident pages backed by files (`RssFile` of /proc/PID/status; Linux only).
+
+    Why: RSS also counts the pages of a memory-mapped dataset read step by step, which the kernel takes back under
+    pressure; without this a job reading an np.memmap looked like a host leak (GPU check, session 26). Shared
+    memory (`RssShmem`: DataLoader batches from workers) is not in it, so a list of such batches still counts."""
+    try:
+        with open(f"/proc/{pid or 'self'}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except Exception:
+        return None
+    return None
+
+
 def _rss_from_proc(pid: int | None) -> int | None:
     try:
         with open(f"/proc/{pid or 'self'}/statm") as f:

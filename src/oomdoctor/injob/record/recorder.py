@@ -168,6 +168,8 @@ class Recorder:
             if alloc:
                 rec.update(alloc)
         rec["rss"] = probes.host_rss()
+        if (file_backed := probes.host_rss_file()) is not None:
+            rec["rss_file"] = file_backed
         if self._writer is not None:
             self._writer.write(rec)
 
@@ -207,6 +209,8 @@ class Recorder:
             if device is not None and alloc and isinstance(alloc.get("allocated"), (int, float)):
                 self._maybe_look(torch, device, alloc["allocated"])
         rec["rss"] = probes.host_rss()
+        if (file_backed := probes.host_rss_file()) is not None:
+            rec["rss_file"] = file_backed
         nv = self._nvml.sample()
         if nv is not None:
             rec["gpu_proc_used"] = nv["gpu_proc_used"]
