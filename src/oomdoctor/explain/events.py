@@ -31,6 +31,8 @@ from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benche
 )
 
 MAX_LINE = 64 * 1024
+HEAD = MAX_LINE // 2  # as read.HEAD / read.TAIL (explain.read is the reader; this module does not import it)
+TAIL = MAX_LINE - HEAD - 1
 MAX_EVENT_TEXT = 8 * 1024
 MAX_EVENTS = 500
 MAX_READINGS = 4096
@@ -99,6 +101,25 @@ class LogScan:
 
 def _decode(b: bytes) -> str:
     return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _line_text(block: bytes, ls: int, le: int) -> str:
+    """A line longer than MAX_LINE is read as its head and its tail, as the reader hands on one that goes on past its
+    window (read.HEAD, read.TAIL): what was printed last on a progress bar's line is at its end."""
+    if le - ls <= MAX_LINE:
+        return _decode(block[ls:le])
+    return _decode(bytes(block[ls:ls + HEAD]) + b"\r" + bytes(block[le - TAIL:le]))
+
+
+def _visible(text: str, kind: str) -> tuple[str, str]:
+    """Of a line redrawn with carriage returns (a progress bar, then the error printed over it), the last piece that
+    is a failure line: the event's text is the message, not the bar (a terminal would show the same)."""
+    if "\r" not in text:
+        return text, kind
+    for piece in reversed(text.split("\r")):
+        if piece.strip() and (k := P.classify_line(piece)) is not None:
+            return piece, k
+    return text, kind
 
 
 def _wrapped_mention(before: str, text: str) -> bool:
@@ -251,11 +272,12 @@ class LogScanner:
 
     # -- per line -------------------------------------------------------------------------------
     def _line_hit(self, block: bytes, ls: int, le: int, lineno: int) -> None:
-        text = _decode(block[ls:le])
+        text = _line_text(block, ls, le)
         self._env_scan(text)
         kind = P.classify_line(text)
         if kind is None:
             return
+        text, kind = _visible(text, kind)
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return

@@ -1,7 +1,9 @@
 """Read log files (or standard input) as blocks of whole lines, in constant memory.
 
 Binary, any encoding: the parser decodes candidate lines as UTF-8 with replacement. A line longer
-than `MAX_LINE` keeps its first 64 KiB; the rest of it is skipped without being held in memory.
+than `MAX_LINE` is handed on as its first `HEAD` and its last `TAIL` bytes joined by a carriage return; the
+middle is skipped without being held in memory. Why the tail: a progress bar redrawn with `\r` for an epoch is
+one line of megabytes, and what was printed on it last (an error) is at its end.
 Missing, unreadable or directory inputs raise InputError naming the path (exit 2, one line).
 
 With `prepare`, the C-heavy per-block work (a pure function, e.g. parsers.oom_prefilter.index_block)
@@ -29,6 +31,8 @@ from typing import Any, BinaryIO
 from oomdoctor.errors import InputError
 
 MAX_LINE = 64 * 1024
+HEAD = MAX_LINE // 2  # of a longer line: its first HEAD bytes, b"\r", its last TAIL bytes (MAX_LINE in all)
+TAIL = MAX_LINE - HEAD - 1
 BLOCK = 8 << 20
 MAX_WORKERS = 8  # the scan stops scaling at 4-8 threads (16-CPU host); more only adds buffers (8 MiB each)
 
@@ -60,7 +64,7 @@ def iter_blocks(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterato
     """(buffer, start, end) spans of whole lines from `path` ('-' = stdin), in order.
 
     Spans point into the reader's own buffers (a ring of `buffers`, see _spans), so a 1 GB log is
-    not copied block by block; lines longer than MAX_LINE keep their first MAX_LINE bytes.
+    not copied block by block; a line longer than MAX_LINE may come as its head and tail (see the module).
     """
     check_readable(path)
     try:
@@ -211,6 +215,12 @@ def _iter_windows(path: str, size: int, prepare: Prepare, workers: int, block_si
             release()
             return None
         s, e = span
+        if e == base + wlen and w0 + wlen < size:  # the span's last line goes on past the window
+            try:
+                e = _head_and_tail(fd, buf, s, e, w0 + wlen)
+            except OSError as exc:
+                release()
+                raise _ReadError(exc.strerror or str(exc)) from exc
         try:
             return buf, s, e, prepare(buf, s, e, w0 + s - base), release
         except BaseException:
@@ -249,6 +259,31 @@ def _iter_windows(path: str, size: int, prepare: Prepare, workers: int, block_si
         os.close(fd)
 
 
+def _head_and_tail(fd: int, buf: bytearray, s: int, e: int, offset: int) -> int:
+    """The span's last line, which goes on past the window at log byte `offset`, becomes its first HEAD bytes,
+    b"\r" and its last TAIL bytes (read on from `offset` to its end, in bounded chunks), and a newline if it had
+    one; returns the span's new end. The blocks inside the line own no line start, so nobody else reads it."""
+    nl = buf.rfind(b"\n", s, e)
+    ls = nl + 1 if nl >= 0 else s
+    if e - ls < MAX_LINE + 1:  # the window always holds more of it than this (EXT); never cut a short line
+        return e
+    tail = bytes(buf[e - TAIL:e])
+    ended = False
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            break
+        i = chunk.find(b"\n")
+        if i >= 0:
+            tail, ended = (tail + chunk[max(0, i - TAIL):i])[-TAIL:], True
+            break
+        tail = (tail + chunk[-TAIL:])[-TAIL:]
+        offset += len(chunk)
+    at = ls + HEAD
+    buf[at:at + 1 + len(tail) + ended] = b"\r" + tail + (b"\n" if ended else b"")
+    return at + 1 + len(tail) + ended
+
+
 def _pread(fd: int, buf: bytearray, base: int, w0: int, w1: int) -> int:
     """Bytes of the log from w0 to w1 into buf[base:]; fewer if the file shrank while it was read."""
     wlen = 0
@@ -280,7 +315,8 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
     of it was handed out: reads inside one very long line (copied into `carry`) reuse the same
     buffer, or they would overwrite spans still waiting in iter_prepared's queue."""
     carry = b""  # the unfinished last line of the previous chunk
-    skipping = False  # inside the tail of an over-long line
+    skipping = False  # inside the middle of an over-long line
+    head = tail = b""  # of the over-long line being skipped
     ring = [aligned_buffer(block_size) for _ in range(buffers)]
     turn = 0
     while True:
@@ -297,18 +333,21 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
         if skipping:
             nl = buf.find(b"\n", pos, end)
             if nl < 0:
+                tail = (tail + bytes(buf[max(pos, end - TAIL):end]))[-TAIL:]
                 continue
-            pos, skipping = nl + 1, False
+            tail = (tail + bytes(buf[max(pos, nl - TAIL):nl]))[-TAIL:]
+            line = head + b"\r" + tail + b"\n"
+            yield line, 0, len(line)
+            pos, skipping, head, tail = nl + 1, False, b"", b""
         first = buf.find(b"\n", pos, end)
         if first < 0:  # no newline: the line goes on
             carry += buf[pos:end]
             if len(carry) > MAX_LINE:
-                yield carry[:MAX_LINE] + b"\n", 0, MAX_LINE + 1
-                carry, skipping = b"", True
+                head, tail, carry, skipping = carry[:HEAD], carry[-TAIL:], b"", True
             continue
-        if carry:  # finish the carried line: a small copy
-            head = (carry + buf[pos:first + 1]) if len(carry) <= MAX_LINE else carry[:MAX_LINE] + b"\n"
-            yield head, 0, len(head)
+        if carry:  # finish the carried line: a small copy (the scanner reads a longer one as head and tail)
+            line = carry + buf[pos:first + 1]
+            yield line, 0, len(line)
             carry = b""
             pos = first + 1
         last = buf.rfind(b"\n", pos, end)
@@ -318,7 +357,9 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
             pos = last + 1
         carry = bytes(buf[pos:end])
         if len(carry) > MAX_LINE:
-            yield carry[:MAX_LINE] + b"\n", 0, MAX_LINE + 1
-            carry, skipping = b"", True
-    if carry:
+            head, tail, carry, skipping = carry[:HEAD], carry[-TAIL:], b"", True
+    if skipping:
+        line = head + b"\r" + tail
+        yield line, 0, len(line)
+    elif carry:
         yield carry, 0, len(carry)
