@@ -107,10 +107,13 @@ class Explanation:
     documentation: bool = False  # the text reads as documentation; its vague OOM wording was not a failure
     notes: list[str] = field(default_factory=list)  # what the reader should know that is no event (a BFC warning before a crash)
     facts_given: bool = False  # machine facts were read (--here, --bundle), whether or not they decided anything
+    # a cause that only another event's board held (a JAX OOM beside PyTorch's): that event's kind, so its deciding
+    # command asks that framework's allocator (review, session 25)
+    category_kinds: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for h in self.hypotheses:
-            h.kind = self.primary.kind if self.primary is not None else ""
+            h.kind = self.category_kinds.get(h.category) or (self.primary.kind if self.primary is not None else "")
 
     @property
     def category(self) -> str | None:
@@ -486,7 +489,18 @@ def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEF
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
     return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
-                       facts_used=used, scan=scan, recovered=recovered, notes=notes)
+                       facts_used=used, scan=scan, recovered=recovered, notes=notes,
+                       category_kinds=_category_kinds(boards, events, p))
+
+
+def _category_kinds(boards: list[Board], events: list[OomEvent], p: int) -> dict[str, str]:
+    """The event kind each cause came from: the primary event's where its board holds the cause, else that of the
+    other event whose board gave it the most."""
+    out = {cat: events[p].kind for cat in boards[p].scores}
+    for cat in {c for b in boards for c in b.scores} - out.keys():
+        i = max((i for i in range(len(boards)) if i != p), key=lambda i: boards[i].scores.get(cat, 0.0))
+        out[cat] = events[i].kind
+    return out
 
 
 def collective_timeout_note(scan: LogScan) -> list[str]:
