@@ -318,3 +318,21 @@ def test_a_note_quoting_the_crash_is_redacted_and_escaped(tmp_path, capsys, fmt)
         assert "Fatal Python error" in json.loads(out)["notes"][0]
     if fmt == "html":
         assert "<b>x</b>" not in out and "&lt;b&gt;x&lt;/b&gt;" in out
+
+
+def test_a_missing_dependency_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """A device whose wheel install had failed printed a traceback for `report` (session 26): no ruamel."""
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "oomdoctor.cli.report":
+            raise ModuleNotFoundError("No module named 'ruamel'", name="ruamel")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    monkeypatch.delenv("OOMDOCTOR_DEBUG", raising=False)
+    assert main(["report", "somewhere"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No module named 'ruamel'" in err and "reinstall" in err

@@ -55,7 +55,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
+    try:
+        parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
+    except ImportError as exc:  # a broken install (seen on a machine whose wheel install had failed): one line
+        if _debug():
+            raise
+        print(f"oomdoctor: a package it needs is missing ({_one_line(str(exc), 200)}): reinstall oomdoctor in this "
+              "environment (pip install oomdoctor)", file=sys.stderr)
+        return EXIT_INTERNAL
     args = parser.parse_args(argv)
     module = getattr(args, "_module", None)
     if module is None:
