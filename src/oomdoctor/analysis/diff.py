@@ -56,6 +56,10 @@ class DiffResult:
                 "differences": [d.to_json() for d in self.differences]}
 
 
+# where each input was read from (the names A and B already say it), never a difference between the machines
+NOT_COMPARED = frozenset({"bundle.path"})
+
+
 def _missing(fs: FactSet, key: str) -> tuple[bool, Any]:
     """(present, value or the Unavailable reason)."""
     entry = fs.get(key)
@@ -104,7 +108,7 @@ def _compare_lists(key: str, layer: str, weight: int, a: list, b: list) -> list[
 def diff_facts(a: FactSet, b: FactSet) -> tuple[list[Difference], int]:
     diffs: list[Difference] = []
     same = 0
-    for key in sorted(set(a) | set(b)):
+    for key in sorted((set(a) | set(b)) - NOT_COMPARED):
         spec = FACT_KEYS[key]
         pa, va = _missing(a, key)
         pb, vb = _missing(b, key)

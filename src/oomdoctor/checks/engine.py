@@ -51,7 +51,22 @@ def weight(f: Finding) -> float:
     return SEVERITY_WEIGHT[f.severity] * CONFIDENCE_WEIGHT[f.confidence]
 
 
-_CORE = {"driver": ("driver.version", "driver.gpus", "driver.gpu_count")}  # what makes the layer read
+# What makes a layer read: the facts only a GPU's driver (NVML, nvidia-smi, /proc/driver/nvidia) or torch's device list
+# give. Where none of them was read, the layer's other facts (the kernel's and the OS's names; "no HAMi variable", "no
+# compat libcuda") say nothing of the GPU the layer is about, so the layer is unknown, not "OK" (a machine without a
+# driver showed its driver layer OK, session 25, and its gpu_sharing and cuda layers OK, session 26). A finding at
+# warning or above still sets the status (HAMi's LD_PRELOAD, CUDA_MPS_PIPE_DIRECTORY, a manifest's shared GPU).
+_CORE = {
+    "gpu_sharing": ("sharing.mig", "sharing.vgpu", "sharing.processes"),
+    "cuda": ("cuda.driver_max", "cuda.device_capabilities"),
+    "driver": ("driver.version", "driver.gpus", "driver.gpu_count"),
+}
+_NOT_READ = {  # what a user misses in each such layer, after "no NVIDIA driver answered: "
+    "gpu_sharing": "MIG, vGPU and the processes on the GPU could not be read",
+    "cuda": "the CUDA version the driver supports and the GPUs' compute capability could not be read, so PyTorch's "
+            "CUDA could not be checked against them",
+    "driver": "its version and its GPUs could not be read",
+}
 
 
 def _core_read(facts: FactSet, layer: str) -> bool:
@@ -63,9 +78,7 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
     out: dict[str, LayerStatus] = {}
     for name in LAYERS:
         mine = [f for f in findings if f.layer.value == name]
-        # bundle.* describes the snapshot (when it was made), not the layer: it does not make a layer read; nor do
-        # the kernel's and the OS's names make the driver layer read where no NVIDIA driver answered (a machine
-        # without one showed its driver layer "OK"; a new user's walkthrough)
+        # bundle.* describes the snapshot (when it was made), not the layer: it does not make a layer read
         has_facts = _core_read(facts, name) if name in _CORE else any(
             e.available for k, e in facts.by_layer(name).items() if not k.startswith("bundle."))
         worst = max((f.severity.rank for f in mine), default=-1)
@@ -77,6 +90,30 @@ def layer_statuses(facts: FactSet, findings: list[Finding]) -> dict[str, LayerSt
             out[name] = LayerStatus.OK
         else:
             out[name] = LayerStatus.UNKNOWN
+    return out
+
+
+def _no_driver(facts: FactSet, layer: str) -> str:
+    """Who did not answer, in a user's words: this machine's driver, or the bundle's record of one."""
+    if layer != "driver" and _core_read(facts, "driver"):
+        return "the NVIDIA driver's version was read, but not its GPUs"
+    sources = [e.source for k in _CORE[layer] if (e := facts.get(k)) is not None]
+    if any(s.startswith("bundle:") for s in sources):
+        return "the bundle holds no usable reading of an NVIDIA driver (commands/nvidia-smi-q.xml)"
+    return "no NVIDIA driver answered"
+
+
+def layer_reasons(facts: FactSet, statuses: Mapping[str, LayerStatus]) -> dict[str, str]:
+    """Why each `unknown` layer is unknown, one short sentence (`status_reason` in JSON, a line in text)."""
+    out: dict[str, str] = {}
+    for name, status in statuses.items():
+        if status is not LayerStatus.UNKNOWN:
+            continue
+        entries = {k: e for k, e in facts.by_layer(name).items() if not k.startswith("bundle.")}
+        if name in _CORE and any(e.available for e in entries.values()):
+            out[name] = f"{_no_driver(facts, name)}: {_NOT_READ[name]}"
+        else:
+            out[name] = "none of this layer's facts could be read"
     return out
 
 
@@ -127,7 +164,7 @@ def diagnose(facts: FactSet, meta: Mapping[str, Any] | None = None) -> DoctorRep
     findings.sort(key=sort_key)
     statuses = layer_statuses(facts, findings)
     return DoctorReport(facts=facts, findings=tuple(findings), verdict=choose_verdict(findings, statuses, _probes_tried(facts)),
-                        layer_status=statuses, meta=dict(meta or {}))
+                        layer_status=statuses, meta=dict(meta or {}), layer_reason=layer_reasons(facts, statuses))
 
 
-__all__ = ["Layer", "diagnose", "choose_verdict", "layer_statuses", "sort_key"]
+__all__ = ["Layer", "diagnose", "choose_verdict", "layer_reasons", "layer_statuses", "sort_key"]

@@ -5,6 +5,7 @@ table's category hint; here they are weighed against the GPU the bundle saw."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 
 from oomdoctor.checks._util import (
@@ -83,6 +84,19 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category 
     return (hint, Severity.WARNING, Confidence.MEDIUM, f"raised by {spec.what}")
 
 
+def explain_command(facts: FactSet, files: list[str]) -> str:
+    """The remedy's command, to run as printed: `explain --bundle` on the bundle doctor read (it reads the bundle's
+    logs/, the ones these events are from); where the path is not in the facts, a placeholder the user replaces."""
+    bundle = facts.value("bundle.path") if facts.has("bundle.path") else None
+    names = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    if isinstance(bundle, str) and bundle:
+        return (f"run `oomdoctor explain --bundle {shlex.quote(bundle)}` for a ranked explanation of each event "
+                f"(it reads the bundle's logs/" + (f": {names}" if names else "") + ")")
+    return ("run `oomdoctor explain --bundle YOUR_BUNDLE` on the bundle " + (f"that holds {names}" if names else
+            "these logs are in") + " (or `oomdoctor explain YOUR_LOG` on the log itself) for a ranked explanation of "
+            "each event")
+
+
 @check("WRK001", L, "OOM-like errors in the job's logs")
 def log_events(facts: FactSet) -> Iterator[Finding]:
     """The error's exact text says which path ran out. "CUDA out of memory. Tried to allocate …" comes
@@ -113,8 +127,9 @@ def log_events(facts: FactSet) -> Iterator[Finding]:
         e, why, sev, conf = items[0]
         where = f"{e.get('file') or 'log'}:{e.get('line', '?')}"
         lines = sum(x[0]["count"] for x in items)
+        files = list(dict.fromkeys(str(x[0]["file"]) for x in items if isinstance(x[0].get("file"), str)))
         yield finding("WRK001", L, sev, conf,
                       f"{lines} log line(s) like '{short(e.get('text'), 90)}' ({e['kind']}): {why}",
-                      "run `oomdoctor explain <log> --bundle <bundle>` for a ranked explanation of each event",
+                      explain_command(facts, files),
                       cat if cat is not Category.UNKNOWN else None,
                       [ev_value("workload.oom_events", f"{where}: {e.get('text')}", facts.source("workload.oom_events"))])

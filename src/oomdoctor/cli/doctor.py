@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from oomdoctor.checks.engine import diagnose
     from oomdoctor.collectors import machine
+    from oomdoctor.collectors.workload import name_bundle
 
     if args.probe_attempts < 1:
         raise UsageError("--probe-attempts must be at least 1")
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} runs on a live machine; it cannot be combined with --bundle "
                              "(a bundle carries its torch facts in commands/torch.json)")
         notes: list[str] = []
-        facts = machine.collect_bundle(args.bundle, notes)
+        facts = name_bundle(machine.collect_bundle(args.bundle, notes), args.bundle)
         warn_skipped(args.bundle, notes)
         meta = {"source": "bundle", "bundle": str(args.bundle), "created": created}
     else:

@@ -82,10 +82,11 @@ def read_json_report(path: str) -> Any:
 def collect_bundle_facts(path: str, notes: list[str] | None = None):
     try:
         from oomdoctor.collectors.machine import collect_bundle
+        from oomdoctor.collectors.workload import name_bundle
     except ImportError:
         raise InputError(f"{path}: reading bundles needs oomdoctor.collectors.machine, which this build lacks; "
                          "pass `doctor --format json` reports instead") from None
-    return collect_bundle(path, notes)
+    return name_bundle(collect_bundle(path, notes), path)
 
 
 def iter_report_sources(paths: list[str]) -> Iterator[tuple[str, Any, str]]:

@@ -14,7 +14,7 @@ from oomdoctor.errors import InputError
 from oomdoctor.explain.events import LogScanner
 from oomdoctor.explain.facts import scan_records
 from oomdoctor.explain.read import iter_blocks
-from oomdoctor.facts import Fact, Unavailable
+from oomdoctor.facts import Fact, FactSet, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.parsers.k8s_manifest import (
     ManifestError,
@@ -36,7 +36,17 @@ def collect_workload(ctx: CollectContext) -> list[Entry]:
     created = ctx.meta.get("created")
     out.append(Fact("bundle.created", created, ctx.label("meta.json")) if ctx.bundle and isinstance(created, str)
                else Unavailable("bundle.created", "not a bundle" if not ctx.bundle else "no created time", "meta.json"))
+    # the path the user named the bundle by is the command's (name_bundle), not the bundle's: it reads the same anywhere
+    out.append(Unavailable("bundle.path", "not a bundle" if not ctx.bundle else "only the command that opened the bundle knows its path",
+                           "command line"))
     return out
+
+
+def name_bundle(facts: FactSet, path: str | Path) -> FactSet:
+    """A bundle's facts plus `bundle.path`, the path the user gave (`doctor --bundle PATH`, `diff A B`), so that a
+    remedy can print a command to run on it. Added by the command, not collected: the same bundle has the same facts
+    wherever it lies (a directory or its .tar.gz)."""
+    return facts.merged([Fact("bundle.path", str(path), "command line")])
 
 
 def self_gpu_usage(processes: list[dict[str, Any]] | None) -> int | None:

@@ -107,6 +107,7 @@ _KEYS: tuple[FactKey, ...] = (
     _K("workload.oom_events", "workload", "OOM-like events in bundle logs, as `explain` reads them: [{file, line, kind, category, count, text, numbers, details}]", 50),
     _K("workload.gpu_processes_self", "workload", "GPU memory held by this job's own processes", 20),
     _K("bundle.created", "workload", "when the bundle was made (ISO time)", 0),
+    _K("bundle.path", "workload", "the bundle's path as the user gave it (`doctor --bundle PATH`, `diff A B`), for the commands remedies print; set by the command, not read from the bundle, and not compared by `diff`", 0),
 )
 
 FACT_KEYS: dict[str, FactKey] = {k.name: k for k in _KEYS}

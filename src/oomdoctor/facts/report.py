@@ -1,7 +1,7 @@
 """The doctor report as plain data, and its JSON shape (docs/contracts.md §4).
 
-Layer JSON: `{"name", "status", "facts": {key: value|null}, "sources": {key: where},
-"unavailable": {key: reason}}`; `facts` holds plain values so scripts can read
+Layer JSON: `{"name", "status", "status_reason": why it is unknown|null, "facts": {key: value|null},
+"sources": {key: where}, "unavailable": {key: reason}}`; `facts` holds plain values so scripts can read
 `layers[i]["facts"]["driver.version"]` directly. `from_json` reads a report back for `diff`/`fleet`.
 """
 
@@ -32,6 +32,7 @@ class DoctorReport:
     verdict: Verdict
     layer_status: Mapping[str, LayerStatus]
     meta: Mapping[str, Any] = field(default_factory=dict)  # source ("live"|"bundle"), bundle path, created
+    layer_reason: Mapping[str, str] = field(default_factory=dict)  # why an `unknown` layer is unknown
 
     @property
     def host_name(self) -> str | None:
@@ -49,6 +50,7 @@ class DoctorReport:
             layers.append({
                 "name": name,
                 "status": self.layer_status.get(name, LayerStatus.UNKNOWN).value,
+                "status_reason": self.layer_reason.get(name),
                 "facts": {k: v.value for k, v in entries.items()},
                 "sources": {k: v.source for k, v in entries.items() if v.source},
                 "unavailable": {k: v.reason for k, v in entries.items() if isinstance(v, Unavailable)},
@@ -68,6 +70,7 @@ def report_from_json(doc: Mapping[str, Any]) -> DoctorReport:
         raise ValueError("not an oomdoctor doctor report (no 'layers' list)")
     entries: list[Fact | Unavailable] = []
     status: dict[str, LayerStatus] = {}
+    reason: dict[str, str] = {}
     for layer in doc["layers"]:
         if not isinstance(layer, Mapping):
             raise ValueError("a layer is not an object")
@@ -76,6 +79,8 @@ def report_from_json(doc: Mapping[str, Any]) -> DoctorReport:
             status[name] = LayerStatus(layer.get("status", "unknown"))
         except ValueError:
             status[name] = LayerStatus.UNKNOWN
+        if isinstance(layer.get("status_reason"), str):
+            reason[name] = layer["status_reason"]
         sources = layer.get("sources") or {}
         unavailable = layer.get("unavailable") or {}
         for key, value in (layer.get("facts") or {}).items():
@@ -91,7 +96,7 @@ def report_from_json(doc: Mapping[str, Any]) -> DoctorReport:
     findings = tuple(_finding_from_json(f) for f in doc.get("findings") or [] if isinstance(f, Mapping))
     v = doc.get("verdict") or {}
     verdict = Verdict(_category(v.get("category")) or Category.UNKNOWN, str(v.get("summary", "")))
-    return DoctorReport(FactSet(entries), findings, verdict, status, dict(doc.get("meta") or {}))
+    return DoctorReport(FactSet(entries), findings, verdict, status, dict(doc.get("meta") or {}), reason)
 
 
 def _category(value: Any) -> Category | None:

@@ -21,6 +21,7 @@ def render_html(report: DoctorReport) -> str:
         layers.append({
             "name": name,
             "status": report.layer_status.get(name, LayerStatus.UNKNOWN).value,
+            "reason": report.layer_reason.get(name),
             "facts": [(k, fact_value_text(k, e.value), e.source) for k, e in entries.items() if e.available],
             "unavailable": [(k, e.reason) for k, e in entries.items() if isinstance(e, Unavailable)],
             "findings": [f.id for f in report.findings if f.layer.value == name],

@@ -59,6 +59,8 @@ def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
             lines.append(f"... {rest} more unavailable (--format json says why)")
         if not lines:
             lines.append("no facts read")
+        if status == "unknown" and report.layer_reason.get(name):  # first: why nothing here can be called OK
+            lines.insert(0, f"why unknown: {report.layer_reason[name]}")
         table.add_row(name, Text(status.upper(), style=STATUS_STYLE[status]), Text("\n".join(lines)))
     return table
 
