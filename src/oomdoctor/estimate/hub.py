@@ -84,7 +84,7 @@ def probe(repo_id: str) -> None:
     timeout = probe_timeout()
     kw: dict[str, Any] = {"timeout": timeout}
     get = huggingface_hub.get_hf_file_metadata
-    if "retry_on_errors" in _parameters(get):  # huggingface_hub >= 1.0 can retry this call; 0.x never did
+    if "retry_on_errors" in _parameters(get):  # the versions that can retry this call say so by this argument
         kw["retry_on_errors"] = False
     try:
         get(url, **kw)
