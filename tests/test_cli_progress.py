@@ -35,14 +35,16 @@ def _openpty() -> tuple[int, int]:
         pytest.skip(f"no pseudo-terminal here: {exc}")
 
 
-def _run(argv: list[str], *, tty: bool, **env: str) -> tuple[int, str, bytes]:
-    """(exit code, stdout, stderr bytes) of `python -m oomdoctor ARGV`; stderr a pty when tty."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TERM")}
+def _run(argv: list[str], *, tty: bool, warnings: bool = False, **env: str) -> tuple[int, str, bytes]:
+    """(exit code, stdout, stderr bytes) of `python -m oomdoctor ARGV`; stderr a pty when tty. Python's warnings
+    are ignored unless `warnings`."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TERM", "PYTHONWARNINGS")}
     full_env.update({"TERM": "xterm-256color", "COLUMNS": "100", **env})
     master = slave = None
     if tty:
         master, slave = _openpty()
-    proc = subprocess.Popen([sys.executable, "-W", "ignore", "-m", "oomdoctor", *argv], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-W", "default" if warnings else "ignore", "-m", "oomdoctor", *argv],
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE, env=full_env)
     chunks: list[bytes] = []
     reader = None
@@ -67,6 +69,91 @@ def _run(argv: list[str], *, tty: bool, **env: str) -> tuple[int, str, bytes]:
         os.close(master)
         err = b"".join(chunks)
     return proc.returncode, out.decode(), err
+
+
+# A model whose library talks while it is traced, as transformers does: a logger with its own handler, made at import,
+# so bound to the stderr of that moment (not to rich's redirect while the spinner runs), a warning in every forward;
+# and a Python warning. Session 25: transformers' "`use_cache=True` is incompatible with gradient checkpointing" was
+# written onto the spinner's line.
+CHATTY = """
+import logging, time, warnings
+import torch
+
+log = logging.getLogger("chattylib")
+_handler = logging.StreamHandler()
+_handler.setFormatter(logging.Formatter("[chattylib] %(message)s"))
+log.addHandler(_handler)
+log.propagate = False
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 128), torch.nn.Linear(128, 4)
+
+    def forward(self, x):
+        log.warning("use_cache=True is incompatible with gradient checkpointing. Setting use_cache=False.")
+        warnings.warn("chattylib: `enable` is deprecated, use `activate`", FutureWarning)
+        return self.b(torch.relu(self.a(x)))
+
+
+def build(batch_size):
+    time.sleep(0.3)  # the spinner has drawn a frame
+    print("chattylib: model built")  # on stdout, as some libraries do
+    return {"model": Net(), "inputs": (torch.randn(batch_size, 64),),
+            "target": torch.randint(0, 4, (batch_size,)), "loss": torch.nn.functional.cross_entropy}
+"""
+LOGGED = "[chattylib] use_cache=True is incompatible with gradient checkpointing. Setting use_cache=False."
+WARNED = "FutureWarning: chattylib: `enable` is deprecated, use `activate`"
+
+
+@pytest.fixture(scope="module")
+def chatty(tmp_path_factory):
+    pytest.importorskip("torch")
+    p = tmp_path_factory.mktemp("w") / "chatty.py"
+    p.write_text(CHATTY)
+    return str(p)
+
+
+def _lines(err: bytes) -> list[str]:
+    """What a terminal keeps of each line: what was written after its last carriage return (rich returns and
+    erases the line before each frame and before each line it prints above the spinner)."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err.decode(errors="replace"))
+    return [next((seg for seg in reversed(ln.split("\r")) if seg.strip()), "") for ln in text.split("\n")]
+
+
+def test_library_warnings_during_the_spinner_get_lines_of_their_own_once(chatty):
+    """Before: the logged warning was written after the spinner's text on its line, once per traced step."""
+    rc, out, err = _run(["estimate", chatty, "--batch-size", "8"], tty=True, warnings=True)
+    assert rc == 0 and "peak reserved" in out
+    assert SPINNER.search(err.decode(errors="replace"))
+    lines = _lines(err)
+    mixed = [ln for ln in lines if "tracing " in ln and "chattylib" in ln]
+    assert not mixed, mixed
+    assert lines.count(LOGGED) == 1, lines
+    assert sum(WARNED in ln for ln in lines) == 1, lines
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])
+def test_json_stdout_stays_json_and_library_warnings_go_to_stderr_once(chatty, tty):
+    rc, out, err = _run(["estimate", chatty, "--max-batch", "--memory-limit", "256MiB", "--format", "json"], tty=tty,
+                        warnings=True)
+    assert rc == 0 and json.loads(out)["max_batch_size"] > 0
+    lines = _lines(err)
+    assert lines.count(LOGGED) == 1 and sum(WARNED in ln for ln in lines) == 1, lines
+    assert "chattylib" not in out and "chattylib: model built" in lines
+
+
+def test_warnings_from_a_library_are_not_swallowed_when_the_step_fails(tmp_path):
+    """A config problem a library warns about, then the failure: both reach the user."""
+    pytest.importorskip("torch")
+    bad = tmp_path / "bad.py"
+    bad.write_text(CHATTY.replace("return self.b(", "raise ValueError('hidden_size 3 is not divisible by 4 heads')\n"
+                                  "        return self.b("))
+    rc, out, err = _run(["estimate", str(bad), "--batch-size", "8"], tty=False, warnings=True)
+    lines = [ln for ln in _lines(err) if ln.strip()]
+    assert rc == 2 and out == ""
+    assert lines.count(LOGGED) == 1 and "hidden_size 3" in lines[-1], lines
 
 
 @pytest.fixture(scope="module")

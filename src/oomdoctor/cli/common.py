@@ -49,14 +49,83 @@ def stderr_console() -> Any:
 def progress(text: str, args: argparse.Namespace) -> Iterator[Callable[[str], None]]:
     """Progress on stderr, never on stdout: a spinner where wants_spinner(); one plain line for a
     terminal without it (NO_COLOR, TERM=dumb); nothing with --format json or when stderr is a pipe or
-    a file, where bad input must stay one line. Yields update(msg), which only the spinner shows."""
+    a file, where bad input must stay one line. Yields update(msg), which only the spinner shows.
+
+    What libraries warn meanwhile is shown once each, on lines of its own on stderr: above the spinner
+    (through its console), else as it comes (library_warnings_once). What they print goes to stderr too
+    (rich's redirect under the spinner), so that stdout holds the report alone (--format json)."""
     if wants_spinner(args):
-        with stderr_console().status(text) as status:
+        console = stderr_console()
+
+        def above(line: str) -> None:  # verbatim: no markup ("[transformers]"), no wrapping inside words
+            console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+        with library_warnings_once(above), console.status(text) as status:
             yield lambda msg: status.update(f"{text}: {msg}")
         return
     if getattr(args, "format", None) != "json" and sys.stderr.isatty():
         print(f"{text} ...", file=sys.stderr, flush=True)
-    yield lambda msg: None
+    with library_warnings_once(lambda line: print(line, file=sys.stderr, flush=True)), \
+            contextlib.redirect_stdout(sys.stderr):
+        yield lambda msg: None
+
+
+@contextlib.contextmanager
+def library_warnings_once(show: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, Python warnings and the log records that logging handlers would write to the
+    terminal go to show(text) instead, each text once; nothing is dropped but repeats.
+
+    transformers (like many libraries) gives its logger a StreamHandler when imported, bound to the
+    stderr of that moment: the spinner's redirect of sys.stderr never saw its lines, which were written
+    onto the spinner's line (session 25), and a search that builds the model twenty times printed each
+    twenty times. The handlers keep their formatting, levels and filters; a filter added to each, and
+    removed after, hands the formatted record over instead of letting it be written."""
+    import logging
+    import warnings
+
+    seen: set[str] = set()
+
+    def once(text: str) -> None:
+        text = text.rstrip("\n")
+        if text.strip() and text not in seen:
+            seen.add(text)
+            show(text)
+
+    class _Hand(logging.Filter):
+        def __init__(self, handler: logging.Handler):
+            super().__init__()
+            self.handler = handler
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            try:
+                text = self.handler.format(record)
+            except Exception:  # noqa: BLE001 - a bad record: the handler reports it as it always has
+                return True
+            once(text)
+            return False
+
+    terminal = {id(s) for s in (sys.stderr, sys.__stderr__, sys.stdout, sys.__stdout__) if s is not None}
+    loggers = [logging.getLogger(), *(lg for lg in list(logging.Logger.manager.loggerDict.values())
+                                      if isinstance(lg, logging.Logger))]
+    handlers = {id(h): h for lg in loggers for h in lg.handlers
+                if isinstance(h, logging.StreamHandler) and id(getattr(h, "stream", None)) in terminal}
+    if logging.lastResort is not None:  # what logging uses when no logger has a handler: sys.stderr
+        handlers[id(logging.lastResort)] = logging.lastResort
+    added = [(h, _Hand(h)) for h in handlers.values()]
+    for h, f in added:
+        h.addFilter(f)
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' own
+        once(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = showwarning
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        for h, f in added:
+            h.removeFilter(f)
 
 
 def warn_skipped(bundle: str, notes: list[str]) -> None:

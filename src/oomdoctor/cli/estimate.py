@@ -20,8 +20,9 @@ HELP = "predict peak GPU memory of one training step, without a GPU"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", metavar="WORKLOAD.py", nargs="?", help="file defining build(batch_size) -> dict")
     parser.add_argument("--model", metavar="PATH",
-                        help="Hugging Face model directory or config.json instead of a workload file "
-                             "(a hub id only with huggingface_hub and the network)")
+                        help="Hugging Face model directory or config.json instead of a workload file; a hub id "
+                             "(org/name) is read from the Hugging Face cache, else fetched if the hub answers one "
+                             "short try (docs/estimate.md, 'Offline')")
     parser.add_argument("--task", default="train", help="with --model: train, lora, qlora, infer or generate")
     parser.add_argument("--seq-len", type=int, default=512, metavar="N", help="with --model: tokens per sequence")
     parser.add_argument("--dtype", default=None, help="with --model: weights' dtype fp32, bf16 or fp16 (default bf16)")

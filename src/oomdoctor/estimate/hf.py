@@ -1,7 +1,8 @@
 """`oomdoctor estimate --model PATH`: the common LLM recipes from a Hugging Face config, no Python to write.
 
-PATH is a model directory holding config.json, or a config.json (offline); a hub id ("org/name") only
-when huggingface_hub is installed and the network answers. The model is built from its config under
+PATH is a model directory holding config.json, or a config.json (offline); a hub id ("org/name") needs
+huggingface_hub, and is read from the local Hugging Face cache when its config.json is there, else fetched
+when the hub answers one short try (estimate/hub.py). The model is built from its config under
 fake tensors (never materialised, no weights read) and the recipe's step is traced like a workload
 file's (estimate/trace.py):
 
@@ -74,7 +75,7 @@ class Recipe:
 
 
 def load_config(source: str) -> Any:
-    """A transformers config from a model directory, a config.json, or (network permitting) a hub id."""
+    """A transformers config from a model directory, a config.json, or a hub id (cached, or the hub answering)."""
     try:
         import transformers
     except ImportError as exc:
@@ -100,10 +101,16 @@ def load_config(source: str) -> Any:
             import huggingface_hub  # noqa: F401
         except ImportError:
             raise InputError(f"{source}: no such file or directory (a hub id needs huggingface_hub)") from None
+        from oomdoctor.estimate import hub
+
+        cached = hub.locate_config(source)  # the cache, else one bounded try of the hub, else one line
         try:
+            if cached:
+                return transformers.AutoConfig.from_pretrained(source, local_files_only=True)
             return transformers.AutoConfig.from_pretrained(source)
-        except Exception as exc:  # noqa: BLE001 - offline, gated, missing
-            raise InputError(f"{source}: cannot fetch its config from the hub: {_first(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - gated, missing, unknown model_type, the network gone since
+            where = "read its cached config" if cached else "fetch its config from the hub"
+            raise InputError(f"{source}: cannot {where}: {_first(exc)}") from None
     raise InputError(f"{source}: no such file or directory")
 
 
