@@ -24,9 +24,11 @@ model, computed by accelerate's own code when it is importable (else its formula
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -166,7 +168,8 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
             raise InputError(f"model_type {getattr(cfg, 'model_type', '?')!r}: transformers builds no {kind} "
                              f"language model from it ({_first(exc)[:120]})") from None
         if recipe.gradient_checkpointing and recipe.task in ("train", "lora", "qlora"):
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            with _our_deprecated_call():
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if recipe.task in ("lora", "qlora"):
             try:
                 import peft
@@ -251,7 +254,17 @@ def prepare_kbit(model: Any) -> None:
     for _, m in quant:
         m.forward = types.MethodType(_linear4bit_forward, m)
     model.enable_input_require_grads()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
+    with _our_deprecated_call():
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
+
+
+@contextlib.contextmanager
+def _our_deprecated_call() -> Iterator[None]:
+    """transformers 5 renamed gradient_checkpointing_enable (a FutureWarning per call, shown to users who cannot act on
+    it: the call is oomdoctor's); the old name still works on every version, and a model overriding it keeps its own."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.* is deprecated", category=FutureWarning)
+        yield
 
 
 def replace_lora(lcfg: Any, **changes: Any) -> Any:
