@@ -335,4 +335,26 @@ def test_a_missing_dependency_is_one_line_not_a_traceback(monkeypatch, capsys):
     monkeypatch.delenv("OOMDOCTOR_DEBUG", raising=False)
     assert main(["report", "somewhere"]) == 3
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "No module named 'ruamel'" in err and "reinstall" in err
+    assert err.count("\n") == 1 and "No module named 'ruamel'" in err and "install it" in err
+
+
+def test_a_package_missing_while_a_command_runs_is_named_in_one_line(monkeypatch, capsys):
+    """Review: a dependency imported when the command runs (rich) still said "internal error ... please report it"."""
+    import oomdoctor.cli.explain as cmd
+
+    def run(args):
+        raise ModuleNotFoundError("No module named 'rich'", name="rich")
+
+    monkeypatch.setattr(cmd, "run", run)
+    monkeypatch.delenv("OOMDOCTOR_DEBUG", raising=False)
+    assert main(["explain", "x.log"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No module named 'rich'" in err and "internal error" not in err
+
+
+def test_version_loads_no_command(monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.setattr(importlib, "import_module", lambda *a, **k: (_ for _ in ()).throw(ImportError("no")))
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("oomdoctor ")

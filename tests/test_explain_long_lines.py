@@ -94,3 +94,29 @@ def test_a_bar_alone_is_no_event(tmp_path):
     p.write_bytes(("Epoch 1\n" + bar(40000) + "\n" + "done\n").encode())
     for workers, block in ((1, 8 << 20), (3, 4096)):
         assert scan(str(p), workers, block).events == []
+
+
+# the review of session 26: the event's kind stays the whole line's; only its text is the failure's piece
+def test_a_recovered_retry_on_one_redrawn_line_stays_recovered(tmp_path):
+    p = tmp_path / "retry.log"
+    p.write_bytes(b"Batch size 64 failed, trying batch size 32\rRuntimeError: CUDA out of memory. Tried to allocate "
+                  b"2.00 GiB (GPU 0; 15.78 GiB total capacity; 13.1 GiB already allocated)\nstep 2 ok\n")
+    assert main(["explain", str(p)]) == 0
+
+
+def test_a_piece_of_another_kind_does_not_change_the_event(tmp_path):
+    p = tmp_path / "k.log"
+    p.write_bytes(MSG.encode() + b"\rKilled\n")
+    (ev,) = scan(str(p), 1, 8 << 20).events
+    assert ev.kind == "torch_oom" and ev.text.startswith("torch.OutOfMemoryError")
+
+
+def test_pieces_are_tried_only_where_the_kinds_words_are(monkeypatch):
+    from oomdoctor.explain import events as E
+
+    calls = []
+    real = E.P.classify_line
+    monkeypatch.setattr(E.P, "classify_line", lambda line: calls.append(1) or real(line))
+    text = MSG + "\ra" * 32000  # a hostile line: the failure first, then 32,000 pieces of nothing
+    assert E._visible(text, "torch_oom") == MSG
+    assert len(calls) <= 3

@@ -74,7 +74,12 @@ def test_file_backed_pages_are_not_a_host_leak(file_grows, lead, measure):
 def test_file_backed_reading_counts_a_mapped_file(tmp_path):
     import mmap
 
-    from oomdoctor.injob.record.probes import host_rss_file
+    from oomdoctor.injob.record.probes import host_memory
+
+    def host_rss_file():
+        rss, file_backed = host_memory()
+        assert isinstance(rss, int) and rss >= file_backed
+        return file_backed
 
     before = host_rss_file()
     assert isinstance(before, int)
@@ -84,3 +89,21 @@ def test_file_backed_reading_counts_a_mapped_file(tmp_path):
         total = sum(m[i] for i in range(0, len(m), 4096))  # touch every page
         after = host_rss_file()
     assert total == 64 * MiB // 4096 and after - before >= 48 * MiB
+
+
+def test_a_strangers_odd_readings_give_no_infinity_and_no_injected_figure():
+    """Review: rss 1e308 beside rss_file -1e308 made `report --format json` print Infinity (not JSON)."""
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": 7, "label": "pid7", "t": 0}]
+    for step in range(40):
+        rows.append({"kind": "step", "t": float(step), "step": step + 1, "rss": 1e308 if step > 20 else 900 * MiB,
+                     "rss_file": -1e308, "rss_anon": 5 * MiB * step})
+    out = analyse(run_of("\n".join(json.dumps(r) for r in rows) + "\n"))
+    text = json.dumps(out, default=str)
+    assert "Infinity" not in text and "NaN" not in text
+    p = out["processes"][0]
+    assert p["host_leak"] is None or p["host_leak"]["measure"] == "rss"  # the file's own rss_anon was not used
+
+
+def test_the_sigkill_verdict_names_what_grew():
+    out = analyse(RunFiles(path="run", meta={"returncode": 137, "signal": "SIGKILL"}, timelines={"pid7": timeline(False)}))
+    assert any("memory not backed by files grew" in e for e in out["verdict"]["evidence"])

@@ -201,6 +201,11 @@ def leak_evidence(label: str, leak: dict[str, Any], total: float | None) -> list
     return ev
 
 
+def _host_measure(host_leak: dict[str, Any]) -> str:
+    """What the host-memory figures are of: RSS less its file-backed pages (records from session 26 on), or RSS."""
+    return "memory not backed by files" if host_leak.get("measure") == "rss_anon" else "RSS"
+
+
 def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: dict[str, Any],
             outside: dict[str, Any]) -> dict[str, Any]:
     leaks = {p["label"]: p["leak"] for p in processes if p.get("leak") and p["leak"].get("leak")}
@@ -229,7 +234,8 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
     rc, sig = meta.get("returncode"), meta.get("signal")
     if sig == "SIGKILL" or rc == 137:
         ev = ["the job was killed with SIGKILL (exit 137) and no CUDA OOM was recorded"]
-        ev += [f"{p['name']}: host RSS grew {format_bytes(p['host_leak']['growth_bytes'])}" for p in host_leaks]
+        ev += [f"{p['name']}: host {_host_measure(p['host_leak'])} grew {format_bytes(p['host_leak']['growth_bytes'])}"
+               for p in host_leaks]
         return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
                 "summary": "killed by SIGKILL: host or cgroup memory exhausted (likely)", "evidence": ev,
                 "fixes": FIXES["host_oom"], "message": None}
@@ -257,7 +263,7 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "summary": f"no OOM and no steady growth of GPU memory recorded; but {what} grew "
                            f"steadily{' across steps' if hl['unit'] == 'step' else ''}: {leak_rate(hl)} (confidence "
                            f"{hl.get('confidence') or 'low'}): a leak on the CPU side, unless it is {unless}",
-                "evidence": [f"{p['name']}: host {'memory not backed by files' if anon else 'RSS'} grew "
+                "evidence": [f"{p['name']}: host {_host_measure(hl)} grew "
                              f"{format_bytes(hl['growth_bytes'])} from "
                              f"{format_bytes(hl['first'])} to {format_bytes(hl['last'])}"],
                 "fixes": FIXES["host_leak"], "message": None}

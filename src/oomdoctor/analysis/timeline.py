@@ -91,8 +91,10 @@ def load_process(label: str, text: str) -> Process:
                 p.header.pop("argv", None)
         elif kind in ("sample", "step"):
             rec = _clean(rec)
-            if (rss := _num(rec, "rss")) is not None and (file_backed := _num(rec, "rss_file")) is not None:
-                rec["rss_anon"] = max(0.0, rss - file_backed)  # what a host leak grows; file pages are reclaimable
+            rec.pop("rss_anon", None)  # derived here only, never taken from the file (a stranger's run dir)
+            rss, file_backed = _num(rec, "rss"), _num(rec, "rss_file")
+            if rss is not None and file_backed is not None and 0 <= file_backed <= rss:
+                rec["rss_anon"] = rss - file_backed  # what a host leak grows; file pages are reclaimable
             p.samples.append(rec)
             if kind == "step":
                 p.steps.append(rec)
@@ -154,7 +156,9 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         gpu = any(_num(r, "allocated") is not None for r in p.samples)
         totals = [d.get("total") for r in p.samples for d in (r.get("gpu_devices") or ()) if d.get("total")]
         leak = detect_leak(p, "allocated", device_total=max(totals) if totals else None) if gpu else None
-        host_key = "rss_anon" if any("rss_anon" in r for r in p.samples) else "rss"  # older records: RSS alone
+        # RSS less its file pages where most readings carry them; RSS alone in older records (and odd ones)
+        with_rss = [r for r in p.samples if "rss" in r]
+        host_key = "rss_anon" if with_rss and 2 * sum("rss_anon" in r for r in with_rss) > len(with_rss) else "rss"
         host_leak = detect_leak(p, host_key, min_growth=64 * MiB, min_fraction=0.05)
         if host_leak is not None:
             host_leak["measure"] = host_key

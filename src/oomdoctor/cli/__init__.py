@@ -55,13 +55,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # answered without loading any command (and its packages)
+        print(f"oomdoctor {__version__}")
+        return 0
     try:
         parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
     except ImportError as exc:  # a broken install (seen on a machine whose wheel install had failed): one line
         if _debug():
             raise
-        print(f"oomdoctor: a package it needs is missing ({_one_line(str(exc), 200)}): reinstall oomdoctor in this "
-              "environment (pip install oomdoctor)", file=sys.stderr)
+        print(f"oomdoctor: {_missing(exc)}", file=sys.stderr)
         return EXIT_INTERNAL
     args = parser.parse_args(argv)
     module = getattr(args, "_module", None)
@@ -79,11 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 3
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "oomdoctor").split(".")[0] != "oomdoctor" \
+                and not _debug():  # a package of the environment, not oomdoctor's own code
+            print(f"oomdoctor {args.command}: {_missing(exc)}", file=sys.stderr)
+            return EXIT_INTERNAL
         print(f"oomdoctor {args.command}: internal error: {type(exc).__name__}: {_one_line(str(exc), 300)} "
               "(please report it; set OOMDOCTOR_DEBUG=1 for the traceback)", file=sys.stderr)
         if _debug():
             raise
         return EXIT_INTERNAL
+
+
+def _missing(exc: ImportError) -> str:
+    """A broken install (seen on a machine whose wheel install had failed), in one line."""
+    return (f"a package it needs is missing ({_one_line(str(exc), 200)}): install it in this environment "
+            "(`pip install oomdoctor` brings the core packages; the README says which extra each command needs)")
 
 
 def _one_line(message: str, limit: int = 1000) -> str:

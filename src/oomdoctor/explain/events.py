@@ -111,15 +111,25 @@ def _line_text(block: bytes, ls: int, le: int) -> str:
     return _decode(bytes(block[ls:ls + HEAD]) + b"\r" + bytes(block[le - TAIL:le]))
 
 
-def _visible(text: str, kind: str) -> tuple[str, str]:
+def _visible(text: str, kind: str) -> str:
     """Of a line redrawn with carriage returns (a progress bar, then the error printed over it), the last piece that
-    is a failure line: the event's text is the message, not the bar (a terminal would show the same)."""
+    is a failure line of the line's own kind: the event's text is the message, not the bar (a terminal would show
+    the same). The kind stays the whole line's (review: a piece's kind turned a recovered run into a failure).
+    Only pieces holding one of the kind's gate words are tried: a hostile line of 32,000 pieces costs one pass."""
     if "\r" not in text:
-        return text, kind
-    for piece in reversed(text.split("\r")):
-        if piece.strip() and (k := P.classify_line(piece)) is not None:
-            return piece, k
-    return text, kind
+        return text
+    gates = P.LINE_GATES.get(kind) or ("",)
+    hi = len(text)
+    while hi > 0:
+        at = max(text.rfind(n, 0, hi) for n in gates)
+        if at < 0:
+            break
+        a, b = text.rfind("\r", 0, at) + 1, text.find("\r", at)
+        piece = text[a:len(text) if b < 0 else b]
+        if piece != text and P.classify_line(piece) == kind:
+            return piece
+        hi = a - 1 if a > 0 else 0
+    return text
 
 
 def _wrapped_mention(before: str, text: str) -> bool:
@@ -277,7 +287,7 @@ class LogScanner:
         kind = P.classify_line(text)
         if kind is None:
             return
-        text, kind = _visible(text, kind)
+        text = _visible(text, kind)
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return

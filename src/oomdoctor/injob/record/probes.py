@@ -64,20 +64,36 @@ def host_rss(pid: int | None = None) -> int | None:
         return _rss_from_proc(pid)
 
 
-def host_rss_file(pid: int | None = None) -> int | None:
-    """Resident pages backed by files (`RssFile` of /proc/PID/status; Linux only).
+_status_readable = True  # /proc/self/status: gone on macOS and Windows (asked once, not at every step)
 
-    Why: RSS also counts the pages of a memory-mapped dataset read step by step, which the kernel takes back under
-    pressure; without this a job reading an np.memmap looked like a host leak (GPU check, session 26). Shared
-    memory (`RssShmem`: DataLoader batches from workers) is not in it, so a list of such batches still counts."""
-    try:
-        with open(f"/proc/{pid or 'self'}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"RssFile:"):
-                    return int(line.split()[1]) * 1024
-    except Exception:
-        return None
-    return None
+
+def host_memory(pid: int | None = None) -> tuple[int | None, int | None]:
+    """(RSS, its file-backed part `RssFile`) from one read of /proc/PID/status; elsewhere (RSS from psutil, None).
+
+    Why the file-backed part: RSS also counts the pages of a memory-mapped dataset read step by step, which the
+    kernel takes back under pressure; without it a job reading an np.memmap looked like a host leak (GPU check,
+    session 26). Shared memory (`RssShmem`: DataLoader batches from workers) is not in it, so a list of such batches
+    still counts. One pass over the file costs less than psutil's RSS read alone (review)."""
+    global _status_readable
+    if _status_readable:
+        try:
+            rss = None
+            with open(f"/proc/{pid or 'self'}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmRSS:"):
+                        rss = int(line.split()[1]) * 1024
+                    elif line.startswith(b"RssFile:"):
+                        if rss is not None:
+                            return rss, int(line.split()[1]) * 1024
+                        break
+            if rss is not None:
+                return rss, None  # a kernel older than 4.5 has no RssFile
+        except FileNotFoundError:
+            if pid is None:
+                _status_readable = False
+        except Exception:
+            pass
+    return host_rss(pid), None
 
 
 def _rss_from_proc(pid: int | None) -> int | None:

@@ -167,8 +167,8 @@ class Recorder:
                 self._device = alloc["device"]
             if alloc:
                 rec.update(alloc)
-        rec["rss"] = probes.host_rss()
-        if (file_backed := probes.host_rss_file()) is not None:
+        rec["rss"], file_backed = probes.host_memory()
+        if file_backed is not None:
             rec["rss_file"] = file_backed
         if self._writer is not None:
             self._writer.write(rec)
@@ -208,8 +208,8 @@ class Recorder:
                 rec.update(alloc)
             if device is not None and alloc and isinstance(alloc.get("allocated"), (int, float)):
                 self._maybe_look(torch, device, alloc["allocated"])
-        rec["rss"] = probes.host_rss()
-        if (file_backed := probes.host_rss_file()) is not None:
+        rec["rss"], file_backed = probes.host_memory()
+        if file_backed is not None:
             rec["rss_file"] = file_backed
         nv = self._nvml.sample()
         if nv is not None:
