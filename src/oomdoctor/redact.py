@@ -17,10 +17,14 @@ MASK = "***"
 
 # Variable names that carry secrets: a word of the name (split at `_`, `-`, `.`) is or ends in one of
 # these (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, `APIKEY`, `DB_PASSWORD`, `GITHUB_PAT`); `PATH` or
-# `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value.
+# `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value. Short codes are words of
+# their own: `PIN` (`USER_PIN`, `PIN_CODE`, `pinCode`, but not `PINNED`, `SPINE` or DataLoader's
+# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`.
 _SECRET_NAME = re.compile(
-    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET|[A-Z0-9]*PASS(?:WORD|WD|PHRASE)?[S]?"
-    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN)(?:$|[_\-.])",
+    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET"
+    r"|[A-Z0-9]*PASS(?:WORD|WD|PHRASE|CODE)?[S]?"
+    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
+    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?)(?:$|[_\-.])",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are known not to hold secrets.
