@@ -146,6 +146,30 @@ def test_pin_memory_flag_is_no_secret_flag():
     assert not is_secret_flag("--pin-memory") and is_secret_flag("--pin") and is_secret_flag("--otp")
 
 
+# --- counts of tokens, sessions and keys are no secrets ------------------------------------------------------
+# The assignment rule now sees `"name":value` in JSON logs, so a structured training log's `"tokens_per_s":10026`
+# would have been masked; `max_new_tokens=128`, `num_key_value_heads=8` (the KV cache's size!) and nvidia-smi's
+# `<session_count>` were masked before.
+
+
+@pytest.mark.parametrize("text", [
+    '{"step":5,"loss":1.89,"tokens_per_s":10026}', "max_new_tokens=128 min_new_tokens=1 --max-new-tokens 64",
+    '"usage": {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}', "num_key_value_heads: 8",
+    "pad_token_id=0 eos_token_id=2 bos_token=<s> token_type_ids=None", "<session_count>0</session_count>",
+    "maxNewTokens=256 numKeyValueHeads=8", "key_size=2048 key_padding_mask=None", "tokens_seen=1.2e9",
+    "MAX_TOKENS=4096 num_tokens=8192", "special_tokens_map.json:3: x",
+])
+def test_counts_of_tokens_sessions_and_keys_stay_readable(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "tokens", "SESSION_ID", "api_key_size", "HF_TOKEN_ID", "INPUT_TOKEN",
+                                  "new_token", "AUTH_TOKEN_COUNT", "KEY_ID", "apiKey", "HFToken", "MAX_API_KEY",
+                                  "RATE_LIMIT_TOKEN", "SECRET_KEY_SIZE", "refresh_token", "id_token", "key"])
+def test_a_secret_beside_a_counting_word_is_still_secret(name):
+    assert is_secret_name(name)
+
+
 # --- 4. more of the same families ------------------------------------------------------------------------
 
 

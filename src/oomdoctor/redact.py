@@ -35,6 +35,50 @@ _SAFE_NAMES = frozenset({
     "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP", "DBUS_SESSION_BUS_ADDRESS", "KEYMAP",
 })
 
+# A count, a size or an id *of* tokens, sessions or keys is no secret: `max_new_tokens`, `tokens_per_s`,
+# `prompt_tokens`, `pad_token_id`, `token_type_ids`, `num_key_value_heads`, `key_size`, nvidia-smi's
+# `session_count`. Only when every secret word of the name is such a counted one, and the word is the name's
+# first or comes after a counting word (`API_KEY_SIZE`, `HF_TOKEN_ID`, `SESSION_ID` stay secret).
+_COUNTED = {
+    "TOKEN": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LEN", "LENGTH", "SIZE", "PER", "RATE", "LIMIT", "BUDGET",
+                        "ID", "IDS", "TYPE", "INDEX", "IDX", "EMBEDDING", "EMBEDDINGS", "LEVEL"}),
+    "SESSION": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LIMIT"}),
+    "KEY": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "SIZE", "LEN", "LENGTH", "BITS", "VALUE", "PADDING", "STATES",
+                      "DIM", "HEADS", "PROJ", "CACHE"}),
+}
+_COUNTED["TOKENS"] = _COUNTED["TOKEN"] | {"SEEN", "TOTAL", "S", "SEC", "PS", "THROUGHPUT"}
+_COUNTED["SESSIONS"] = _COUNTED["SESSION"]
+_COUNTED["KEYS"] = _COUNTED["KEY"]
+_COUNTING = frozenset({"NUM", "N", "MAX", "MIN", "TOTAL", "AVG", "MEAN"})
+# words between a counting word and `tokens`, or alone before it: `max_new_tokens`, `prompt_tokens`
+_TOKEN_KINDS = frozenset({"NEW", "INPUT", "OUTPUT", "PROMPT", "COMPLETION", "GENERATED", "CACHED", "TRAIN", "EVAL",
+                          "TEXT", "IMAGE", "SPECIAL", "ADDED", "PADDED", "CONTEXT", "REASONING", "VOCAB"})
+_SPECIAL_TOKENS = frozenset({"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "START", "END", "DECODER"})
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
+
+
+def _only_counted(name: str) -> bool:
+    words = [w.upper() for w in _WORDS.findall(name)]
+    secret = [i for i, w in enumerate(words) if _SECRET_NAME.fullmatch(w)]
+    if not secret:
+        return False
+    for i in secret:
+        word, before, after = words[i], words[i - 1] if i else "", words[i + 1] if i + 1 < len(words) else ""
+        if word not in _COUNTED:
+            return False
+        if word.startswith("TOKEN") and before in _SPECIAL_TOKENS:
+            continue  # `pad_token`, `eos_token_id`
+        j = i - 1
+        while word == "TOKENS" and j >= 0 and words[j] in _TOKEN_KINDS:
+            j -= 1
+        kinds = j < i - 1
+        counted = (j >= 0 and words[j] in _COUNTING) or (kinds and j < 0)
+        if counted or ((i == 0 or before in _COUNTING) and after in _COUNTED[word]):
+            continue
+        return False
+    return True
+
+
 # Values that look like credentials, whatever the variable name.
 _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM, OpenSSH and PGP (`-----BEGIN PGP PRIVATE KEY BLOCK-----`) private keys, to their END line
@@ -173,12 +217,12 @@ def is_secret_name(name: str) -> bool:
     """True for environment/field names that conventionally hold secrets."""
     if len(name) <= 128:
         return _secret_name(name)
-    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name))
+    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name)) and not _only_counted(name)
 
 
 @lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:  # a log repeats its few names (`loss=`, `lr=`) on every line
-    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name))
+    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name)) and not _only_counted(name)
 
 
 def redact_text(text: str) -> str:
