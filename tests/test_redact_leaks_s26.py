@@ -220,6 +220,14 @@ def test_a_secret_beside_a_counting_word_is_still_secret(name):
     f"//registry.npmjs.org/:_authToken={S}",
     f"Namespace(api_key='{S} y', lr=0.1)",
     f"${{DB_PASSWORD:-{S}}}",
+    f"PASSWORD=$'{S} b'",
+    f"/bin/sh -c #(nop)  ENV HF_TOKEN {S}",
+    f"CREATE USER bob IDENTIFIED BY '{S} x';",
+    f"ALTER ROLE bob WITH PASSWORD '{S}';",
+    f"subprocess.CalledProcessError: Command '['mysql', '--password', '{S}', '-h', 'db']' returned non-zero exit",
+    f'"args": ["--api-key", "{S}", "--lr", "3"]',
+    f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: hf\ndata:\n  db: {S}\ntype: Opaque",
+    f"kind: Secret\r\nstringData:\r\n  db: {S}\r\n",
 ])
 def test_more_secret_forms_are_hidden(text):
     out = redact_text(text)
@@ -246,6 +254,8 @@ def test_authorization_keeps_the_scheme_and_hides_the_rest():
     "KeyError: 'weight'", "torch.OutOfMemoryError: CUDA out of memory.",
     "docker run -u 1000:1000 -p 8080:80 img", "std::bad_alloc at c10::Allocator",
     "    new_state_dict[key] = v", "  File \"x.py\", line 3, in f\n    self.cache[key] = tensor.to(device)",
+    "ENV MODE train", "['--batch-size', '64', '--lr', '3e-4']", "apiVersion: v1\nkind: ConfigMap\ndata:\n  mode: train",
+    'psql: error: FATAL: password authentication failed for user "bob"',
 ])
 def test_ordinary_log_lines_stay_readable(line):
     assert redact_text(line) == line
@@ -353,6 +363,7 @@ def test_harmless_assignments_stay_readable(name, form, value):
     "name: PASSWORD\nvalue: ", "token:\n ", "key: |\n", "  password:\n", "secrets.yaml-1-", "x.txt:", "1-1-", "1:",
     "Authorization: ", "\"", "'a': '", "a;b=", "value: ", "<a>", "<password>", "<name>password</name><value>",
     "get('a', '", "\\\"password\\\": \\\"", "http://", "a@", "login a password ", "-u ", "]=", "password=\\",
+    "ENV TOKEN ", "'--password', '", "IDENTIFIED BY '", "kind: Secret\ndata:\n ",
 ])
 def test_a_megabyte_of_hostile_text_is_redacted_in_linear_time(unit):
     text = (unit * ((1 << 20) // len(unit) + 1))[: 1 << 20]

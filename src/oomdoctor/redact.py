@@ -141,7 +141,7 @@ _HEAD = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)(?P<nq>\\{0,3
 # A secret's value, tried in this order: quoted (to its closing quote on the line, `\"` escapes, `b'…'`), then
 # what the place says (a header, a YAML or ini line: to the line's end), then a `;`-terminated
 # connection-string field (`Password=p@ss w0rd;`), then one word (`\ ` escapes a space).
-_V_QUOTED = re.compile(r"[bBrRuUfF]{0,2}(?:\"(?P<dq>(?:[^\"\\\r\n]|\\[^\r\n]){0,4096})\""
+_V_QUOTED = re.compile(r"[bBrRuUfF$]{0,2}(?:\"(?P<dq>(?:[^\"\\\r\n]|\\[^\r\n]){0,4096})\""
                        r"|'(?P<sq>(?:[^'\\\r\n]|\\[^\r\n]){0,4096})'"
                        r"|\\{1,3}\"(?P<eq>[^\"\r\n]{0,4096}?)\\{1,3}\")")
 _V_LINE = re.compile(r"[^\r\n]{1,4096}")
@@ -190,6 +190,20 @@ _GETENV = re.compile(r"\b(?:getenv|get|setdefault|pop)\([ \t]{0,16}(?P<q>[\"'])(
 _XML_ELEMENT = re.compile(r"<(?P<tag>[A-Za-z0-9_][\w.\-]{0,127})(?:[ \t][^<>\r\n]{0,1024})?>(?P<v>[^<\r\n]{1,4096})"
                           r"</(?P=tag)[ \t]{0,16}>")
 _XML_NAME = re.compile(r"<name>[ \t]{0,16}(?P<n>[^<\s]{1,256})[ \t]{0,16}</name>", re.IGNORECASE)
+
+# Secrets after a keyword, no separator: a Dockerfile's legacy `ENV HF_TOKEN hf_x` (also in `docker history`),
+# SQL's `IDENTIFIED BY 'x'` / `WITH PASSWORD 'x'`
+_DOCKER_ENV = re.compile(r"(?<![\w\-])(?P<head>ENV[ \t]{1,16}(?P<n>[A-Za-z_][A-Za-z0-9_]{0,127})[ \t]{1,16})"
+                         r"(?P<v>[^\s=][^\r\n]{0,4095})")
+_SQL_PASSWORD = re.compile(r"(?<![\w\-])(?P<head>(?:IDENTIFIED[ \t]{1,16}BY|PASSWORD)[ \t]{1,16}(?P<q>['\"]))"
+                           r"(?P<v>[^'\"\r\n]{1,4096})(?P=q)", re.IGNORECASE)
+# A secret option and its value as items of a list (`CalledProcessError: Command '['mysql', '--password', 'x']'`,
+# a JSON argv `["--api-key", "x"]`)
+_FLAG_ITEM = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
+                        r"[bru]?(?P<q>[\"']))(?P<v>[^\"'\r\n]{1,4096})(?P=q)")
+# `kind: Secret` as raw YAML (`kubectl get secret -o yaml` pasted in a log): its data's keys are not secret names
+_SECRET_KIND = re.compile(r"^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*\r?$", re.MULTILINE)
+_SECRET_DATA = frozenset({"data", "stringData"})
 
 # grep's context lines (`grep -n -C2`): `FILE-LINE-content`; for a secret file the content is its secret
 _GREP_CONTEXT = re.compile(r"(?<![^\s\"'(\[<])(?P<file>[^\s:\"'=]{0,1024}?\.[A-Za-z0-9_]{1,8})-(?=\d{1,9}-)"
@@ -249,14 +263,23 @@ def redact_text(text: str) -> str:
                           if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
     if "</" in out:
         out = _XML_ELEMENT.sub(_xml_element, out)
+    if "ENV" in out:
+        out = _DOCKER_ENV.sub(lambda m: f"{m.group('head')}{MASK}"
+                              if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
+    if "identified" in lowered or "password" in lowered:
+        out = _SQL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}{m.group('q')}" if m.group("v") != MASK
+                                else m.group(0), out)
     if "\n" in out and ":" in out:
-        out = _redact_yaml_blocks(out)
+        out = _redact_yaml_blocks(out, secret_kind=bool(_SECRET_KIND.search(out)))
     if "-" in out and _GREP_CONTEXT_HINT.search(out):
         out = _GREP_CONTEXT.sub(_grep_context, out)
     if ":" in out or "=" in out:
         out = _redact_assignments(out)
     if "-" in out:
         out = _FLAG_VALUE.sub(_flag, out)
+        if "," in out:
+            out = _FLAG_ITEM.sub(lambda m: f"{m.group('flag')}{m.group('mid')}{MASK}{m.group('q')}"
+                                 if is_secret_flag(m.group("flag")) and m.group("v") != MASK else m.group(0), out)
     return out
 
 
@@ -433,11 +456,12 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     return w.start("w"), w.end("w"), None
 
 
-def _redact_yaml_blocks(text: str) -> str:
+def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
     """A secret-named YAML key alone on its line hides the more indented lines below it, whole: a block
     scalar's lines (`token: |`), a plain scalar continued on the next line (`password:\\n  hunter2`), a mapping or
     a list under it (`api_keys:\\n  abc123: service-a`: a map keyed by its tokens). Indentation and a list's
-    `- ` stay, so the shape of the file is still readable."""
+    `- ` stay, so the shape of the file is still readable. In a text that holds a `kind: Secret`, its
+    `data:`/`stringData:` blocks too."""
     out: list[str] = []
     copied = 0
     pos = 0
@@ -447,7 +471,8 @@ def _redact_yaml_blocks(text: str) -> str:
         if m is None:
             break
         pos = m.end()
-        if pos >= n or not is_secret_name(m.group("name").strip("-.")):
+        name = m.group("name").strip("-.")
+        if pos >= n or not (is_secret_name(name) or (secret_kind and name in _SECRET_DATA)):
             continue
         column = len(m.group("ind")) + len(m.group("dash") or "")
         i = pos + 1  # past the parent line's "\n"
