@@ -242,6 +242,7 @@ def test_pwd_keeps_a_working_directory_readable():
 def test_authorization_keeps_the_scheme_and_hides_the_rest():
     assert redact_text("Authorization: Basic Zm9v") == f"Authorization: Basic {MASK}"
     assert redact_text("Authorization: Bearer abc.def") == f"Authorization: Bearer {MASK}"
+    assert redact_text(f"Authorization: {S} more") == f"Authorization: {MASK}"  # no scheme: all of it
 
 
 @pytest.mark.parametrize("line", [

@@ -151,7 +151,9 @@ _V_FIELD = re.compile(r"[^;\r\n\"'=]{1,1024}(?=;)")
 _V_WORD = re.compile(r"(?P<q>[\"']?)(?P<w>(?:[^\s\"',;&\\\x00]|\\[^\r\n]){1,4096})")
 # An HTTP header whose whole value is a credential; its scheme (`Basic`, `Bearer`, `Digest`) stays readable.
 _HEADER_NAME = re.compile(r"(?:^|[_\-.])(?:proxy-)?(?:authorization|cookie)\Z", re.IGNORECASE)
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,31}[ \t]{1,16}(?=\S)")
+_SCHEME = re.compile(r"(?:basic|bearer|digest|token|negotiate|ntlm|aws4-hmac-sha256|apikey|api-key|key|oauth|hawk|"
+                     r"hoba|mutual|scram-sha-1|scram-sha-256|sharedkey|sharedkeylite|vapid|dpop)[ \t]{1,16}(?=\S)",
+                     re.IGNORECASE)  # only a known scheme: `Authorization: s3cr3t more` may start with the secret
 # Where a name stands at the start of a YAML/ini line (after indentation, a list's `- `, an opening quote, or
 # grep's `FILE:LINE:` / `FILE-LINE-` / `LINE:`), its value runs to the end of the line (`password: two words`).
 _LINE_START = re.compile(r"(?:(?:[^\s:]{0,1024}[:\-])?\d{1,9}[:\-])?[ \t]*(?:-[ \t]+)?[\"']?\Z")
