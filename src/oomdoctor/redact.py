@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 MASK = "***"
 
 # Variable names that carry secrets: a word of the name (split at `_`, `-`, `.`) is or ends in one of
 # these (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, `APIKEY`, `DB_PASSWORD`, `GITHUB_PAT`); `PATH` or
-# `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value.
+# `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value. Short codes are words of
+# their own: `PIN` (`USER_PIN`, `PIN_CODE`, `pinCode`, but not `PINNED`, `SPINE` or DataLoader's
+# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`.
 _SECRET_NAME = re.compile(
-    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET|[A-Z0-9]*PASS(?:WORD|WD|PHRASE)?[S]?"
-    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN)(?:$|[_\-.])",
+    r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET"
+    r"|[A-Z0-9]*PASS(?:WORD|WD|PHRASE|CODE)?[S]?"
+    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
+    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?)(?:$|[_\-.])",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are known not to hold secrets.
@@ -29,6 +34,50 @@ _SAFE_NAMES = frozenset({
     "PYTHONHASHSEED", "KUBERNETES_SERVICE_PORT", "SESSION_MANAGER", "XDG_SESSION_TYPE", "XDG_SESSION_ID",
     "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP", "DBUS_SESSION_BUS_ADDRESS", "KEYMAP",
 })
+
+# A count, a size or an id *of* tokens, sessions or keys is no secret: `max_new_tokens`, `tokens_per_s`,
+# `prompt_tokens`, `pad_token_id`, `token_type_ids`, `num_key_value_heads`, `key_size`, nvidia-smi's
+# `session_count`. Only when every secret word of the name is such a counted one, and the word is the name's
+# first or comes after a counting word (`API_KEY_SIZE`, `HF_TOKEN_ID`, `SESSION_ID` stay secret).
+_COUNTED = {
+    "TOKEN": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LEN", "LENGTH", "SIZE", "PER", "RATE", "LIMIT", "BUDGET",
+                        "ID", "IDS", "TYPE", "INDEX", "IDX", "EMBEDDING", "EMBEDDINGS", "LEVEL"}),
+    "SESSION": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LIMIT"}),
+    "KEY": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "SIZE", "LEN", "LENGTH", "BITS", "VALUE", "PADDING", "STATES",
+                      "DIM", "HEADS", "PROJ", "CACHE"}),
+}
+_COUNTED["TOKENS"] = _COUNTED["TOKEN"] | {"SEEN", "TOTAL", "S", "SEC", "PS", "THROUGHPUT"}
+_COUNTED["SESSIONS"] = _COUNTED["SESSION"]
+_COUNTED["KEYS"] = _COUNTED["KEY"]
+_COUNTING = frozenset({"NUM", "N", "MAX", "MIN", "TOTAL", "AVG", "MEAN"})
+# words between a counting word and `tokens`, or alone before it: `max_new_tokens`, `prompt_tokens`
+_TOKEN_KINDS = frozenset({"NEW", "INPUT", "OUTPUT", "PROMPT", "COMPLETION", "GENERATED", "CACHED", "TRAIN", "EVAL",
+                          "TEXT", "IMAGE", "SPECIAL", "ADDED", "PADDED", "CONTEXT", "REASONING", "VOCAB"})
+_SPECIAL_TOKENS = frozenset({"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "START", "END", "DECODER"})
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
+
+
+def _only_counted(name: str) -> bool:
+    words = [w.upper() for w in _WORDS.findall(name)]
+    secret = [i for i, w in enumerate(words) if _SECRET_NAME.fullmatch(w)]
+    if not secret:
+        return False
+    for i in secret:
+        word, before, after = words[i], words[i - 1] if i else "", words[i + 1] if i + 1 < len(words) else ""
+        if word not in _COUNTED:
+            return False
+        if word.startswith("TOKEN") and before in _SPECIAL_TOKENS:
+            continue  # `pad_token`, `eos_token_id`
+        j = i - 1
+        while word == "TOKENS" and j >= 0 and words[j] in _TOKEN_KINDS:
+            j -= 1
+        kinds = j < i - 1
+        counted = (j >= 0 and words[j] in _COUNTING) or (kinds and j < 0)
+        if counted or ((i == 0 or before in _COUNTING) and after in _COUNTED[word]):
+            continue
+        return False
+    return True
+
 
 # Values that look like credentials, whatever the variable name.
 _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -70,33 +119,109 @@ _TOKEN_ANCHORS: tuple[tuple[str, ...], ...] = (
     ("webhook.office.com/",),
 )
 # `curl -u user:pass`, `--user user:pass`, `--user=user:pass`: the password after the colon
-_USER_PASS = re.compile(r"(?<![\w\-])(?P<flag>-u|--user|--proxy-user)(?P<sep>[ \t]+|=)(?P<q>[\"']?)(?P<user>[^\s:\"']*):"
-                        r"(?P<value>[^\s\"']+)")
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
-_URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s:/@]*):([^\s@/]+)@")
-# KEY=value / key: value / "key": "value" assignments inside free text (logs, command lines).
-_ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*|\"\s*:\s*\")(?P<quote>[\"']?)(?P<value>[^\s\"',;&\x00]+)"
-)
+_USER_PASS = re.compile(r"(?<![\w\-])(?P<flag>-u|--user|--proxy-user)(?P<sep>[ \t]{1,16}|=)(?P<q>[\"']?)"
+                        r"(?P<user>[^\s:\"']{0,256}):(?P<value>[^\s\"']{1,4096})")
+# `Authorization: Bearer x`; `Token` is also an English word (`token embeddings`), so after it only a word
+# with a digit or a symbol is a credential. Never across a line break (`max token\nTraceback`).
+_BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,16}(?P<v>[A-Za-z0-9._~+/=\-]{8,4096})", re.IGNORECASE)
+# `scheme://user:pass@host`: the password runs to the last `@` before the path (`p@ss` unencoded), the
+# user may be an e-mail address. One start per scheme word (the look-behind), so `a.a.a…://` stays linear.
+_URL_CREDS = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([^\s:/]{0,256}):([^\s/]{1,1024})@")
+# `.netrc` lines: `machine host login bob password SECRET`
+_NETRC = re.compile(r"(?<![\w\-])(login[ \t]{1,16}\S{1,256}[ \t]{1,16}(?:password|passwd)[ \t]{1,16})(\S{1,4096})")
 
-# A log file's name and a line number (`pretrain_tokens.log:42`), as explain and doctor print where an event is: the
-# name looks secret to the rule above, the number is no secret.
-_FILE_LINE = re.compile(r"[^\s=:]*(?:/[^\s=:]*|\.(?:log|txt|out|err|jsonl?|ya?ml|py|csv|md|gz)):\d{1,9}\Z")
+# Assignments inside free text (logs, command lines, config files, source lines in a traceback): `KEY=value`,
+# `key: value`, `"key": "value"`, `'key': 'value'`, `--key=value`, `key = value`, `key => value`, `key := value`.
+# The head is a name, what may close it (a quote, `\"` in JSON inside a string, `"]` in `env["X"] = …`; not a
+# bare `]`: `cache[key] = tensor` in a traceback is code), and a separator that never crosses a line break:
+# `db:` must not take the next line's `password: x` as its value. A name starts where a run of name
+# characters starts (the look-behind), so `a.a.a…` is tried once, not once per dot.
+_HEAD = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)(?P<nq>\\{0,3}(?:[\"']\]?)?)"
+                   r"(?P<sep>[ \t]{0,16}(?:=>|:=|==|=|:)[ \t]{0,16})")
+# A secret's value, tried in this order: quoted (to its closing quote on the line, `\"` escapes, `b'…'`), then
+# what the place says (a header, a YAML or ini line: to the line's end), then a `;`-terminated
+# connection-string field (`Password=p@ss w0rd;`), then one word (`\ ` escapes a space).
+_V_QUOTED = re.compile(r"[bBrRuUfF$]{0,2}(?:\"(?P<dq>(?:[^\"\\\r\n]|\\[^\r\n]){0,4096})\""
+                       r"|'(?P<sq>(?:[^'\\\r\n]|\\[^\r\n]){0,4096})'"
+                       r"|\\{1,3}\"(?P<eq>[^\"\r\n]{0,4096}?)\\{1,3}\")")
+_V_LINE = re.compile(r"[^\r\n]{1,4096}")
+_V_HEADER = {"": re.compile(r"[^\r\n]{1,4096}"), '"': re.compile(r'[^\r\n"]{1,4096}'),
+             "'": re.compile(r"[^\r\n']{1,4096}")}  # to the line's end, or to the quote around the header
+_V_FIELD = re.compile(r"[^;\r\n\"'=]{1,1024}(?=;)")
+_V_WORD = re.compile(r"(?P<q>[\"']?)(?P<w>(?:[^\s\"',;&\\\x00]|\\[^\r\n]){1,4096})")
+# An HTTP header whose whole value is a credential; its scheme (`Basic`, `Bearer`, `Digest`) stays readable.
+_HEADER_NAME = re.compile(r"(?:^|[_\-.])(?:proxy-)?(?:authorization|cookie)\Z", re.IGNORECASE)
+_SCHEME = re.compile(r"(?:basic|bearer|digest|token|negotiate|ntlm|aws4-hmac-sha256|apikey|api-key|key|oauth|hawk|"
+                     r"hoba|mutual|scram-sha-1|scram-sha-256|sharedkey|sharedkeylite|vapid|dpop)[ \t]{1,16}(?=\S)",
+                     re.IGNORECASE)  # only a known scheme: `Authorization: s3cr3t more` may start with the secret
+# Where a name stands at the start of a YAML/ini line (after indentation, a list's `- `, an opening quote, or
+# grep's `FILE:LINE:` / `FILE-LINE-` / `LINE:`), its value runs to the end of the line (`password: two words`).
+_LINE_START = re.compile(r"(?:(?:[^\s:]{0,1024}[:\-])?\d{1,9}[:\-])?[ \t]*(?:-[ \t]+)?[\"']?\Z")
+# grep's `FILE:` at the start of a line (`secrets/db_password.txt:hunter2`): a path, or nothing
+_PATH_ONLY = re.compile(r"[^\s:\"']{0,1024}/\Z|\Z")
+# `PWD` and `OLDPWD` are the shell's directories (kept), but `Pwd=` in an ODBC connection string is a password
+_DIRECTORY_NAMES = frozenset({"PWD", "OLDPWD"})
+_DIRECTORY_VALUE = re.compile(r"[\"']?(?:[/~$.%]|[A-Za-z]:[\\/]|[\"';\s]|\Z)")
+# A list of `name`/`value` pairs (Kubernetes and ECS env lists, as raw YAML or JSON): the name says
+# whether the value is secret.
+_ENTRY_NAME = re.compile(r"(?<![A-Za-z0-9_])[\"']?name[\"']?[ \t]{0,16}[:=][ \t]{0,16}[\"']?(?P<n>[A-Za-z0-9_.\-]{1,256})",
+                         re.IGNORECASE)
+
+# A file's name and a line number (`pretrain_tokens.log:42`), as explain and doctor print where an event is.
+_FILE_LINE = re.compile(r"\.(?:log|txt|out|err|jsonl?|ya?ml|py|csv|md|gz|env|ini|cfg|conf|toml|properties|key|pem)\Z",
+                        re.IGNORECASE)
+_LINE_NO = re.compile(r"\d{1,9}(?=[\s\"',;&)\]:\-]|\Z)")
 
 _LOG_EXTENSIONS = frozenset({"log", "out", "err"})
+_KEY_EXTENSIONS = frozenset({"key", "pem"})  # a key file's content is a secret whatever its name
 
 
 def _log_file(name: str) -> bool:
     """A log's name (`auth.log`, `slurm-42.out`), or another file whose name is no secret's (`run.txt`): not
-    `db_password.txt` or `vault_token.json`, whose `:1234` may be the file's content as grep prints it (review)."""
+    `db_password.txt`, `vault_token.json` or `server.key`, whose `:1234` may be the file's content as grep prints
+    it (review)."""
     stem, _, ext = name.rpartition(".")
-    return ext.lower() in _LOG_EXTENSIONS or not is_secret_name(stem)
+    ext = ext.lower()
+    return ext in _LOG_EXTENSIONS or (ext not in _KEY_EXTENSIONS and not is_secret_name(stem))
 
+
+# `os.getenv("DB_PASSWORD", "default")`, `os.environ.get(...)`, `d.setdefault(...)` in a traceback's source line
+_GETENV = re.compile(r"\b(?:getenv|get|setdefault|pop)\([ \t]{0,16}(?P<q>[\"'])(?P<n>[A-Za-z0-9_.\-]{1,128})(?P=q)"
+                     r"[ \t]{0,16},[ \t]{0,16}[bBrRuUfF]{0,2}(?P<vq>[\"'])(?P<v>[^\"'\r\n]{1,4096})(?P=vq)")
+# XML elements (`<password>x</password>`, Hadoop's `<name>fs.s3a.secret.key</name><value>x</value>`)
+_XML_ELEMENT = re.compile(r"<(?P<tag>[A-Za-z0-9_][\w.\-]{0,127})(?:[ \t][^<>\r\n]{0,1024})?>(?P<v>[^<\r\n]{1,4096})"
+                          r"</(?P=tag)[ \t]{0,16}>")
+_XML_NAME = re.compile(r"<name>[ \t]{0,16}(?P<n>[^<\s]{1,256})[ \t]{0,16}</name>", re.IGNORECASE)
+
+# Secrets after a keyword, no separator: a Dockerfile's legacy `ENV HF_TOKEN hf_x` (also in `docker history`),
+# SQL's `IDENTIFIED BY 'x'` / `WITH PASSWORD 'x'`
+_DOCKER_ENV = re.compile(r"(?<![\w\-])(?P<head>ENV[ \t]{1,16}(?P<n>[A-Za-z_][A-Za-z0-9_]{0,127})[ \t]{1,16})"
+                         r"(?P<v>[^\s=][^\r\n]{0,4095})")
+_SQL_PASSWORD = re.compile(r"(?<![\w\-])(?P<head>(?:IDENTIFIED[ \t]{1,16}BY|PASSWORD)[ \t]{1,16}(?P<q>['\"]))"
+                           r"(?P<v>[^'\"\r\n]{1,4096})(?P=q)", re.IGNORECASE)
+# A secret option and its value as items of a list (`CalledProcessError: Command '['mysql', '--password', 'x']'`,
+# a JSON argv `["--api-key", "x"]`)
+_FLAG_ITEM = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
+                        r"[bru]?(?P<q>[\"']))(?P<v>[^\"'\r\n]{1,4096})(?P=q)")
+# `kind: Secret` as raw YAML (`kubectl get secret -o yaml` pasted in a log): its data's keys are not secret names
+_SECRET_KIND = re.compile(r"^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*\r?$", re.MULTILINE)
+_SECRET_DATA = frozenset({"data", "stringData"})
+
+# grep's context lines (`grep -n -C2`): `FILE-LINE-content`; for a secret file the content is its secret
+_GREP_CONTEXT = re.compile(r"(?<![^\s\"'(\[<])(?P<file>[^\s:\"'=]{0,1024}?\.[A-Za-z0-9_]{1,8})-(?=\d{1,9}-)"
+                           r"(?P<rest>[^\r\n]+)")
+_GREP_CONTEXT_HINT = re.compile(r"\.[A-Za-z0-9_]{1,8}-\d{1,9}-")
+
+# A YAML key alone on its line (`password:`, `token: |`, `- secret: >-`) whose value is the more indented
+# lines below it.
+_YAML_PARENT = re.compile(r"^(?P<ind>[ \t]*)(?P<dash>-[ \t]+)?(?P<q>[\"']?)(?P<name>[A-Za-z0-9_.\-]+)(?P=q)[ \t]*:"
+                          r"[ \t]*(?:[!&][^\s]{0,64}[ \t]+)?(?P<block>[|>][+\-1-9]{0,2})?[ \t]*(?:#[^\r\n]*)?\r?$", re.MULTILINE)
+_YAML_LEAD = re.compile(r"[ \t]*(?:-[ \t]+)?")
 
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
 # the next word. Values that start with `-` are the next option, not a value.
-_FLAG_VALUE = re.compile(r"(?<![\w\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<sp>[ \t]+)"
-                         r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\-]\S*)")
+_FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sp>[ \t]{1,16})"
+                         r"(?P<value>\"[^\"\r\n]{0,4096}\"|'[^'\r\n]{0,4096}'|[^\s\"'\-]\S{0,4095})")
 
 
 def is_secret_flag(word: str) -> bool:
@@ -106,9 +231,14 @@ def is_secret_flag(word: str) -> bool:
 
 def is_secret_name(name: str) -> bool:
     """True for environment/field names that conventionally hold secrets."""
-    if name.upper() in _SAFE_NAMES:
-        return False
-    return bool(_SECRET_NAME.search(name))
+    if len(name) <= 128:
+        return _secret_name(name)
+    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name)) and not _only_counted(name)
+
+
+@lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:  # a log repeats its few names (`loss=`, `lr=`) on every line
+    return name.upper() not in _SAFE_NAMES and bool(_SECRET_NAME.search(name)) and not _only_counted(name)
 
 
 def redact_text(text: str) -> str:
@@ -121,39 +251,252 @@ def redact_text(text: str) -> str:
             out = pattern.sub(MASK, out)
     lowered = out.lower()
     if "bearer" in lowered or "basic" in lowered or "token" in lowered:
-        out = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
+        out = _BEARER.sub(_bearer, out)
     if "://" in out:
         out = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", out)
     if "-u" in out:
         out = _USER_PASS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{m.group('q')}{m.group('user')}:{MASK}"
                              if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
                              else m.group(0), out)  # `docker run -u 1000:1000` is a uid:gid
+    if "login" in out:
+        out = _NETRC.sub(lambda m: f"{m.group(1)}{MASK}", out)
+    if "(" in out and ("get" in out or "pop" in out):
+        out = _GETENV.sub(lambda m: f"{m.group(0)[:m.start('v') - m.start()]}{MASK}{m.group('vq')}"
+                          if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
+    if "</" in out:
+        out = _XML_ELEMENT.sub(_xml_element, out)
+    if "ENV" in out:
+        out = _DOCKER_ENV.sub(lambda m: f"{m.group('head')}{MASK}"
+                              if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
+    if "identified" in lowered or "password" in lowered:
+        out = _SQL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}{m.group('q')}" if m.group("v") != MASK
+                                else m.group(0), out)
+    if "\n" in out and ":" in out:
+        out = _redact_yaml_blocks(out, secret_kind=bool(_SECRET_KIND.search(out)))
+    if "-" in out and _GREP_CONTEXT_HINT.search(out):
+        out = _GREP_CONTEXT.sub(_grep_context, out)
+    if ":" in out or "=" in out:
+        out = _redact_assignments(out)
+    if "-" in out:
+        out = _FLAG_VALUE.sub(_flag, out)
+        if "," in out:
+            out = _FLAG_ITEM.sub(lambda m: f"{m.group('flag')}{m.group('mid')}{MASK}{m.group('q')}"
+                                 if is_secret_flag(m.group("flag")) and m.group("v") != MASK else m.group(0), out)
+    return out
 
-    depth = [0]
 
-    def _assign(m: re.Match[str]) -> str:
-        if _FILE_LINE.match(m.group(0)) and _log_file(m.group("name")):  # `monkey.log:12`: a file and a line
-            return m.group(0)
-        if is_secret_name(m.group("name")) and m.group("value") != MASK:
-            return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}"
-        # a harmless name's value may hold the next assignment (`A= PGPASSWORD=x`: the separator's
-        # spaces let `A` take `PGPASSWORD=x` as its value): look inside it too
-        value = m.group("value")
-        if depth[0] < 8 and ("=" in value or ":" in value):  # bounded: `a=a=a=...` must not recurse deep
-            depth[0] += 1
-            try:
-                value = _ASSIGNMENT.sub(_assign, value)
-            finally:
-                depth[0] -= 1
-        return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{value}"
-
-    def _flag(m: re.Match[str]) -> str:
-        if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
-            quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
-            return f"{m.group('flag')}{m.group('sp')}{quote}{MASK}{quote}"
+def _bearer(m: re.Match[str]) -> str:
+    if m.group(1).lower() == "token" and m.group("v").isalpha():  # `token embeddings`, not a credential
         return m.group(0)
+    return f"{m.group(1)} {MASK}"
 
-    return _FLAG_VALUE.sub(_flag, _ASSIGNMENT.sub(_assign, out))
+
+def _xml_element(m: re.Match[str]) -> str:
+    tag, value = m.group("tag"), m.group("v")
+    if not value.strip() or value.strip() == MASK:
+        return m.group(0)
+    secret = is_secret_name(tag)
+    if not secret and tag.lower() == "value":  # Hadoop/Spark's <property><name>…</name><value>…</value>
+        text, start = m.string, m.start()
+        names = list(_XML_NAME.finditer(text, max(0, start - 256), start))
+        secret = bool(names) and is_secret_name(names[-1].group("n"))
+    if not secret:
+        return m.group(0)
+    return f"{m.group(0)[:m.start('v') - m.start()]}{MASK}</{tag}>"
+
+
+def _flag(m: re.Match[str]) -> str:
+    if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
+        quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+        return f"{m.group('flag')}{m.group('sp')}{quote}{MASK}{quote}"
+    return m.group(0)
+
+
+def _grep_context(m: re.Match[str]) -> str:
+    name = m.group("file").rpartition("/")[2]
+    if _log_file(name) or name.lower().endswith(".py") or m.group("rest").startswith(MASK):
+        return m.group(0)
+    return f"{m.group('file')}-{MASK}"
+
+
+def _line_prefix(text: str, start: int) -> str | None:
+    """The text between the start of the line and `start`, or None when that is over 256 characters (bounded:
+    a megabyte line of `a=a=…` must not copy its prefix once per name)."""
+    low = max(0, start - 256)
+    newline = text.rfind("\n", low, start)
+    if newline < 0 and low > 0:
+        return None
+    return text[newline + 1:start]
+
+
+def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
+    """For a `value` key at text[start:end]: is the `name` of its entry secret? Looked for on its own line
+    (before it, then after it: `{name: X, value: y}`, `{"value": y, "name": X}`), then on the line before
+    (`- name: X\\n  value: y`), then on the line after. Each window is at most 256 characters."""
+    line_start, line_end = _back(text, start), _ahead(text, end)
+    windows = [(line_start, start, True), (end, line_end, False)]
+    if line_start and text[line_start - 1] == "\n":
+        windows.append((_back(text, line_start - 1), line_start - 1, True))
+    if line_end < len(text) and text[line_end] == "\n":
+        windows.append((line_end + 1, _ahead(text, line_end + 1), False))
+    for lo, hi, nearest_last in windows:
+        if text.find("ame", lo, hi) < 0 and text.find("AME", lo, hi) < 0:  # no `name` here: skip the regex
+            continue
+        found = None
+        for m in _ENTRY_NAME.finditer(text, lo, hi):
+            found = m
+            if not nearest_last:
+                break
+        if found is not None:
+            return is_secret_name(found.group("n"))
+    return False
+
+
+def _back(text: str, pos: int) -> int:
+    """The start of the line that holds `pos`, at most 256 characters back."""
+    low = max(0, pos - 256)
+    newline = text.rfind("\n", low, pos)
+    return newline + 1 if newline >= 0 else low
+
+
+def _ahead(text: str, pos: int) -> int:
+    """The end of the line that holds `pos` (its "\\n"), at most 256 characters ahead."""
+    high = min(len(text), pos + 256)
+    newline = text.find("\n", pos, high)
+    return newline if newline >= 0 else high
+
+
+def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
+    """Whether the value after this name is secret: by the name, by the entry's `name` for a `value` key,
+    and `Pwd=` whose value is no directory."""
+    key = name.strip("-.")
+    if is_secret_name(key):
+        return True
+    if key.lower() == "value":
+        return _entry_name_is_secret(text, m.start(), m.end())
+    return key.upper() in _DIRECTORY_NAMES and not _DIRECTORY_VALUE.match(text, m.end())
+
+
+def _redact_assignments(text: str) -> str:
+    """Mask the value after every secret name. A harmless name's value is not skipped: the scan goes on right
+    after its separator, so `A= PGPASSWORD=x`, `db = connect(password="x")` and `config.ini:3:password = x`
+    are found (the scan is linear: each step starts after the last)."""
+    out: list[str] = []
+    copied = 0
+    pos = 0
+    while True:
+        m = _HEAD.search(text, pos)
+        if m is None:
+            break
+        pos = m.end()
+        name = m.group("name")
+        if not _secret_in_text(name, text, m):
+            continue
+        span = _secret_value(text, m)
+        if span is None:
+            continue
+        vstart, vend, keep_to = span
+        if keep_to is not None:  # a log's FILE:LINE: readable, go on after it
+            pos = keep_to
+            continue
+        out.append(text[copied:vstart])
+        out.append(MASK)
+        copied = pos = vend
+    if not out:
+        return text
+    out.append(text[copied:])
+    return "".join(out)
+
+
+def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | None:
+    """Where the value after a secret name is: (start, end, None) to mask, (_, _, end) for a log's FILE:LINE to
+    keep, or None when there is nothing to mask (no value on the line, or already masked)."""
+    name, sep, end = m.group("name"), m.group("sep"), m.end()
+    if not m.group("nq") and sep == ":" and _FILE_LINE.search(name):
+        line = _LINE_NO.match(text, end)
+        if line and _log_file(name):
+            return 0, 0, line.end()  # `monkey.log:3`
+        if name.lower().endswith(".py"):
+            if line:  # a warning's `_token.py:88: UserWarning`: only the number, as before
+                return end, line.end(), None
+        elif (line is not None and text.startswith((":", "-"), line.end())) or (
+                (prefix := _line_prefix(text, m.start())) is not None and _PATH_ONLY.match(prefix)):
+            # grep's output of a secret file (`secrets.yaml:12:password: x`, `db_password.txt:hunter2`): the
+            # rest of the line is the file's content
+            v = _V_LINE.match(text, end)
+            return (end, end + len(v.group(0).rstrip()), None) if v and v.group(0).strip() else None
+    q = _V_QUOTED.match(text, end)
+    if q:
+        group = next(g for g in ("dq", "sq", "eq") if q.group(g) is not None)
+        value, vstart = q.group(group), q.start(group)
+        return None if not value or value == MASK else (vstart, vstart + len(value), None)
+    if _HEADER_NAME.search(name):
+        opener = text[m.start() - 1] if m.start() and text[m.start() - 1] in "\"'" else ""
+        v = _V_HEADER[opener].match(text, end)
+        if not v:
+            return None
+        value = v.group(0).rstrip()
+        scheme = _SCHEME.match(value)
+        vstart = end + (scheme.end() if scheme else 0)
+        rest = value[vstart - end:]
+        return None if not rest or rest == MASK else (vstart, end + len(value), None)
+    prefix = None
+    if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
+        prefix = _line_prefix(text, m.start())
+    if prefix is not None and _LINE_START.match(prefix):
+        v = _V_LINE.match(text, end)
+        value = v.group(0).rstrip(" \t,") if v else ""  # a JSON line's `12345,` keeps its comma
+        if value and value != MASK and not value.startswith(MASK + "@"):
+            return end, end + len(value), None
+        return None
+    f = _V_FIELD.match(text, end)
+    if f and f.group(0).strip() and f.group(0).strip() != MASK:
+        return end, end + len(f.group(0).rstrip()), None
+    w = _V_WORD.match(text, end)
+    if not w or w.group("w") == MASK or w.group("w").startswith(MASK + "@"):
+        return None
+    return w.start("w"), w.end("w"), None
+
+
+def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
+    """A secret-named YAML key alone on its line hides the more indented lines below it, whole: a block
+    scalar's lines (`token: |`), a plain scalar continued on the next line (`password:\\n  hunter2`), a mapping or
+    a list under it (`api_keys:\\n  abc123: service-a`: a map keyed by its tokens). Indentation and a list's
+    `- ` stay, so the shape of the file is still readable. In a text that holds a `kind: Secret`, its
+    `data:`/`stringData:` blocks too."""
+    out: list[str] = []
+    copied = 0
+    pos = 0
+    n = len(text)
+    while True:
+        m = _YAML_PARENT.search(text, pos)
+        if m is None:
+            break
+        pos = m.end()
+        name = m.group("name").strip("-.")
+        if pos >= n or not (is_secret_name(name) or (secret_kind and name in _SECRET_DATA)):
+            continue
+        column = len(m.group("ind")) + len(m.group("dash") or "")
+        i = pos + 1  # past the parent line's "\n"
+        while i < n:
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            body = text[i:j].rstrip("\r")
+            stripped = body.lstrip(" \t")
+            if stripped:
+                if len(body) - len(stripped) <= column:
+                    break
+                lead = _YAML_LEAD.match(body).group(0)
+                if body[len(lead):] != MASK:
+                    out.append(text[copied:i])
+                    out.append(lead + MASK)
+                    copied = i + len(body)
+            i = j + 1
+        pos = max(pos, min(i, n))
+    if not out:
+        return text
+    out.append(text[copied:])
+    return "".join(out)
 
 
 def redact_value(name: str, value: str) -> str:
