@@ -41,7 +41,8 @@ _SAFE_NAMES = frozenset({
 # first or comes after a counting word (`API_KEY_SIZE`, `HF_TOKEN_ID`, `SESSION_ID` stay secret).
 _COUNTED = {
     "TOKEN": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LEN", "LENGTH", "SIZE", "PER", "RATE", "LIMIT", "BUDGET",
-                        "ID", "IDS", "TYPE", "INDEX", "IDX", "EMBEDDING", "EMBEDDINGS", "LEVEL"}),
+                        "ID", "IDS", "TYPE", "INDEX", "IDX", "EMBEDDING", "EMBEDDINGS", "LEVEL", "ACC", "ACCURACY",
+                        "USAGE", "RATIO", "UTILIZATION"}),
     "SESSION": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LIMIT"}),
     "KEY": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "SIZE", "LEN", "LENGTH", "BITS", "VALUE", "PADDING", "STATES",
                       "DIM", "HEADS", "PROJ", "CACHE"}),
@@ -52,9 +53,24 @@ _COUNTED["KEYS"] = _COUNTED["KEY"]
 _COUNTING = frozenset({"NUM", "N", "MAX", "MIN", "TOTAL", "AVG", "MEAN"})
 # words between a counting word and `tokens`, or alone before it: `max_new_tokens`, `prompt_tokens`
 _TOKEN_KINDS = frozenset({"NEW", "INPUT", "OUTPUT", "PROMPT", "COMPLETION", "GENERATED", "CACHED", "TRAIN", "EVAL",
-                          "TEXT", "IMAGE", "SPECIAL", "ADDED", "PADDED", "CONTEXT", "REASONING", "VOCAB"})
+                          "TEXT", "IMAGE", "SPECIAL", "ADDED", "PADDED", "CONTEXT", "REASONING", "VOCAB", "PREFILL",
+                          "GENERATION", "DECODE", "BATCH", "KV"})
 _SPECIAL_TOKENS = frozenset({"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "START", "END", "DECODER"})
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
+
+
+_COUNT_VALUE = re.compile(r"[ \t]{0,8}\d{1,15}(?:\.\d{1,15})?(?![\w.])")
+
+
+_BARE_WORDS = frozenset({"PASS", "KEY", "SESSION"})
+
+
+def _only_tokens(name: str) -> bool:
+    """A name of a count of tokens: TOKEN(S) and words of a kind of tokens only (`new-token`, `cached-token`,
+    `new_token_ratio`, `tokens`; not `HF_TOKEN` or `API_TOKEN`)."""
+    words = [w.upper() for w in _WORDS.findall(name)]
+    return any(w in ("TOKEN", "TOKENS") for w in words) and all(
+        w in ("TOKEN", "TOKENS", "RATIO", "USAGE") or w in _TOKEN_KINDS for w in words)
 
 
 def _only_counted(name: str) -> bool:
@@ -168,11 +184,16 @@ _ENTRY_NAME = re.compile(r"(?<![A-Za-z0-9_])[\"']?name[\"']?[ \t]{0,16}[:=][ \t]
                          re.IGNORECASE)
 
 # A file's name and a line number (`pretrain_tokens.log:42`), as explain and doctor print where an event is.
-_FILE_LINE = re.compile(r"\.(?:log|txt|out|err|jsonl?|ya?ml|py|csv|md|gz|env|ini|cfg|conf|toml|properties|key|pem)\Z",
+_FILE_LINE = re.compile(r"\.(?:log|txt|out|err|jsonl?|ya?ml|py|pyx|ipynb|c|cc|cpp|cxx|h|hpp|cu|cuh|rs|go|java|scala|js|ts"
+                        r"|csv|md|gz|env|ini|cfg|conf|toml|properties|key|pem)\Z",
                         re.IGNORECASE)
 _LINE_NO = re.compile(r"\d{1,9}(?=[\s\"',;&)\]:\-]|\Z)")
 
-_LOG_EXTENSIONS = frozenset({"log", "out", "err"})
+# a log's, or a source file's: FILE:LINE of source code is where a message comes from (TensorFlow's
+# `direct_session.cc:154] Internal: failed initializing StreamExecutor ...`, whose message was hidden behind
+# `session`); the rest of the line is still scanned for assignments
+_LOG_EXTENSIONS = frozenset({"log", "out", "err", "py", "pyx", "c", "cc", "cpp", "cxx", "h", "hpp", "cu", "cuh", "rs",
+                             "go", "java", "scala", "js", "ts", "ipynb"})
 _KEY_EXTENSIONS = frozenset({"key", "pem"})  # a key file's content is a secret whatever its name
 
 
@@ -371,6 +392,14 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
+        if m.start() and text[m.start() - 1] == "#" and _only_tokens(key) and _COUNT_VALUE.match(text, m.end()):
+            return False  # a count sign before it and a number after (sglang's `#token: 307721`): a count
+        if key.rpartition(".")[2].upper().lstrip("_") in _BARE_WORDS:
+            # `PASS: in-quota allocation succeeded`, `=== After backward pass ===`, `Key: avg_train_loss, Value: 0.86`,
+            # `key = torch.randn(B, H, S)`, `self._session = tf_session.TF_NewDeprecatedSession(opts, status)`: a
+            # bare word with words after it; a secret under it is one word, or quoted
+            rest = text[m.end():m.end() + 256].split("\n", 1)[0].strip()
+            return rest[:1] in ("'", '"') or (bool(rest) and " " not in rest and any(c.isalnum() for c in rest))
         return True
     if key.lower() == "value":
         return _entry_name_is_secret(text, m.start(), m.end())
