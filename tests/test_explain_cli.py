@@ -356,5 +356,6 @@ def test_version_loads_no_command(monkeypatch, capsys):
     import importlib
 
     monkeypatch.setattr(importlib, "import_module", lambda *a, **k: (_ for _ in ()).throw(ImportError("no")))
-    assert main(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("oomdoctor ")
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("oomdoctor ")

@@ -55,9 +55,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv == ["--version"]:  # answered without loading any command (and its packages)
+    if argv == ["--version"]:  # answered without loading any command (and its packages), as argparse would
         print(f"oomdoctor {__version__}")
-        return 0
+        raise SystemExit(0)
     try:
         parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
     except ImportError as exc:  # a broken install (seen on a machine whose wheel install had failed): one line
