@@ -7,6 +7,7 @@ one definition keeps the three honest. torch is imported lazily.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,10 +79,13 @@ class StepRunner:
             if enable is None:
                 raise ValueError("gradient_checkpointing=True but the model has no gradient_checkpointing_enable()")
             ckpt = spec.gradient_checkpointing
-            if isinstance(ckpt, Mapping):
-                enable(gradient_checkpointing_kwargs=dict(ckpt))
-            else:
-                enable()
+            with warnings.catch_warnings():  # transformers 5's rename warning is about oomdoctor's call, not the user's
+                warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.* is deprecated",
+                                        category=FutureWarning)
+                if isinstance(ckpt, Mapping):
+                    enable(gradient_checkpointing_kwargs=dict(ckpt))
+                else:
+                    enable()
         if spec.train:
             spec.model.train()
             self.optimizer = make_optimizer(spec, [p for p in spec.model.parameters() if p.requires_grad],
