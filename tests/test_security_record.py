@@ -36,6 +36,23 @@ def test_run_dir_is_created_private_and_argv_is_redacted(tmp_path):
     assert "--password=***" in argv and argv[argv.index("--hf-token") + 1] == "***"
 
 
+def test_the_timeline_holds_the_jobs_argv_and_exception_redacted(tmp_path):
+    """A walkthrough found the job's own argv in the timeline's header as given (session 26): run.json was
+    redacted, timeline-pid*.jsonl was not; an exception's message is written there too."""
+    run = tmp_path / "run"
+    job = tmp_path / "job.py"
+    job.write_text("import oomdoctor\noomdoctor.step()\nraise ValueError('bad token hf_AbCdEfGhIjKlMnOpQrStUvWx12')\n")
+    rec = _record(run, sys.executable, str(job), "--hf-token", "hf_RecArgTokAbCdEfGh0123456", "--db-password",
+                  "RecDbPw1")
+    assert rec.returncode != 0
+    timelines = list(run.glob("timeline-*.jsonl"))
+    assert timelines
+    text = "".join(t.read_text() for t in timelines)
+    for secret in ("hf_RecArgTokAbCdEfGh0123456", "RecDbPw1", "hf_AbCdEfGhIjKlMnOpQrStUvWx12"):
+        assert secret not in text
+    assert '"--db-password","***"' in text and "ValueError" in text
+
+
 def test_world_writable_dir_is_refused_before_the_job_runs(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

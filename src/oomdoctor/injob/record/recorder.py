@@ -23,6 +23,7 @@ from oomdoctor._version import __version__
 from oomdoctor.facts import recording
 from oomdoctor.injob.record import oom, probes
 from oomdoctor.injob.record.writer import JsonlWriter
+from oomdoctor.redact import redact_manifest, redact_text
 
 DEFAULT_EVERY_MS = 500
 # Allocation events kept in torch's history ring, with stacks. Off by default: measured on an H100 it
@@ -102,7 +103,7 @@ class Recorder:
         os.makedirs(self.run_dir, exist_ok=True)
         header = {"kind": "header", "schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT,
                   "tool_version": __version__, "t": time.time(), "pid": self.pid, "rank": self.rank,
-                  "label": self.label, "argv": list(sys.argv), "every_ms": self.every_ms,
+                  "label": self.label, "argv": redact_manifest(list(sys.argv)), "every_ms": self.every_ms,
                   "history": self.history, "host": os.uname().nodename}
         path = os.path.join(self.run_dir, recording.timeline_name(self.label))
         self._writer = JsonlWriter(path, header, max_lines=self._max_lines)
@@ -349,7 +350,7 @@ class Recorder:
             return
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         self._writer.write({"kind": "exception", "t": time.time(), "step": self.steps,
-                            "type": type(exc).__name__, "message": message[:4000]}, force=True)
+                            "type": type(exc).__name__, "message": redact_text(message[:4000])}, force=True)
         self._writer.flush()
         if oom.is_oom_exception(exc):
             # the fatal OOM: the last observer call (if any) says what was requested
