@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +43,7 @@ def stderr_console() -> Any:
     from rich.console import Console
 
     plain = bool(os.environ.get("NO_COLOR")) or not sys.stderr.isatty()
-    return Console(stderr=True, highlight=False, color_system=None if plain else "auto")
+    return Console(stderr=True, highlight=False, color_system=None if plain else "auto", emoji=False)
 
 
 @contextlib.contextmanager
@@ -150,7 +151,10 @@ def emit(content: str, args: argparse.Namespace) -> None:
     """
     from oomdoctor.redact import redact_rendered
 
-    content = redact_rendered(content, getattr(args, "format", None) or "text")
+    fmt = getattr(args, "format", None) or "text"
+    content = redact_rendered(content, fmt)
+    if fmt == "text":
+        content = terminal_safe(content, keep_colour=wants_color(args) and not getattr(args, "output", None))
     out = getattr(args, "output", None)
     if out and out != "-":
         from pathlib import Path  # lazily: ~5 ms of every command's start-up
@@ -164,6 +168,24 @@ def emit(content: str, args: argparse.Namespace) -> None:
         print(f"wrote {out}", file=sys.stderr)
         return
     write_stdout(content)
+
+
+_CONTROL = re.compile(r"\x1b\[[0-9;]{0,64}m|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+_SGR = re.compile(r"\x1b\[[0-9;]{0,64}m")
+
+
+def terminal_safe(text: str, *, keep_colour: bool = False) -> str:
+    """Control characters from logs and bundles shown as `cat -v` would (`^[`), so that a stranger's log cannot set
+    the reader's terminal title, clear the screen or move the cursor (a walkthrough's `ESC]0;...BEL`); the colour codes
+    the renderer itself wrote (SGR, `ESC[...m`) are kept when the report is coloured."""
+    def shown(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if len(s) > 1:
+            return s if keep_colour else "^[" + s[1:]
+        c = ord(s)
+        return f"^{chr(c + 64)}" if c < 32 else ("^?" if c == 127 else "?")
+
+    return _CONTROL.sub(shown, text)
 
 
 def write_stdout(content: str) -> None:

@@ -59,7 +59,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
 
     buf = io.StringIO()
     con = Console(file=buf, width=width, color_system="standard" if color else None, highlight=False,
-                  force_terminal=color, soft_wrap=not color)
+                  force_terminal=color, soft_wrap=not color, emoji=False)  # `__main__:train:88` is no emoji
     if not ex.events:
         con.print("No OOM-like event found." + (" The text reads as documentation: its OOM wording is not taken as "
                                                  "a failure." if ex.documentation else ""))
