@@ -83,3 +83,17 @@ def test_diff_of_two_bundles_does_not_list_their_paths(tmp_path, capsys):
     main(["diff", "--format", "json", str(a), str(b)])
     keys = [d["key"] for d in json.loads(capsys.readouterr().out)["differences"]]
     assert "bundle.path" not in keys
+
+
+def test_without_a_reading_of_the_gpu_it_does_not_say_the_gpu_was_not_full():
+    """A walkthrough (session 26): a bundle made on a machine without a driver had WRK001 say "the GPU was not full
+    when these facts were read", and that claim set the verdict."""
+    from builders import UNAVAILABLE, a100
+
+    events = log_events("RuntimeError: CUDA error: out of memory")
+    unread = diagnose(make_facts(workload__oom_events=events, driver__gpus=UNAVAILABLE))
+    (f,) = [f for f in unread.findings if f.id == "WRK001"]
+    assert "not full" not in f.title and "not known" in f.title and f.confidence.value == "low"
+    read = diagnose(make_facts(workload__oom_events=events, driver__gpus=[a100()]))
+    (g,) = [f for f in read.findings if f.id == "WRK001"]
+    assert "the GPU was not full when these facts were read" in g.title

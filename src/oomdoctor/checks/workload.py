@@ -53,7 +53,8 @@ def _torch(n: dict, details: dict, nvml_total: int | None) -> tuple[Category, Se
             "PyTorch's caching allocator ran out; see `oomdoctor explain` for the step that needed it")
 
 
-def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category | None, Severity, Confidence, str]:
+def classify(e: dict, nvml_total: int | None, gpu_full: bool | None,
+             ) -> tuple[Category | None, Severity, Confidence, str]:
     """(category, severity, confidence, why) for one event record (parsers.oom_facts.as_record)."""
     kind, spec = e["kind"], KINDS[e["kind"]]
     hint = Category(e["category"]) if e.get("category") else None
@@ -72,6 +73,10 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool) -> tuple[Category 
                     "a CUDA call (not PyTorch's allocator) failed and the GPU is nearly full")
         site = e["details"].get("call_site")
         where = f"while {site}" if isinstance(site, str) else "(context creation, model.to)"
+        if gpu_full is None:  # a walkthrough: "the GPU was not full" was said with no reading of the GPU at all
+            return (hint, Severity.WARNING, Confidence.LOW,
+                    f"raised by a CUDA runtime call {where}, not by PyTorch's allocator; no reading of the GPU's "
+                    "memory was taken here, so whether another process held it is not known")
         return (hint, Severity.WARNING, Confidence.MEDIUM,
                 f"raised by a CUDA runtime call {where}, not by PyTorch's allocator; the GPU was not full when "
                 "these facts were read (at the failure another process may have held it, and left since)")
@@ -111,8 +116,10 @@ def log_events(facts: FactSet) -> Iterator[Finding]:
     """
     cards = gpus(facts)
     nvml_total = as_int(cards[0].get("memory_total_bytes")) if cards else None
+    used = [g for g in cards if as_int(g.get("memory_used_bytes")) is not None]
+    # None: no reading of the GPU's memory (no driver answered, or a bundle without one): neither full nor not
     gpu_full = any((as_int(g.get("memory_used_bytes")) or 0) >= 0.9 * (as_int(g.get("memory_total_bytes")) or 1 << 62)
-                   for g in cards)
+                   for g in used) if used else None
     groups: dict[tuple[str, Category | None], list[tuple[dict, str, Severity, Confidence]]] = {}
     for raw in as_list(facts.value("workload.oom_events")):
         e = as_record(raw)
