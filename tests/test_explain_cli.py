@@ -359,3 +359,17 @@ def test_version_loads_no_command(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.startswith("oomdoctor ")
+
+
+@pytest.mark.parametrize(("name", "start"), [("r.html", "<!"), ("r.HTM", "<!"), ("r.json", "{"), ("r.txt", "Answer")])
+def test_the_output_files_extension_sets_the_format(tmp_path, name, start):
+    """The README's `oomdoctor report RUN_DIR -o report.html` wrote text into report.html (a walkthrough)."""
+    out = tmp_path / name
+    assert main(["explain", "-o", str(out), _write(tmp_path, "a.log", OOM.encode())]) == 1
+    assert out.read_text().lstrip().startswith(start)
+
+
+def test_an_explicit_format_wins_over_the_extension(tmp_path):
+    out = tmp_path / "r.html"
+    main(["explain", "--format", "json", "-o", str(out), _write(tmp_path, "a.log", OOM.encode())])
+    assert out.read_text().lstrip().startswith("{")

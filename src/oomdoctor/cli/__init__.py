@@ -66,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"oomdoctor: {_missing(exc)}", file=sys.stderr)
         return EXIT_INTERNAL
     args = parser.parse_args(argv)
+    from oomdoctor.cli.common import settle_format
+
+    settle_format(args)
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help()

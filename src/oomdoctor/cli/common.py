@@ -16,8 +16,17 @@ FORMATS = ("text", "json", "html")
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="output format (default: html or json when -o's name ends so, else text)")
     parser.add_argument("-o", "--output", metavar="PATH", default=None, help="write here instead of stdout")
+
+
+def settle_format(args: argparse.Namespace) -> None:
+    """No --format: the -o file's extension says it (`report RUN -o report.html`, as the README writes it, wrote
+    text into report.html), else text."""
+    if getattr(args, "format", "") is None:
+        out = (getattr(args, "output", None) or "").lower()
+        args.format = "html" if out.endswith((".html", ".htm")) else "json" if out.endswith(".json") else "text"
 
 
 def wants_color(args: argparse.Namespace) -> bool:
