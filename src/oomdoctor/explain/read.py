@@ -68,7 +68,7 @@ MAX_DECOMPRESSED = 16 << 30
 
 def compression(path: str) -> str | None:
     """The standard-library module that decompresses this file (by its first bytes), or None."""
-    if path == "-":
+    if path == "-" or log_size(path) == 0:  # stdin, a pipe (opening one would wait for a writer, reading eat it)
         return None
     try:
         with open(path, "rb") as f:
