@@ -406,3 +406,218 @@ def test_counts_and_statuses_in_serving_and_training_logs_stay_readable(line):
 ])
 def test_the_readable_forms_do_not_open_a_leak(line, secret):
     assert secret not in redact_text(line)
+
+
+# --- session 26, a new user's walkthrough: what still leaked ------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("$ docker login -u robot -p R0b0tD0ckerPw registry.internal", "R0b0tD0ckerPw"),
+    ("podman login -u robot -p P0dmanPw1 registry.internal", "P0dmanPw1"),
+    ("nerdctl --namespace k8s.io login --username robot -p 'N3rdctl Pw' reg", "N3rdctl Pw"),
+    ("/usr/bin/docker login -p=D0ckerEqPw reg", "D0ckerEqPw"),
+    ("$ sshpass -p 'SshPassPw9' ssh gpu-node-3", "SshPassPw9"),
+    ("sshpass -pSshPassPw8 ssh -p 2222 gpu-node-3", "SshPassPw8"),
+    ("openssl pkcs12 -in cert.p12 -passin pass:OpenSslPw7 -out cert.pem", "OpenSslPw7"),
+    ("openssl pkcs12 -export -passout pass:OpenSslPw6 -out c.p12", "OpenSslPw6"),
+    ("openssl enc -d -aes256 -pass 'pass:OpenSslPw5' -in x", "OpenSslPw5"),
+    ("redis-cli -h cache -a R3disCliPw ping", "R3disCliPw"),
+    ("CalledProcessError: Command '['docker', 'login', '-u', 'robot', '-p', 'CpeDockerPw1', 'reg']' returned "
+     "non-zero exit status 1.", "CpeDockerPw1"),
+    ('"args": ["sshpass", "-p", "JsonSshPw2", "ssh", "h"]', "JsonSshPw2"),
+])
+def test_passwords_given_to_login_tools_are_hidden(text, secret):
+    out = redact_text(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "docker run -p 8080:80 --gpus all img", "ssh -p 2222 gpu-node-3", "mkdir -p /work/run", "python -p x",
+    "podman run -p 8080:80 img", "redis-cli -h cache -p 6379 ping", "sshpass -f ~/.pw ssh -p 2222 host",
+    "openssl pkcs12 -in c.p12 -passin env:P12_PW -passout file:/run/pw -out c.pem",
+    "docker login registry.internal", "docker login --password-stdin -u robot reg",
+    "CalledProcessError: Command '['docker', 'run', '-p', '8080:80', 'img']' returned non-zero exit status 1.",
+])
+def test_port_and_parents_options_stay_readable(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("DB_PW=ShortPwName1", "ShortPwName1"), ("db_pw: ShortPwName2", "ShortPwName2"),
+    ("pw = ShortPwName3", "ShortPwName3"), ("env:\n- name: DB_PW\n  value: ShortPwName4", "ShortPwName4"),
+    ("plink -pw ShortPwName5 host", "ShortPwName5"), ("SMTP.PW=ShortPwName6", "ShortPwName6"),
+])
+def test_pw_as_a_name_word_is_a_password(text, secret):
+    out = redact_text(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("name", ["DB_PW", "pw", "PW", "smtp-pw", "ldap.pw"])
+def test_pw_names_are_secret(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["PWR", "power", "pw_mode", "PW_LIMIT", "gpu_pwr_cap", "PWD", "OLDPWD", "pwm"])
+def test_pw_look_alikes_are_not_secret(name):
+    assert not is_secret_name(name)
+
+
+def test_power_readings_and_the_working_directory_stay_readable():
+    for text in ("PWR=300W pw_mode=max PW_LIMIT=700", "PWD=/work/run", "power.draw: 312.5 W"):
+        assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "machine api.wandb.ai\n  login user\n  password 0123abcd0123abcd0123abcd0123abcd0123abcd\n",
+    "machine api.wandb.ai\r\n  login user\r\n  password 0123abcd0123abcd0123abcd0123abcd0123abcd\r\n",
+    "machine h\nlogin user\npassword 0123abcd0123abcd0123abcd0123abcd0123abcd",
+])
+def test_a_netrc_password_on_its_own_line_is_hidden(text):
+    out = redact_text(text)
+    assert "0123abcd" not in out and "machine api.wandb.ai" in out or "machine h" in out, out
+    assert "0123abcd" not in out
+
+
+def test_a_log_line_that_starts_with_password_and_words_stays_readable():
+    line = "password authentication failed for user bob"
+    assert redact_text(line) == line
+
+
+@pytest.mark.parametrize("text", [
+    "$ wandb login 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "wandb login --relogin 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "wandb login --host https://wandb.corp.example --relogin 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "wandb login --relogin --host=https://w.example 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "Command '['wandb', 'login', '9f8e7d6c5b4a39281706f5e4d3c2b1a098765432']' returned non-zero exit status 1.",
+    "WANDB_API_KEY=9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "huggingface-cli login --token 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "hf auth login --token 9f8e7d6c5b4a39281706f5e4d3c2b1a098765432 --add-to-git-credential",
+])
+def test_api_keys_given_to_login_commands_are_hidden(text):
+    out = redact_text(text)
+    assert "9f8e7d6c5b4a" not in out and MASK in out, out
+
+
+def test_wandb_login_without_a_key_stays_readable():
+    for text in ("wandb login", "wandb login --relogin", "wandb: Currently logged in as: alice. Use `wandb login "
+                 "--relogin` to force relogin"):
+        assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "git clone https://0123456789abcdef0123456789abcdef01234567@github.com/org/private.git",
+    "git clone https://x9y8z7w6v5u4t3s2r1q0ponm@gitlab.corp/org/private.git",
+    "pip install git+https://Abc_def-0123456789ghijKLMN@github.com/org/pkg.git",
+    "https://ghp_0123456789abcdefghij0123456789abcdef@github.com/org/r.git",
+])
+def test_a_token_as_a_urls_user_is_hidden_and_the_host_kept(text):
+    out = redact_text(text)
+    assert "0123456789" not in out and "x9y8z7" not in out and MASK in out, out
+    assert "@g" in out  # the host is kept
+
+
+@pytest.mark.parametrize("text", ["git clone https://alice@github.com/org/r.git", "ssh://git@github.com/org/r.git",
+                                  "https://build-bot@gitlab.corp/x", "git@github.com:org/r.git",
+                                  "https://firstname.lastname@corp.example/x"])
+def test_a_plain_user_in_a_url_stays_readable(text):
+    assert redact_text(text) == text
+
+
+_SECRET_JSON = """{
+    "apiVersion": "v1",
+    "data": {
+        ".dockerconfigjson": "eyJhdXRocyI6eyJyZWcuY29ycCI6eyJhdXRoIjoiSnNvblNlY3JldDEifX19",
+        "ca.crt": "LS0tLS1CRUdJTkNBQ1JUSnNvblNlY3JldDI=",
+        "hf": "SnNvblNlY3JldDM="
+    },
+    "kind": "Secret",
+    "metadata": {"name": "regcred", "namespace": "ml"},
+    "stringData": {"db": "JsonSecret4"},
+    "type": "kubernetes.io/dockerconfigjson"
+}"""
+
+
+def test_a_secret_as_json_text_hides_its_data_values():
+    for text in (_SECRET_JSON, _SECRET_JSON.replace("\n", "\r\n"), " ".join(_SECRET_JSON.split())):
+        out = redact_text(text)
+        for secret in ("eyJhdXRoc", "LS0tLS1CRUdJ", "SnNvblNlY3JldDM", "JsonSecret4"):
+            assert secret not in out, out
+        assert '".dockerconfigjson": "***"' in out and '"name": "regcred"' in out and '"ca.crt"' in out
+
+
+def test_a_config_map_as_json_text_keeps_its_data():
+    text = _SECRET_JSON.replace('"Secret"', '"ConfigMap"').replace("JsonSecret4", "train")
+    assert '"db": "train"' in redact_text(text) and '"hf": "SnNvblNlY3JldDM="' in redact_text(text)
+
+
+@pytest.mark.parametrize("text", [
+    'args:\n  - "--token"\n  - "ListItemTokenSep10"\n  - "--lr"\n  - "3"',
+    "args:\r\n- --hf-token\r\n- ListItemTokenSep10\r\n",
+    "command:\n  - python\n  - train.py\n  - '--api-key'\n  - 'ListItemTokenSep10'",
+])
+def test_a_yaml_list_item_after_a_secret_flag_item_is_hidden(text):
+    out = redact_text(text)
+    assert "ListItemTokenSep10" not in out and MASK in out, out
+    assert "--lr" in out or "train.py" in out or "hf-token" in out
+
+
+def test_yaml_list_items_after_harmless_flags_stay_readable():
+    text = 'args:\n  - "--lr"\n  - "3e-4"\n  - --max-num-batched-tokens\n  - "2048"\n  - --key-layer\n  - 3'
+    assert redact_text(text) == text
+    text = "args:\n  - --use-auth-token\n  - --lr\n  - '3'"  # a switch, then the next option
+    assert redact_text(text) == text
+
+
+# --- and what was hidden needlessly ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    "max_num_batched_tokens=2048", "--max-num-batched-tokens 2048", "max_num_batched_tokens: 2048",
+    "engine args: max_num_seqs=256, max_num_batched_tokens=8192, gpu_memory_utilization=0.9",
+    "KV cache: 16.00 GiB (tokens: 131072, blocks: 8192)", "tokens_generated=512", "keys: 1024, values: 1024",
+    "--key-layer 3", "SamplingParams(n=1, stop_token_ids=[128009])", "stop_token_ids=[128009])",
+    "# of tokens: 512", "KEYS: 12",
+])
+def test_vllm_counts_stay_readable(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("HF_TOKENS=2048abc", "2048abc"), ("api_keys: 1024", "1024"), ("tokens: abc123def", "abc123def"),
+    ("API_KEY_LAYER=k3yl4y3r", "k3yl4y3r"), ("keys: sk9f8a7b6", "sk9f8a7b6"), ("HF_TOKEN=2048", "2048"),
+    ("--api-key 2048", "2048"), ("token: 131072", "131072"),
+])
+def test_secrets_in_the_shapes_of_counts_are_still_hidden(text, secret):
+    assert secret not in redact_text(text), redact_text(text)
+
+
+@pytest.mark.parametrize("text", [
+    "PASS: test_alloc", "XPASS: test_flaky", "# PASS:  2", "# XPASS: 0", "PASS: tests/test_alloc.py::test_big",
+    "password_reset_test.py::test_flow PASSED", "tests/test_auth.py::TestSession::test_login PASSED [ 50%]",
+    "PASS: test_alloc.TestQuota", "auth: enabled", "private: false", "session: 3", "key: true", "auth: none",
+    "Private: False", "session: null", "KEY: disabled",
+])
+def test_test_runner_lines_and_weak_names_with_flags_stay_readable(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("password: 1234", "1234"), ("pass: 1234", "1234"), ("PASS=1234", "1234"), ("db_password: true", "true"),
+    ("pass: hunter2", "hunter2"), ("PASS: hunter2", "hunter2"), ("PASS: testing123", "testing123"),
+    ("key: 12345678", "12345678"), ("session: 0a1b2c3d4e", "0a1b2c3d4e"), ("XPASS=hunter2", "hunter2"),
+    ("auth: s3cr3tAuth", "s3cr3tAuth"), ("api_key: false1", "false1"), ("pass: test_pw_99", "test_pw_99"),
+    ("token::ColonColonTok", "ColonColonTok"),
+])
+def test_secrets_in_the_shapes_of_test_lines_are_still_hidden(text, secret):
+    assert secret not in redact_text(text), redact_text(text)
+
+
+@pytest.mark.parametrize("unit", [
+    "docker login -p ", "sshpass ", "redis-cli -a ", "wandb login ", "-passin pass:", "https://aaaaaaaaaaaaaaaaaaaaaaaa",
+    '"kind": "Secret", "data": {"a": "', "- --token\n", "- x\n", "password x\n", "docker ", "'docker', '",
+    "PASS: test", "a.py::", '"data": {',
+])
+def test_the_new_rules_are_linear_on_a_megabyte_of_hostile_text(unit):
+    text = (unit * ((1 << 20) // len(unit) + 1))[: 1 << 20]
+    out = redact_text(text)
+    assert isinstance(out, str) and out.count("\n") == text.count("\n")

@@ -24,7 +24,7 @@ MASK = "***"
 _SECRET_NAME = re.compile(
     r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET"
     r"|[A-Z0-9]*PASS(?:WORD|WD|PHRASE|CODE)?[S]?"
-    r"|[A-Z0-9]*PWD|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
+    r"|[A-Z0-9]*PWD|PW(?![_\-.])|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
     r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?)(?:$|[_\-.])",
     re.IGNORECASE,
 )
@@ -45,7 +45,7 @@ _COUNTED = {
                         "USAGE", "RATIO", "UTILIZATION"}),
     "SESSION": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "LIMIT"}),
     "KEY": frozenset({"COUNT", "COUNTS", "CNT", "NUM", "SIZE", "LEN", "LENGTH", "BITS", "VALUE", "PADDING", "STATES",
-                      "DIM", "HEADS", "PROJ", "CACHE"}),
+                      "DIM", "HEADS", "PROJ", "CACHE", "LAYER", "LAYERS", "NORM"}),
 }
 _COUNTED["TOKENS"] = _COUNTED["TOKEN"] | {"SEEN", "TOTAL", "S", "SEC", "PS", "THROUGHPUT"}
 _COUNTED["SESSIONS"] = _COUNTED["SESSION"]
@@ -54,15 +54,26 @@ _COUNTING = frozenset({"NUM", "N", "MAX", "MIN", "TOTAL", "AVG", "MEAN"})
 # words between a counting word and `tokens`, or alone before it: `max_new_tokens`, `prompt_tokens`
 _TOKEN_KINDS = frozenset({"NEW", "INPUT", "OUTPUT", "PROMPT", "COMPLETION", "GENERATED", "CACHED", "TRAIN", "EVAL",
                           "TEXT", "IMAGE", "SPECIAL", "ADDED", "PADDED", "CONTEXT", "REASONING", "VOCAB", "PREFILL",
-                          "GENERATION", "DECODE", "BATCH", "KV"})
-_SPECIAL_TOKENS = frozenset({"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "START", "END", "DECODER"})
+                          "GENERATION", "DECODE", "BATCH", "BATCHED", "KV"})
+_SPECIAL_TOKENS = frozenset({"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "START", "END", "DECODER", "STOP"})
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
 
 
 _COUNT_VALUE = re.compile(r"[ \t]{0,8}\d{1,15}(?:\.\d{1,15})?(?![\w.])")
 
 
-_BARE_WORDS = frozenset({"PASS", "KEY", "SESSION"})
+_BARE_WORDS = frozenset({"PASS", "XPASS", "KEY", "SESSION"})
+# Weak names: a switch or a small count after them is no secret (`auth: enabled`, `private: false`, `session: 3`,
+# automake's `# PASS:  2`); `password: 1234`, `pass: 1234`, `PASS=1234` and `key: 12345678` stay hidden.
+_WEAK_NAMES = frozenset({"auth", "private", "session", "key", "pass", "xpass"})
+_SWITCH_VALUE = re.compile(r"([\"']?)(?:true|false|yes|no|on|off|enabled|disabled|none|null)\1(?![\w.\-])", re.IGNORECASE)
+_SMALL_COUNT = re.compile(r"\d{1,4}(?![\w.\-])")
+# A test runner's status line: `PASS: test_alloc`, `XPASS: tests/test_x.py::test_flaky` (a test's name, a pytest
+# node id); `PASS: testing123` or `pass: test_pw` stay hidden
+_TEST_ID = re.compile(r"(?:[\w.\-]{0,128}/){0,8}test(?:s?[_/]|[A-Z])[\w./\[\]\-]{0,256}(?:::[\w.\[\]\-]{1,256}){0,16}\Z"
+                      r"|[\w./\-]{1,256}(?:::[\w.\[\]\-]{1,256}){1,16}\Z")
+# A count of tokens, keys or sessions under the plural alone: `(tokens: 131072, ...)`, `keys: 1024, values: 1024`
+_PLURAL_COUNTS = frozenset({"TOKENS", "KEYS", "SESSIONS"})
 
 
 def _only_tokens(name: str) -> bool:
@@ -89,6 +100,8 @@ def _only_counted(name: str) -> bool:
             j -= 1
         kinds = j < i - 1
         counted = (j >= 0 and words[j] in _COUNTING) or (kinds and j < 0)
+        if word == "TOKENS" and i == 0 and after in _TOKEN_KINDS:
+            continue  # vLLM's `tokens_generated`
         if counted or ((i == 0 or before in _COUNTING) and after in _COUNTED[word]):
             continue
         return False
@@ -245,6 +258,41 @@ _FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(
                          r"(?P<value>\"[^\"\r\n]{0,4096}\"|'[^'\r\n]{0,4096}'|[^\s\"'\-]\S{0,4095})")
 
 
+# Login tools that take a password or an API key as a plain option or argument (shell text, or a
+# `CalledProcessError`'s / a JSON argv's list items): `docker|podman|nerdctl|buildah|skopeo login -p X`, `sshpass -p X`
+# (also `-pX`, only before the command it runs: `ssh -p 2222` is a port), `redis-cli -a X`, `wandb login KEY`.
+# Elsewhere `-p` is a port or `mkdir -p`, so only these tools' options are read. One start per tool word; the
+# scan of its arguments stops at the line's end, `|`, `;`, `&`, `)`, `]` or a backquote, and the next search starts after it.
+_LOGIN_TOOL = re.compile(r"(?<![\w\-.])(?P<tool>docker|podman|nerdctl|buildah|skopeo|sshpass|redis-cli|wandb)"
+                         r"(?![\w\-.])[\"']?")
+_TOOL_ARG = re.compile(r"[ \t,]{1,16}(?:\"(?P<dq>[^\"\r\n]{0,1024})\"|'(?P<sq>[^'\r\n]{0,1024})'"
+                       r"|(?P<w>[^\s\"',\[\]|;&()<>`]{1,1024}))")
+_LOGIN_HINTS = ("login", "sshpass", "redis-cli")
+_CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo"})
+_WANDB_VALUED = frozenset({"--host", "--anonymously", "--base-url"})  # `wandb login` options with a value
+# openssl's password arguments: `-passin pass:X`, `-passout pass:X`, `-pass pass:X` (`env:VAR`, `file:PATH` kept)
+_OPENSSL_PASS = re.compile(r"(?<![\w\-])(?P<head>-(?:passin|passout|pass|password|passphrase)[\"']?"
+                           r"(?:[ \t]{1,16}|[ \t]{0,16},[ \t]{0,16})[\"']?pass:)(?P<v>[^\s\"']{1,4096})")
+# `.netrc` as `wandb login` writes it, one keyword a line: `  password KEY` alone on its line (lower case, one word:
+# `password authentication failed for user bob` in a log is no netrc line)
+_NETRC_LINE = re.compile(r"^(?P<head>[ \t]{0,64}(?:password|passwd)[ \t]{1,16})(?P<v>[^\s]{1,4096})(?=[ \t]{0,64}\r?$)",
+                         re.MULTILINE)
+# A token as a URL's user, no password (`https://<40 hex>@github.com/org/private.git`): 20 or more characters of
+# a token's alphabet with a digit; `https://alice@host`, `ssh://git@github.com`, `firstname.lastname@` stay.
+_URL_TOKEN_USER = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([A-Za-z0-9_\-]{20,256})@")
+# `kubectl get secret -o json` pasted in a log: a JSON text with `"kind": "Secret"` hides every value of its
+# `"data"` and `"stringData"` objects (the YAML form is `_SECRET_KIND`)
+_SECRET_KIND_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']Secret[\"']")
+_JSON_DATA = re.compile(r"[\"'](?:data|stringData)[\"'][ \t]{0,16}:[ \t\r\n]{0,256}\{(?P<body>[^{}]{0,8388608})\}")
+_JSON_PAIR = re.compile(r"(?P<k>\"(?:[^\"\\\r\n]|\\[^\r\n]){0,1024}\"[ \t\r\n]{0,256}:[ \t\r\n]{0,256}\")"
+                        r"(?P<v>(?:[^\"\\\r\n]|\\[^\r\n]){1,4194304})\"")
+# A YAML block list whose item is a secret option and whose next item is its value (a pod's `args:`):
+# `- "--token"` then `- "x"` (an item that starts with `-` is the next option, as on a command line)
+_YAML_FLAG_ITEM = re.compile(r"^(?P<head>[ \t]{0,64}-[ \t]{1,16}(?P<q>[\"']?)(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})"
+                             r"(?P=q)[ \t]{0,16}\r?\n[ \t]{0,64}-[ \t]{1,16}(?P<q2>[\"']?))"
+                             r"(?P<v>[^\r\n\"'\-][^\r\n\"']{0,4095})(?P=q2)(?=[ \t]{0,16}\r?$)", re.MULTILINE)
+
+
 def is_secret_flag(word: str) -> bool:
     """True for a command-line option (`--hf-token`, `--password`) whose next argument is a secret."""
     return word.startswith("-") and "=" not in word and is_secret_name(word.lstrip("-"))
@@ -275,6 +323,16 @@ def redact_text(text: str) -> str:
         out = _BEARER.sub(_bearer, out)
     if "://" in out:
         out = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", out)
+        out = _URL_TOKEN_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if any(c.isdigit() for c in m.group(2))
+                                  else m.group(0), out)
+    if any(hint in out for hint in _LOGIN_HINTS):
+        out = _redact_login_tools(out)
+    if "pass:" in out:
+        out = _OPENSSL_PASS.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
+    if "passw" in out:
+        out = _NETRC_LINE.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
+    if "Secret" in out and "ata" in out and _SECRET_KIND_JSON.search(out):
+        out = _JSON_DATA.sub(_json_secret_data, out)
     if "-u" in out:
         out = _USER_PASS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{m.group('q')}{m.group('user')}:{MASK}"
                              if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
@@ -294,6 +352,10 @@ def redact_text(text: str) -> str:
                                 else m.group(0), out)
     if "\n" in out and ":" in out:
         out = _redact_yaml_blocks(out, secret_kind=bool(_SECRET_KIND.search(out)))
+    if "- " in out and "\n" in out:
+        out = _YAML_FLAG_ITEM.sub(lambda m: f"{m.group('head')}{MASK}{m.group('q2')}"
+                                  if is_secret_flag(m.group("flag")) and m.group("v").strip() != MASK
+                                  else m.group(0), out)
     if "-" in out and _GREP_CONTEXT_HINT.search(out):
         out = _GREP_CONTEXT.sub(_grep_context, out)
     if ":" in out or "=" in out:
@@ -310,6 +372,93 @@ def _bearer(m: re.Match[str]) -> str:
     if m.group(1).lower() == "token" and m.group("v").isalpha():  # `token embeddings`, not a credential
         return m.group(0)
     return f"{m.group(1)} {MASK}"
+
+
+def _json_secret_data(m: re.Match[str]) -> str:
+    body = m.group("body")
+    masked = _JSON_PAIR.sub(lambda p: f"{p.group('k')}{MASK}\"", body)
+    return m.group(0) if masked == body else f"{m.group(0)[:m.start('body') - m.start()]}{masked}}}"
+
+
+def _redact_login_tools(text: str) -> str:
+    """Mask the password or key given to a login tool (see `_LOGIN_TOOL`); linear: each tool word's arguments
+    are read once and the next search starts after them."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while True:
+        m = _LOGIN_TOOL.search(text, pos)
+        if m is None:
+            break
+        args: list[tuple[str, int, int]] = []  # (argument, start, end) of its text inside any quotes
+        pos = m.end()
+        while len(args) < 64:
+            a = _TOOL_ARG.match(text, pos)
+            if a is None:
+                break
+            group = next(g for g in ("dq", "sq", "w") if a.group(g) is not None)
+            args.append((a.group(group), a.start(group), a.end(group)))
+            pos = a.end()
+        spans.extend(_login_secrets(m.group("tool"), args))
+        pos = max(pos, m.end())
+    if not spans:
+        return text
+    out: list[str] = []
+    copied = 0
+    for start, end in sorted(spans):
+        if start < copied or text[start:end] in ("", MASK):
+            continue
+        out.append(text[copied:start])
+        out.append(MASK)
+        copied = end
+    out.append(text[copied:])
+    return "".join(out)
+
+
+def _login_secrets(tool: str, args: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """The spans of the secrets among a login tool's arguments."""
+    words = [a[0] for a in args]
+    spans: list[tuple[int, int]] = []
+    if tool in _CONTAINER_TOOLS:
+        if "login" not in words:
+            return spans  # `docker run -p 8080:80`
+        for i in range(words.index("login") + 1, len(words)):
+            word, start, end = args[i]
+            if word in ("-p", "--password") and i + 1 < len(args):
+                spans.append(args[i + 1][1:])
+            elif word.startswith(("-p=", "--password=")):
+                spans.append((start + word.index("=") + 1, end))
+            elif word.startswith("-p") and not word.startswith("--") and len(word) > 2:
+                spans.append((start + 2, end))  # `-pSECRET`
+    elif tool == "sshpass":
+        i = 0
+        while i < len(words):
+            word, start, end = args[i]
+            if word == "-p" and i + 1 < len(args):
+                spans.append(args[i + 1][1:])
+                i += 1
+            elif word.startswith("-p"):
+                spans.append((start + 2, end))
+            elif word in ("-f", "-d", "-P"):
+                i += 1
+            elif not word.startswith("-"):
+                break  # the command sshpass runs: `ssh -p 2222` is a port
+            i += 1
+    elif tool == "redis-cli":
+        for i, word in enumerate(words[:-1]):
+            if word == "-a":
+                spans.append(args[i + 1][1:])
+    elif tool == "wandb" and words[:1] == ["login"]:
+        i = 1
+        while i < len(words):
+            word = words[i]
+            if word in _WANDB_VALUED:
+                i += 2
+                continue
+            if not word.startswith("-"):
+                spans.append(args[i][1:])  # `wandb login [OPTIONS] KEY`
+                break
+            i += 1
+    return spans
 
 
 def _xml_element(m: re.Match[str]) -> str:
@@ -392,6 +541,20 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
+        if key.upper() in _PLURAL_COUNTS and _COUNT_VALUE.match(text, m.end()):
+            return False  # `tokens: 131072`, `keys: 1024`
+        weak = key.lower()  # the whole name: `api.key:123`, `private.key:9` (a file's grep line) stay hidden
+        if weak in _WEAK_NAMES:
+            value_at = m.end()
+            if _SWITCH_VALUE.match(text, value_at):
+                return False  # `auth: enabled`, `private: false`
+            status = key in ("PASS", "XPASS") and "=" not in m.group("sep")
+            if (weak not in ("pass", "xpass") or status) and _SMALL_COUNT.match(text, value_at):
+                return False  # `session: 3`, `# PASS:  2`
+            if status:
+                rest = text[m.end():m.end() + 512].split("\n", 1)[0].strip()
+                if _TEST_ID.match(rest):
+                    return False  # `PASS: test_alloc`
         if m.start() and text[m.start() - 1] == "#" and _only_tokens(key) and _COUNT_VALUE.match(text, m.end()):
             return False  # a count sign before it and a number after (sglang's `#token: 307721`): a count
         if key.rpartition(".")[2].upper().lstrip("_") in _BARE_WORDS:
@@ -419,6 +582,8 @@ def _redact_assignments(text: str) -> str:
             break
         pos = m.end()
         name = m.group("name")
+        if m.group("sep") == ":" and text.startswith(":", pos) and _FILE_LINE.search(name):
+            continue  # a pytest node id, `password_reset_test.py::test_flow PASSED`: no assignment
         if not _secret_in_text(name, text, m):
             continue
         span = _secret_value(text, m)
