@@ -114,6 +114,39 @@ def test_signals_are_forwarded_and_death_is_passed_through(tmp_path, sig):
     assert proc.returncode == 17
 
 
+DISPOSITIONS = "import signal; print([signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)])"
+
+
+def test_ignored_signals_stay_ignored_for_the_job(tmp_path):
+    """nohup ignores SIGHUP, a shell's `&` SIGINT and SIGQUIT: the job must inherit that as without us."""
+    ignore = "trap '' HUP INT QUIT; exec \"$@\""
+    job = [sys.executable, "-c", DISPOSITIONS]
+    plain = subprocess.run(["sh", "-c", ignore, "sh", *job], capture_output=True, env=_env(), timeout=60)
+    rec = subprocess.run(["sh", "-c", ignore, "sh", sys.executable, "-m", "oomdoctor", "record", "-q", "--dir",
+                          str(tmp_path / "run"), "--", *job], capture_output=True, env=_env(), timeout=120)
+    assert plain.stdout == b"[True, True, True]\n"
+    assert rec.returncode == 0 and rec.stdout == plain.stdout
+
+
+def test_hangup_of_the_process_group_under_nohup_does_not_kill_the_job(tmp_path):
+    """Session 27: under nohup, a SIGHUP to the whole group killed the recorded job (a spawn Pool test died of it
+    in CI), though the same job without record ignores it."""
+    script = tmp_path / "job.py"
+    script.write_text("import sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\nprint('done')\n")
+    proc = subprocess.Popen(["sh", "-c", "trap '' HUP; exec \"$@\"", "sh", sys.executable, "-m", "oomdoctor", "record",
+                             "-q", "--dir", str(tmp_path / "run"), "--", sys.executable, str(script)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(), start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        os.killpg(proc.pid, signal.SIGHUP)  # as a hangup reaches every process of the group
+        time.sleep(0.5)
+        out, _ = proc.communicate(b"go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0 and out == b"done\n"
+
+
 def test_child_killed_by_signal_kills_wrapper_the_same_way(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
                            "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],

@@ -3,7 +3,9 @@
 The child gets the same argv, inherits stdin/stdout/stderr and the process group, and its exit status
 is passed through (a death by signal is re-raised on ourselves, so the caller sees the same thing).
 Signals sent to us with kill(2) (SIGTERM from Kubernetes, `kill -INT`) are forwarded; a Ctrl-C from
-the terminal already reaches the child through the process group, so it is not sent twice.
+the terminal already reaches the child through the process group, so it is not sent twice. A signal we
+were started with ignored (`nohup` ignores SIGHUP; a shell's `&` ignores SIGINT and SIGQUIT) is left ignored,
+so the child inherits that as it would without us: a hangup must not kill a job started under nohup.
 If oomdoctor's own set-up fails, the command still runs, exactly as without it.
 """
 
@@ -139,7 +141,8 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
     except Exception as exc:
         _warn(f"cannot record ({type(exc).__name__}: {exc}); running the command without recording")
     pending: list[int] = []
-    old = {s: signal.signal(s, lambda n, _f: pending.append(n)) for s in FORWARDED}
+    forwarded = handled_signals()
+    old = {s: signal.signal(s, lambda n, _f: pending.append(n)) for s in forwarded}
     try:
         child = subprocess.Popen(list(argv), env=env)
     except OSError as exc:
@@ -147,7 +150,7 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
             signal.signal(s, h)
         _warn(f"cannot run {argv[0]}: {exc.strerror or exc}")
         return 127 if isinstance(exc, FileNotFoundError) else 126
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # before any thread starts: they inherit it
+    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)  # before any thread starts: they inherit it
     helpers: list[Any] = []
     if env is not None:
         helpers = _start_helpers(run_dir, child.pid, every_ms, start_exporter)
@@ -155,7 +158,7 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
             threading.Thread(target=_quietly, args=(collect_env, run_dir), name="oomdoctor-env", daemon=True).start()
     for n in pending:
         _forward(child, n)
-    rc = _supervise(child)
+    rc = _supervise(child, forwarded)
     for h in helpers:
         _stop_helper(h)
     if env is not None:
@@ -163,7 +166,7 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
         _finish_meta(run_dir, rc)
         if not quiet:
             _warn(f"recorded to {run_dir}; see: oomdoctor report {run_dir}")
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
     for s, h in old.items():
         signal.signal(s, h)
     if rc < 0:
@@ -206,12 +209,21 @@ def _stop_helper(h: Any) -> None:
         pass
 
 
-def _supervise(child: subprocess.Popen) -> int:
+def handled_signals() -> tuple[int, ...]:
+    """The signals to forward: FORWARDED less those this process was started with ignored (they stay ignored)."""
+    return tuple(s for s in FORWARDED if signal.getsignal(s) is not signal.SIG_IGN)
+
+
+def _supervise(child: subprocess.Popen, forwarded: Sequence[int]) -> int:
     while True:
-        try:
-            info = signal.sigtimedwait(FORWARDED, 0.1)
-        except InterruptedError:
-            info = None
+        info = None
+        if not forwarded:  # every one of them ignored: nothing to wait for
+            time.sleep(0.1)
+        else:
+            try:
+                info = signal.sigtimedwait(forwarded, 0.1)
+            except InterruptedError:
+                pass
         if info is not None and info.si_code != _SI_KERNEL:
             _forward(child, info.si_signo)
         rc = child.poll()
