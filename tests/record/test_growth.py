@@ -311,6 +311,16 @@ def test_short_run_still_rising_at_the_end_is_growth():
     assert verdict(recs)["pattern"] == "short_run_growth"
 
 
+def test_a_spike_that_comes_straight_back_is_not_a_level_shift():
+    # a DDP run on two H200s (session 27): one step's low-water mark 128 MiB up, the next back, was printed as
+    # "level shift of 0 bytes at step 172"
+    ys = [GiB] * 30 + [GiB + 128 * MiB] + [GiB] * 30
+    adj, shifts, _ = growth._shifts(ys)
+    assert shifts == [] and adj == [GiB] * 61
+    g = verdict(stepped(lambda s: GiB + (128 * MiB if s == 80 else 0), noise=0, activ=GiB))
+    assert g["level_shifts"] == [] and g["leak"] is False and g["pattern"] == "flat"
+
+
 def test_jumps_running_into_the_end_are_not_a_level_shift():
     ys = [GiB] * 20 + [3 * GiB, 6 * GiB]
     adj, shifts, _ = growth._shifts(ys)

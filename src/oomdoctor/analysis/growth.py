@@ -176,7 +176,11 @@ def _shifts(ys: list[float]) -> tuple[list[float], list[dict[str, Any]], float]:
         end = c
         while end + 1 in js:
             end += 1
-        shifts.append({"index": c + 1, "bytes": sum(diffs[c:end + 1])})
+        net = sum(diffs[c:end + 1])
+        # up and straight back down (one step that kept a bucket alive) is a spike: taken out of the trend
+        # like a shift, but not a new level (session 27: DDP runs reported "level shift of 0 bytes")
+        if abs(net) > thr:
+            shifts.append({"index": c + 1, "bytes": net})
     return out, shifts, noise
 
 
@@ -229,7 +233,7 @@ def assess(records: list[dict[str, Any]], key: str = "allocated", *, min_growth:
         pattern = "steady_growth"
     elif shifts:
         pattern = "step_change"
-    elif max(ys) - min(ys) > max(16 * MiB, min_growth, 0.05 * level):
+    elif max(adj) - min(adj) > max(16 * MiB, min_growth, 0.05 * level):  # a lone spike taken out: flat
         pattern = "fluctuating"  # train/eval cycles, variable shapes: up and down, no trend
     else:
         pattern = "flat"
