@@ -70,6 +70,7 @@ class OutsideSampler(threading.Thread):
             rec["gpu_proc_used"] = nv["gpu_proc_used"]
             rec["gpu_devices"] = nv["devices"]
         rec.update(probes.cgroup_memory())
+        rec.update(probes.host_meminfo())
         rec.update(probes.shm_usage())
         self.writer.write(rec)
         self.writer.flush()
@@ -160,7 +161,7 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
         _stop_helper(h)
     if env is not None:
         shutil.rmtree(os.path.join(run_dir, ".bootstrap"), ignore_errors=True)
-        _finish_meta(run_dir, rc)
+        _finish_meta(run_dir, rc, kernel_oom_kill(child.pid) if rc == -signal.SIGKILL else {})
         if not quiet:
             _warn(f"recorded to {run_dir}; see: oomdoctor report {run_dir}")
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
@@ -226,13 +227,35 @@ def _forward(child: subprocess.Popen, signo: int) -> None:
         pass
 
 
-def _finish_meta(run_dir: str, rc: int) -> None:
+DMESG_TIMEOUT_S = 2.0
+
+
+def kernel_oom_kill(pid: int) -> dict[str, Any]:
+    """Did the kernel's OOM killer kill the job? One short `dmesg` read after a SIGKILL.
+
+    A SIGKILL also comes from a user, a scheduler's preemption or a time limit; the kernel log names the
+    pid it killed for memory. `kernel_oom_kill`: true, false, or absent with `kernel_log` saying why it
+    could not be read (often denied inside containers). Only the job's own pid is looked for (a child of
+    the job killed instead of it is not)."""
+    from oomdoctor.parsers.kernlog import parse_oom_kills
+
+    try:
+        res = subprocess.run(["dmesg"], capture_output=True, text=True, errors="replace", timeout=DMESG_TIMEOUT_S)
+    except Exception as exc:
+        return {"kernel_log": f"dmesg could not run ({type(exc).__name__})"}
+    if res.returncode != 0:
+        first = (res.stderr.strip() or f"exit {res.returncode}").splitlines()[0][:200]
+        return {"kernel_log": f"dmesg denied: {first}"}
+    return {"kernel_oom_kill": any(k["pid"] == pid for k in parse_oom_kills(res.stdout.splitlines()))}
+
+
+def _finish_meta(run_dir: str, rc: int, extra: dict[str, Any] | None = None) -> None:
     try:
         path = os.path.join(run_dir, recording.RUN_META)
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
         meta.update({"end": time.time(), "returncode": rc,
-                     "signal": signal.Signals(-rc).name if rc < 0 else None})
+                     "signal": signal.Signals(-rc).name if rc < 0 else None, **(extra or {})})
         _write_meta(run_dir, meta)
     except Exception:
         pass
