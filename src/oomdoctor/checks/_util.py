@@ -9,7 +9,7 @@ from typing import Any
 
 from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
 from oomdoctor.facts.gpu import as_list, gpus, truthy  # noqa: F401 - the checks' names for them
-from oomdoctor.units import format_bytes
+from oomdoctor.units import cut_words, format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
            "as_dict", "as_int", "as_list", "cuda_totals", "ev", "ev_value", "finding", "gpus", "mib", "short"]
@@ -23,8 +23,7 @@ def short(value: Any, limit: int = 160) -> str:
             text = json.dumps(value, sort_keys=True, default=str)
         except (TypeError, ValueError):
             text = str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut_words(text, limit)
 
 
 def mib(n: Any) -> str:
