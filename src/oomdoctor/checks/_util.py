@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,8 +37,18 @@ def ev(facts: FactSet, key: str, shown: Any = None) -> Evidence:
     return Evidence(key, short(value), facts.source(key) or "unknown source")
 
 
+_CITATION_KEY = re.compile(r",?\s*\[[A-Z][A-Z0-9]{2,}\]")
+
+
+def public_source(source: str) -> str:
+    """A knowledge table's source as users read it: the public document, without the citation keys (`[RN132]`)
+    that point developers into docs/reference/environment-facts.md, a file a user of the package does not have."""
+    text = _CITATION_KEY.sub("", source).replace("(, ", "(").replace(" ()", "").strip()
+    return re.sub(r"\(\s*\)", "", text).strip() or "documented knowledge"
+
+
 def ev_value(fact: str, value: Any, source: str) -> Evidence:
-    return Evidence(fact, short(value), source)
+    return Evidence(fact, short(value), public_source(source))
 
 
 def as_int(value: Any) -> int | None:
