@@ -219,3 +219,23 @@ def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):
     mi.write_text("MemTotal:       24684084 kB\nMemFree:        20357916 kB\nMemAvailable:   22210212 kB\n")
     assert probes.host_meminfo(str(mi)) == {"mem_total": 24684084 * 1024, "mem_available": 22210212 * 1024}
     assert probes.host_meminfo(str(tmp_path / "nothing")) == {}
+
+
+def test_the_kernel_log_is_asked_about_the_jobs_pids(monkeypatch):
+    """After a SIGKILL, `dmesg` decides whether the OOM killer killed one of the job's processes (session 27)."""
+    import subprocess as sp
+
+    from oomdoctor.injob.record import launch
+
+    log = ("[ 10.0] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB, anon-rss:2kB, "
+           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0\n")
+
+    def fake_run(argv, **kw):
+        return sp.CompletedProcess(argv, 0, stdout=log, stderr="")
+
+    monkeypatch.setattr(launch.subprocess, "run", fake_run)
+    assert launch.kernel_oom_kill({4242, 7}) == {"kernel_oom_kill": True}
+    assert launch.kernel_oom_kill({4243}) == {"kernel_oom_kill": False}
+    monkeypatch.setattr(launch.subprocess, "run",
+                        lambda argv, **kw: sp.CompletedProcess(argv, 1, stdout="", stderr="dmesg: read kernel buffer failed: Operation not permitted\n"))
+    assert launch.kernel_oom_kill({4242})["kernel_log"].startswith("dmesg denied: dmesg: read kernel buffer failed")

@@ -2,8 +2,8 @@
 
 A SIGKILL is what the kernel's OOM killer and a cgroup limit send, but also `kill -9`, a scheduler's
 preemption or time limit, a watchdog. Only evidence makes it a host OOM: the kernel log naming the
-job's process, the cgroup's `oom_kill` count rising while the job ran, memory at the cgroup's limit or
-the machine's RAM nearly used up. Without it the verdict says memory is one possible cause and how to
+job's process, the cgroup's `oom_kill` count rising while the job ran, the job's RSS at the cgroup's limit
+or the machine's RAM nearly used up. Without it the verdict says memory is one possible cause and how to
 check (a walkthrough, session 26: a bare SIGKILL was reported as a host OOM "(likely)"). Pure.
 """
 
@@ -55,18 +55,19 @@ def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
 
 
 def evidence(meta: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"firm": bool, "found": [...], "against": [...], "unread": [...]}: the memory evidence of a SIGKILL.
+    """{"firm": bool, "found", "against", "unread", "hints": [...]}: the memory evidence of a SIGKILL.
 
-    `samples`: the outside sampler's and the processes' readings, by time (cgroup_current, cgroup_limit,
-    cgroup_oom_kill, mem_available, mem_total)."""
+    `samples`: the outside sampler's and the processes' readings, by time (tree_rss, rss, cgroup_current,
+    cgroup_limit, cgroup_oom_kill, mem_available, mem_total)."""
     found: list[str] = []
     against: list[str] = []
     unread: list[str] = []
+    hints: list[str] = []
     kernel = meta.get("kernel_oom_kill")
     if kernel is True:
-        found.append("the kernel log names the job's process as killed by the OOM killer")
+        found.append("the kernel log names a process of the job as killed by the OOM killer")
     elif kernel is False:
-        against.append("the kernel log holds no OOM kill of the job's process")
+        against.append("the kernel log holds no OOM kill of the job's processes")
     else:
         why = meta.get("kernel_log")
         unread.append(f"the kernel log was not read ({why[:200]})" if isinstance(why, str) else
@@ -80,11 +81,17 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, A
     else:
         unread.append("the cgroup's oom_kill count was not recorded")
     current, limits = _values(samples, "cgroup_current"), _values(samples, "cgroup_limit")
-    if current and limits:
-        peak, limit = max(current), min(limits)
-        share = f"the cgroup's memory peaked at {format_bytes(peak)} of its {format_bytes(limit)} limit ({peak / limit:.0%})"
-        (found if peak >= NEAR_CGROUP_LIMIT * limit else against).append(
-            share + ("" if peak >= NEAR_CGROUP_LIMIT * limit else " at the samples (a spike between samples is not seen)"))
+    rss = _values(samples, "tree_rss") + _values(samples, "rss")  # the job's tree from outside, each process inside
+    if limits:
+        limit = min(limits)
+        if rss:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
+            peak = max(rss)
+            line = f"the job's RSS peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
+            (found if peak >= NEAR_CGROUP_LIMIT * limit else against).append(
+                line + ("" if peak >= NEAR_CGROUP_LIMIT * limit else " at the samples (a spike between samples is not seen)"))
+        if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (rss and max(rss) >= NEAR_CGROUP_LIMIT * limit):
+            hints.append(f"the cgroup's use (page cache included) reached {format_bytes(max(current))} of its "
+                         f"{format_bytes(limit)} limit: a sign only, the kernel takes the cache back before it kills")
     elif current:
         unread.append("the cgroup has no memory limit (or it was not readable)")
     avail, total = _values(samples, "mem_available"), _values(samples, "mem_total")
@@ -95,7 +102,7 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, A
             found.append(f"the machine's available RAM fell to {format_bytes(low)} of {format_bytes(tot)}")
         else:
             against.append(line + " at the samples")
-    return {"firm": bool(found), "found": found, "against": against, "unread": unread}
+    return {"firm": bool(found), "found": found, "against": against, "unread": unread, "hints": hints}
 
 
 def last_step(processes: list[dict[str, Any]]) -> tuple[str, int] | None:

@@ -228,7 +228,7 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
                      outside: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
     """host_oom firmly with evidence of memory running out; else host memory as one possible cause, how to check."""
     ended = kill.exit_wording(meta) or "killed by SIGKILL"
-    lines = [f"the job was {ended} and no CUDA OOM was recorded"]
+    lines = [f"the job ended: {ended}; no CUDA OOM was recorded"]
     step = kill.last_step(processes)
     if step:
         lines.append(f"{step[0]}: the last step recorded before the kill was step {step[1]}")
@@ -242,7 +242,8 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
         return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status and memory readings",
                 "confidence": "high", "summary": f"{ended}: host or cgroup memory ran out",
                 "evidence": lines + ev["found"], "fixes": FIXES["host_oom"], "message": None}
-    lines += [f"not seen: {e}" for e in ev["against"]] + [f"unknown: {e}" for e in ev["unread"]]
+    lines += ([f"not seen: {e}" for e in ev["against"]] + [f"unknown: {e}" for e in ev["unread"]]
+              + [f"hint: {e}" for e in ev.get("hints", ())])
     return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
             "confidence": "low",
             "summary": f"{ended}; host or cgroup memory is one possible cause (host_oom), not confirmed (the recording "
