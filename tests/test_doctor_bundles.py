@@ -70,3 +70,19 @@ def test_cli_on_the_shipped_example(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"]["category"] == "context_or_driver"
     assert [layer["name"] for layer in doc["layers"]][0] == "resources" and len(doc["layers"]) == 8
+
+
+def test_nvml_error_in_a_bundle_names_the_bundle_as_its_source(tmp_path):
+    """Walkthrough (session 26): in `doctor --bundle`, DRV001's evidence said "(from NVML)", as if this machine's
+    NVML had answered; the error was read from the bundle's meta.json (NVML on the machine that made it)."""
+    import shutil
+
+    bundle = tmp_path / "b"
+    shutil.copytree(BUNDLES / "healthy_node", bundle)
+    meta = json.loads((bundle / "meta.json").read_text())
+    meta["nvml_error"] = "NVML library not found (libnvidia-ml.so.1)"
+    (bundle / "meta.json").write_text(json.dumps(meta))
+    facts = machine.collect_bundle(bundle)
+    assert facts.source("driver.nvml_error").startswith("bundle:meta.json")
+    drv = [f for f in diagnose(facts, {"source": "bundle"}).findings if f.id == "DRV001"]
+    assert drv and all("bundle:meta.json" in e.source and e.source != "NVML" for e in drv[0].evidence)

@@ -160,3 +160,24 @@ def test_the_seed_example_keeps_its_statuses():
         "resources": "ok", "runtime": "ok", "gpu_sharing": "warn", "cuda": "ok", "driver": "fail",
         "storage": "warn", "framework": "ok", "workload": "warn"}
     assert report.layer_reason == {}
+
+
+def test_a_cpu_only_torch_is_the_cuda_layers_reason():
+    """Walkthrough (session 26): on a machine with a +cpu torch the cuda layer said the generic "no NVIDIA driver
+    answered"; the first thing to know is that this PyTorch cannot use a GPU at all, and how to get one that can."""
+    from oomdoctor.checks.engine import layer_reasons
+
+    def why(version: str) -> str:
+        facts = FactSet([Fact("torch.version", version, "torch"), Fact("cuda.torch_runtime", None, "torch"),
+                         Fact("cuda.arch_list", [], "torch"),
+                         Unavailable("cuda.driver_max", NO_NVML, "NVML"),
+                         Unavailable("cuda.device_capabilities", NO_NVML, "NVML")])
+        return layer_reasons(facts, layer_statuses(facts, []))["cuda"]
+
+    cpu = why("2.5.1+cpu")
+    assert "CPU-only build" in cpu and "2.5.1+cpu" in cpu and "torch.version.cuda is None" in cpu
+    assert "download.pytorch.org/whl/cu" in cpu
+    assert "CPU-only" not in why("2.5.1+rocm6.2")  # ROCm builds have no torch.version.cuda either
+    # without torch read, the reason stays the driver's
+    facts = FactSet([Fact("cuda.arch_list", [], "torch"), Unavailable("cuda.driver_max", NO_NVML, "NVML")])
+    assert layer_reasons(facts, layer_statuses(facts, []))["cuda"].startswith("no NVIDIA driver answered")

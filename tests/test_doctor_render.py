@@ -85,3 +85,29 @@ def test_html_escapes_fact_values():
     r = diagnose(make_facts(torch__error="<script>alert(1)</script> boom"), {})
     html = render_html(r)
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
+
+
+def test_long_reasons_and_values_are_cut_between_words_in_narrow_and_wide_text():
+    """Walkthrough (session 26): doctor's text cut reasons mid-word ("driver librarie…", "OOMKil…", "versi…").
+    A cut now falls between words, marked with " …", in a narrow (80) and a wide (160) terminal."""
+    from pathlib import Path
+
+    from oomdoctor.collectors import machine
+
+    root = Path(__file__).resolve().parents[1]
+    for bundle in ("old_driver_new_torch", "cgroup_oom_137", "hami_slice", "mig_slice"):
+        report = diagnose(machine.collect_bundle(str(root / "tests/fixtures/bundles" / bundle), []), {"source": "bundle"})
+        for width in (80, 160):
+            out = render_text(report, width=width)
+            assert "…" in out  # there is something long to cut
+            # an ellipsis right after a letter or digit is a word cut in two
+            assert not re.search(r"[A-Za-z0-9]…", out), (bundle, width, re.findall(r".{30}[A-Za-z0-9]…", out))
+
+
+def test_cutting_text_keeps_whole_words():
+    from oomdoctor.units import cut_words
+
+    assert cut_words("a b c", 10) == "a b c"
+    assert cut_words("Please update your GPU driver by downloading it", 30) == "Please update your GPU …"
+    assert len(cut_words("x" * 50, 20)) == 20 and cut_words("x" * 50, 20).endswith("…")  # one long word: cut it
+    assert cut_words("  folded \n  spaces  ", 40) == "folded spaces"

@@ -1,4 +1,4 @@
-"""Sizes as people write them (`8GiB`, `8192MiB`, `8GB`, `123456`) and as PyTorch prints them."""
+"""Sizes as people write them (`8GiB`, `8192MiB`, `8GB`, `123456`) and as PyTorch prints them; text cut to a width."""
 
 from __future__ import annotations
 
@@ -74,3 +74,17 @@ def parse_device_limits(text: object) -> dict[str, int]:
         if b is not None and (not eq or dev.strip()):
             out[dev.strip() if eq else "*"] = b
     return out
+
+
+def cut_words(text: str, limit: int) -> str:
+    """Whitespace folded to single spaces and, past `limit` characters, cut after the last whole word
+    that fits, marked " …" (a cut inside a word read as a typo: "driver librarie…", session 26). A
+    single word longer than the room left is cut where it must be."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space >= limit // 2:
+        return head[:space].rstrip(" ,;:") + " …"
+    return head.rstrip() + "…"

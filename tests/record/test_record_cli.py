@@ -159,6 +159,24 @@ def test_child_killed_by_signal_kills_wrapper_the_same_way(tmp_path):
     assert report.returncode == 1 and b"host_oom" in report.stdout
 
 
+def test_steps_made_before_a_sigkill_are_kept(tmp_path):
+    """Walkthrough (session 26): step records waited in memory for the sampler's next flush (every_ms), so a job
+    killed by SIGKILL lost them: a short run's report said "0 steps". They are written through now."""
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal, oomdoctor\nfor i in range(8):\n    oomdoctor.step()\n"
+                      "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "5000", "--", sys.executable, str(script)], env=_env(), timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    report = subprocess.run([sys.executable, "-m", "oomdoctor", "report", "--format", "json", str(tmp_path / "run")],
+                            capture_output=True, env=_env(), timeout=120)
+    doc = json.loads(report.stdout)
+    assert doc["processes"][0]["steps"] == 8
+    assert any("step 8" in e for e in doc["verdict"]["evidence"])
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert "kernel_oom_kill" in meta or "kernel_log" in meta  # the kernel log was asked about the kill
+
+
 def test_multiprocessing_helpers_are_not_recorded(tmp_path):
     script = tmp_path / "mp.py"
     script.write_text("import multiprocessing as mp\n"

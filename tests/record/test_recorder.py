@@ -198,3 +198,44 @@ def test_sampling_starts_when_cuda_comes_up_and_is_fast_at_first(tmp_path, monke
     samples = [r for r in _records(tmp_path / "run") if r["kind"] == "sample" and "allocated" in r]
     assert samples and samples[0]["t"] - up_at < 0.25
     assert len(samples) >= 10
+
+
+def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):
+    """The evidence a SIGKILL's verdict needs (session 27): the cgroup's oom_kill count (v2 memory.events, v1
+    memory.oom_control) and the machine's MemAvailable / MemTotal."""
+    from oomdoctor.injob.record import probes
+
+    v2 = tmp_path / "v2" / "sys/fs/cgroup"
+    v2.mkdir(parents=True)
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n")
+    (v2 / "memory.current").write_text("1048576\n")
+    assert probes.cgroup_memory(str(tmp_path / "v2")) == {"cgroup_current": 1048576, "cgroup_oom_kill": 2}
+    v1 = tmp_path / "v1" / "sys/fs/cgroup/memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    assert probes.cgroup_oom_kills(str(tmp_path / "v1")) == 5
+    assert probes.cgroup_oom_kills(str(tmp_path / "none")) is None
+    mi = tmp_path / "meminfo"
+    mi.write_text("MemTotal:       24684084 kB\nMemFree:        20357916 kB\nMemAvailable:   22210212 kB\n")
+    assert probes.host_meminfo(str(mi)) == {"mem_total": 24684084 * 1024, "mem_available": 22210212 * 1024}
+    assert probes.host_meminfo(str(tmp_path / "nothing")) == {}
+
+
+def test_the_kernel_log_is_asked_about_the_jobs_pids(monkeypatch):
+    """After a SIGKILL, `dmesg` decides whether the OOM killer killed one of the job's processes (session 27)."""
+    import subprocess as sp
+
+    from oomdoctor.injob.record import launch
+
+    log = ("[ 10.0] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB, anon-rss:2kB, "
+           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0\n")
+
+    def fake_run(argv, **kw):
+        return sp.CompletedProcess(argv, 0, stdout=log, stderr="")
+
+    monkeypatch.setattr(launch.subprocess, "run", fake_run)
+    assert launch.kernel_oom_kill({4242, 7}) == {"kernel_oom_kill": True}
+    assert launch.kernel_oom_kill({4243}) == {"kernel_oom_kill": False}
+    monkeypatch.setattr(launch.subprocess, "run",
+                        lambda argv, **kw: sp.CompletedProcess(argv, 1, stdout="", stderr="dmesg: read kernel buffer failed: Operation not permitted\n"))
+    assert launch.kernel_oom_kill({4242})["kernel_log"].startswith("dmesg denied: dmesg: read kernel buffer failed")

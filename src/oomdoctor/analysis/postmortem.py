@@ -4,7 +4,8 @@ With an OOM the recorded numbers decide: another process on the device, free byt
 cache (fragmentation: the cache's free bytes could have held the request), steady growth across steps
 (leak), else the job needs more than it may use. `explain` (reading the OOM message) decides when no
 allocator state was recorded, and is quoted as a second opinion when it disagrees.
-Without an OOM: a flagged leak or heavy fragmentation is a warning; a SIGKILL is a host OOM suspect.
+Without an OOM: a flagged leak or heavy fragmentation is a warning; a SIGKILL is a host OOM when the recording
+shows memory running out (analysis.kill), else one possible cause.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from oomdoctor.analysis import kill
 from oomdoctor.units import format_bytes
 
 GiB = 1 << 30
@@ -206,8 +208,53 @@ def _host_measure(host_leak: dict[str, Any]) -> str:
     return "memory not backed by files" if host_leak.get("measure") == "rss_anon" else "RSS"
 
 
+def host_growth_line(p: dict[str, Any]) -> str:
+    """The host-memory growth of one process in numbers that add up: the lowest readings of the first and
+    last stretch (what stays allocated), their difference, and the fitted trend as the rate."""
+    hl = p["host_leak"]
+    how = {"markers": "step boundaries", "cycles": "inferred steps"}.get(hl.get("steps_from", ""), "time windows")
+    first, last = hl["first"], hl["last"]
+    return (f"{p['name']}: host {_host_measure(hl)} grew from {format_bytes(first)} to {format_bytes(last)} "
+            f"({'+' if last >= first else '-'}{format_bytes(abs(last - first))}) at the low points of {how}; "
+            f"the fitted trend: {leak_rate(hl)}")
+
+
+def _series_last_peak(series: list[Any] | None) -> tuple[float, float] | None:
+    vals = [v for _, v in series or () if isinstance(v, (int, float))]
+    return (vals[-1], max(vals)) if vals else None
+
+
+def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], meta: dict[str, Any],
+                     outside: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+    """host_oom firmly with evidence of memory running out; else host memory as one possible cause, how to check."""
+    ended = kill.exit_wording(meta) or "killed by SIGKILL"
+    lines = [f"the job ended: {ended}; no CUDA OOM was recorded"]
+    step = kill.last_step(processes)
+    if step:
+        lines.append(f"{step[0]}: the last step recorded before the kill was step {step[1]}")
+    tree = _series_last_peak(outside.get("tree_rss"))
+    rss = [p["peaks"]["rss"] for p in processes if (p.get("peaks") or {}).get("rss")]
+    if rss or (tree and tree[1] > 0):  # the whole tree from outside, each process from inside: the larger
+        top = max(rss + ([tree[1]] if tree else []))
+        lines.append(f"host memory of the job (RSS): at most {format_bytes(top)} at the samples")
+    lines += [host_growth_line(p) for p in host_leaks]
+    if ev["firm"]:
+        return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status and memory readings",
+                "confidence": "high", "summary": f"{ended}: host or cgroup memory ran out",
+                "evidence": lines + ev["found"], "fixes": FIXES["host_oom"], "message": None}
+    lines += ([f"not seen: {e}" for e in ev["against"]] + [f"unknown: {e}" for e in ev["unread"]]
+              + [f"hint: {e}" for e in ev.get("hints", ())])
+    return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
+            "confidence": "low",
+            "summary": f"{ended}; host or cgroup memory is one possible cause (host_oom), not confirmed (the recording "
+                       "shows no OOM kill and no memory limit reached); a SIGKILL also comes from `kill -9`, a "
+                       "scheduler's preemption or time limit",
+            "evidence": lines, "fixes": kill.HOW_TO_CHECK + ["If it was memory: " + FIXES["host_oom"][0]],
+            "message": None}
+
+
 def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: dict[str, Any],
-            outside: dict[str, Any]) -> dict[str, Any]:
+            outside: dict[str, Any], kill_evidence: dict[str, Any] | None = None) -> dict[str, Any]:
     leaks = {p["label"]: p["leak"] for p in processes if p.get("leak") and p["leak"].get("leak")}
     host_leaks = [p for p in processes if p.get("host_leak") and p["host_leak"].get("leak")]
     messages = _messages(processes)
@@ -231,14 +278,8 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
         return {"oom": True, "category": category, "severity": "error", "source": source,
                 "summary": f"CUDA out of memory{where}{step}: {category.replace('_', ' ')}",
                 "evidence": evidence, "fixes": fixes, "message": messages[-1] if messages else None}
-    rc, sig = meta.get("returncode"), meta.get("signal")
-    if sig == "SIGKILL" or rc == 137:
-        ev = ["the job was killed with SIGKILL (exit 137) and no CUDA OOM was recorded"]
-        ev += [f"{p['name']}: host {_host_measure(p['host_leak'])} grew {format_bytes(p['host_leak']['growth_bytes'])}"
-               for p in host_leaks]
-        return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
-                "summary": "killed by SIGKILL: host or cgroup memory exhausted (likely)", "evidence": ev,
-                "fixes": FIXES["host_oom"], "message": None}
+    if kill.is_sigkill(meta):
+        return _sigkill_verdict(processes, host_leaks, meta, outside, kill_evidence or kill.evidence(meta, []))
     if leaks:
         label, leak = max(leaks.items(), key=lambda kv: kv[1].get("rate_per_s") or kv[1]["slope_bytes"])
         total = next((p.get("device_total") for p in processes if p["label"] == label), None)
@@ -263,9 +304,7 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "summary": f"no OOM and no steady growth of GPU memory recorded; but {what} grew "
                            f"steadily{' across steps' if hl['unit'] == 'step' else ''}: {leak_rate(hl)} (confidence "
                            f"{hl.get('confidence') or 'low'}): a leak on the CPU side, unless it is {unless}",
-                "evidence": [f"{p['name']}: host {_host_measure(hl)} grew "
-                             f"{format_bytes(hl['growth_bytes'])} from "
-                             f"{format_bytes(hl['first'])} to {format_bytes(hl['last'])}"],
+                "evidence": [host_growth_line(p)],
                 "fixes": FIXES["host_leak"], "message": None}
     for p in processes:
         fr = p.get("fragmentation") or {}

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor.analysis import evidence, growth, live_growth, postmortem
+from oomdoctor.analysis import evidence, growth, kill, live_growth, postmortem
 from oomdoctor.facts.recording import RunFiles
 
 MiB = 1 << 20
@@ -164,6 +164,7 @@ def analyse(run: RunFiles) -> dict[str, Any]:
             host_leak["measure"] = host_key
         proc_out.append({"device_total": max(totals) if totals else None, "label": p.label, "name": p.name, "rank": p.rank, "pid": p.header.get("pid"),
                          "argv": p.header.get("argv"), "uses_gpu": gpu, "steps": len(p.steps),
+                         "last_step": p.steps[-1].get("step") if p.steps else None,
                          "samples": len(p.samples), "bad_lines": p.bad_lines, "peaks": peaks(p),
                          "leak": leak, "host_leak": host_leak, "fragmentation": fragmentation(p),
                          "events": [e for e in p.events if e.get("kind") in ("oom", "exception")][:50],
@@ -199,7 +200,13 @@ def analyse(run: RunFiles) -> dict[str, Any]:
         if p["leak"] and p["leak"].get("leak"):  # name the allocation sites (history on)
             grown = live_growth.sites(p["leak"].get("live_growth"))
             p["leak"]["sites"] = grown or growth.sites((ends[-1]["snapshot"].get("live_by_source") or []) if ends else [])
-    verdict = postmortem.verdict(proc_out, ooms, run.meta or {}, out_series)
+    meta = run.meta or {}
+    killed = None
+    if kill.is_sigkill(meta):  # what the outside sampler and the processes read of the cgroup and the machine
+        readings = sorted((outside.samples if outside else []) + [r for p in procs for r in p.samples],
+                          key=lambda r: r["t"])
+        killed = kill.evidence(meta, readings)
+    verdict = postmortem.verdict(proc_out, ooms, meta, out_series, killed)
     return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
             "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],
             "finals": [_oom_view(e, t0) for e in finals], "verdict": verdict,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.facts import Category, Confidence, Evidence, FactSet, Finding, Layer, Severity
 from oomdoctor.facts.gpu import as_list, gpus, truthy  # noqa: F401 - the checks' names for them
-from oomdoctor.units import format_bytes
+from oomdoctor.units import cut_words, format_bytes
 
 __all__ = ["Category", "Confidence", "Evidence", "FactSet", "Finding", "Layer", "Severity",
            "as_dict", "as_int", "as_list", "cuda_totals", "ev", "ev_value", "finding", "gpus", "mib", "short"]
@@ -23,8 +24,7 @@ def short(value: Any, limit: int = 160) -> str:
             text = json.dumps(value, sort_keys=True, default=str)
         except (TypeError, ValueError):
             text = str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut_words(text, limit)
 
 
 def mib(n: Any) -> str:
@@ -37,8 +37,18 @@ def ev(facts: FactSet, key: str, shown: Any = None) -> Evidence:
     return Evidence(key, short(value), facts.source(key) or "unknown source")
 
 
+_CITATION_KEY = re.compile(r",?\s*\[[A-Z][A-Z0-9]{2,}\]")
+
+
+def public_source(source: str) -> str:
+    """A knowledge table's source as users read it: the public document, without the citation keys (`[RN132]`)
+    that point developers into docs/reference/environment-facts.md, a file a user of the package does not have."""
+    text = _CITATION_KEY.sub("", source).replace("(, ", "(").replace(" ()", "").strip()
+    return re.sub(r"\(\s*\)", "", text).strip() or "documented knowledge"
+
+
 def ev_value(fact: str, value: Any, source: str) -> Evidence:
-    return Evidence(fact, short(value), source)
+    return Evidence(fact, short(value), public_source(source))
 
 
 def as_int(value: Any) -> int | None:

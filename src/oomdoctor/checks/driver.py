@@ -21,7 +21,7 @@ from oomdoctor.checks._util import (
 )
 from oomdoctor.checks.registry import check
 from oomdoctor.knowledge import kernels
-from oomdoctor.knowledge.cuda_driver import branch_max_cuda
+from oomdoctor.knowledge.cuda_driver import RN132, branch_max_cuda
 from oomdoctor.knowledge.versions import driver_branch, fmt, kernel_mm
 from oomdoctor.knowledge.xid import SOURCE as XID_SOURCE
 from oomdoctor.knowledge.xid import XIDS
@@ -107,7 +107,7 @@ def kernel_validated(facts: FactSet) -> Iterator[Finding]:
     if lowest is None or kv >= lowest:
         return
     evidence = [ev(facts, "kernel.release"), ev(facts, "driver.version"),
-                ev_value("driver branch max CUDA", fmt(cuda), "table 1c of environment-facts.md [RN132]"),
+                ev_value("driver branch max CUDA", fmt(cuda), RN132),
                 ev_value("lowest validated non-EL7 kernel", fmt(lowest),
                          ", ".join(f"{r.distro} {fmt(r.kernel)}" for r in non_el7) + " " + kernels.IG)]
     branch = driver_branch(drv)

@@ -103,6 +103,21 @@ def _no_driver(facts: FactSet, layer: str) -> str:
     return "no NVIDIA driver answered"
 
 
+CUDA_WHEEL = ("install a CUDA build for a GPU: `pip install torch --index-url https://download.pytorch.org/whl/cu126` "
+              "(pick the cuXYZ the driver supports)")
+
+
+def _cpu_only_torch(facts: FactSet) -> str | None:
+    """The torch that was read is a CPU-only build (torch.version.cuda is None, and not ROCm's): it can use no GPU,
+    which is the first thing to say of the cuda layer, before any driver (walkthrough, session 26)."""
+    version, runtime = facts.get("torch.version"), facts.get("cuda.torch_runtime")
+    if version is None or runtime is None or not version.available or not runtime.available:
+        return None
+    if runtime.value is not None or not isinstance(version.value, str) or "rocm" in version.value.lower():
+        return None
+    return f"PyTorch {version.value} is a CPU-only build (torch.version.cuda is None): it cannot use a GPU; {CUDA_WHEEL}"
+
+
 def layer_reasons(facts: FactSet, statuses: Mapping[str, LayerStatus]) -> dict[str, str]:
     """Why each `unknown` layer is unknown, one short sentence (`status_reason` in JSON, a line in text)."""
     out: dict[str, str] = {}
@@ -110,7 +125,10 @@ def layer_reasons(facts: FactSet, statuses: Mapping[str, LayerStatus]) -> dict[s
         if status is not LayerStatus.UNKNOWN:
             continue
         entries = {k: e for k, e in facts.by_layer(name).items() if not k.startswith("bundle.")}
-        if name in _CORE and any(e.available for e in entries.values()):
+        if name == "cuda" and (cpu := _cpu_only_torch(facts)):
+            out[name] = cpu if _core_read(facts, "driver") else (f"{cpu}. Also {_no_driver(facts, name)}: the CUDA version the driver "
+                                                        "supports and the GPUs' compute capability could not be read")
+        elif name in _CORE and any(e.available for e in entries.values()):
             out[name] = f"{_no_driver(facts, name)}: {_NOT_READ[name]}"
         else:
             out[name] = "none of this layer's facts could be read"

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args)
     if args.logs:
         _scan(scanner, args.logs, None, args)
-    ex = explain_scan(scanner.finish(), facts)
+    ex = explain_scan(scanner.finish(), facts, bundle=args.bundle)
     _redact(ex)
     if args.format == "json":
         out = render.to_json(ex)

@@ -43,7 +43,10 @@ def collect_driver(ctx: CollectContext) -> list[Entry]:
         # `oomdoctor bundle` records NVML's answer in meta.json; without the key it is not known
         out.append(Unavailable("driver.nvml_error", "no nvml_error in bundle:meta.json", ctx.label("meta.json")))
     else:
-        out.append(Fact("driver.nvml_error", nvml_error, snap.source if snap.source == "NVML" else "NVML"))
+        # in a bundle the answer is the one NVML gave where the bundle was made, as meta.json keeps it: the
+        # evidence names that file, not "NVML" (read as this machine's NVML; walkthrough, session 26)
+        src = f"{ctx.label('meta.json')} (NVML where the bundle was made)" if ctx.bundle else "NVML"
+        out.append(Fact("driver.nvml_error", nvml_error, src))
     if snap.ok:
         out.append(Fact("driver.gpus", snap.gpus, snap.source))
         out.append(Fact("driver.gpu_count", len(snap.gpus), snap.source))

@@ -15,6 +15,13 @@ class Decider:
     fact: str  # what to look at, in words
     command: str  # one command that shows it
     keys: tuple[str, ...] = ()  # the fact keys (facts/keys.py) that `--here` / `--bundle` use for it
+    in_bundle: str = ""  # where a bundle keeps it (`oomdoctor doctor --bundle PATH` shows it), for keys
+
+
+def bundle_command(d: Decider, bundle: str) -> str:
+    """With --bundle the machine is another one: its facts are read from the bundle, not by a live command here
+    (a walkthrough, session 26: `explain --bundle` said to run `oomdoctor doctor --probe`)."""
+    return f"oomdoctor doctor --bundle {bundle}  # {d.in_bundle}" if d.in_bundle else d.command
 
 
 DECIDERS: dict[str, Decider] = {
@@ -23,16 +30,22 @@ DECIDERS: dict[str, Decider] = {
     "fragmentation": Decider("reserved minus allocated at the failure (free memory inside PyTorch's cache)",
                              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py  # fixed: it was fragmentation"),
     "other_process": Decider("which processes hold memory on that GPU",
-                             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv", ("sharing.processes",)),
+                             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv", ("sharing.processes",),
+                             "the processes in its commands/nvidia-smi-q.xml"),
     "leak_in_code": Decider("allocated memory per step (rising step after step)", "oomdoctor record -- python train.py"),
     "context_or_driver": Decider("whether a CUDA context can be created on the idle GPU",
-                                 "oomdoctor doctor --probe", ("probe.context", "kernel.release")),
-    "shm_exhausted": Decider("the size and use of /dev/shm", "df -h /dev/shm", ("shm.size_bytes",)),
+                                 "oomdoctor doctor --probe", ("probe.context", "kernel.release"),
+                                 "its commands/probe.json, if the bundle was made with `oomdoctor bundle --probe` on "
+                                 "that node, and the kernel release"),
+    "shm_exhausted": Decider("the size and use of /dev/shm", "df -h /dev/shm", ("shm.size_bytes",),
+                             "/dev/shm's size in its proc/mounts"),
     "host_oom": Decider("the kernel's OOM kills (host or cgroup)", "dmesg -T | grep -iE 'killed process|oom-kill'",
-                        ("kernel.oom_kills", "cgroup.oom_kill")),
+                        ("kernel.oom_kills", "cgroup.oom_kill"),
+                        "its commands/dmesg.txt and the cgroup's memory.events"),
     "gpu_sharing_limit": Decider("the sharing layer's limit against the physical GPU's memory",
                                  "oomdoctor doctor  # shows MIG, MPS, HAMi, gpu-manager and their limits",
-                                 ("sharing.hami", "sharing.vcuda", "sharing.mps", "sharing.mig", "driver.gpus")),
+                                 ("sharing.hami", "sharing.vcuda", "sharing.mps", "sharing.mig", "driver.gpus"),
+                                 "MIG, MPS, HAMi, gpu-manager and their limits as the bundle recorded them"),
     "not_oom": Decider("the first CUDA error, reported where it happens",
                        "CUDA_LAUNCH_BLOCKING=1 python train.py"),
 }

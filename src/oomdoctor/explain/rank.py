@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.explain.deciders import decider
+from oomdoctor.explain.deciders import bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
@@ -110,6 +110,7 @@ class Explanation:
     # a cause that only another event's board held (a JAX OOM beside PyTorch's): that event's kind, so its deciding
     # command asks that framework's allocator (review, session 25)
     category_kinds: dict[str, str] = field(default_factory=dict)
+    bundle: str | None = None  # the facts came from this bundle (--bundle): deciding facts are read from it
 
     def __post_init__(self) -> None:
         for h in self.hypotheses:
@@ -144,7 +145,8 @@ class Explanation:
         for h in self.hypotheses[:2]:
             d = decider(h.category, h.kind)
             if d is not None:
-                out.append({"category": h.category, "fact": d.fact, "command": d.command,
+                out.append({"category": h.category, "fact": d.fact,
+                            "command": bundle_command(d, self.bundle) if self.bundle else d.command,
                             "collected_by": "--here or --bundle" if d.keys else "not collected by explain"})
         return out
 
@@ -375,8 +377,11 @@ def _own_lines(m: OomEvent, scan: LogScan) -> set[tuple[str, int]]:
     return out
 
 
-def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
+def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT, *,
+                 bundle: str | None = None) -> Explanation:
+    """`bundle`: the path the facts were read from (--bundle), so that what decides points into it."""
     ex = _explain_scan(scan, facts, prior)
+    ex.bundle = bundle
     if facts is not None:
         ex.facts_given = True
         note = _facts_note(facts, ex)

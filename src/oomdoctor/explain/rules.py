@@ -222,7 +222,8 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         roomy = T is not None and F >= 0.1 * T and F >= 10 * X
         b.add("gpu_sharing_limit", 2.4 if roomy else 1.4, f"{fb(F)} was reported free yet {fb(X)} could not be allocated: "
               "a limit below the device's free memory (a per-process fraction, MPS, HAMi/vGPU) refuses it",
-              "compare the limit of the sharing layer with the job's need (oomdoctor doctor shows it)")
+              "compare the limit of the sharing layer with the job's need (`oomdoctor doctor` on that machine, or "
+              "`oomdoctor doctor --bundle` of its bundle, shows it)")
         b.add("context_or_driver", 0.8, "the driver refused an allocation that the free figure says fits")
     _slice_evidence(T, env, b)
     if env.get("hami") or env.get("vcuda"):
@@ -357,10 +358,10 @@ def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
     if env.get("vcuda"):
         b.add("gpu_sharing_limit", 1.0, "the log mentions tkestack gpu-manager / vcuda, which hooks CUDA to "
               "enforce tencent.com/vcuda-memory", "raise tencent.com/vcuda-memory, or test once without the sharing layer")
-        b.add("context_or_driver", 0.3, "vcuda supports CUDA <= 11.5.1 only [TKEVC]")
+        b.add("context_or_driver", 0.3, "vcuda supports CUDA <= 11.5.1 only")
     for k in env.get("kernel_release", []):
         if k.startswith("3.10"):
             b.add("context_or_driver", 0.4, f"host kernel {k} (EL7): CUDA 12.4 was the last toolkit to list it "
-                  "and drivers >= 560 refuse kernels < 4.15 (env-facts §2)",
+                  "and drivers >= 560 refuse kernels < 4.15",
                   "upgrade the host kernel (>= 4.18) or use the driver branch validated for it")
             break

@@ -60,7 +60,7 @@ def _shm_whose(text: str) -> tuple[str, str]:
     if "object store" in low:
         return ("Ray's object store does not fit in /dev/shm", SHM_FIX_BASE + "; or a smaller object_store_memory")
     return ("the DataLoader's shared-memory segments in /dev/shm ran out (bus error / 'No space left on device' for "
-            "/torch_* segments) [PTDL][PTMAP]", SHM_FIX)
+            "/torch_* segments)", SHM_FIX)
 
 
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
@@ -218,13 +218,13 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 3.5, *_shm_whose(ev.text))
     elif k == "bus_error":
         b.add("shm_exhausted", 2.4, "a bus error (SIGBUS) in a GPU job is most often a /dev/shm page that could not be "
-              "backed: DataLoader workers and NCCL put tensors there, and Docker gives 64 MB [PTDL]", SHM_FIX)
+              "backed: DataLoader workers and NCCL put tensors there, and Docker gives 64 MB", SHM_FIX)
         b.add("not_oom", 0.6, "SIGBUS also follows a memory-mapped file that was truncated or is on a failing disk",
               "check that the dataset/checkpoint files are whole; df -h /dev/shm")
     elif k == "dataloader_killed":
         b.add("host_oom", 3.0, "a DataLoader worker was killed by SIGKILL: the kernel OOM killer of the "
-              "host or the container's cgroup [PTDL]", HOST_FIX)
-        b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit (env-facts §6)", SHM_FIX)
+              "host or the container's cgroup", HOST_FIX)
+        b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit", SHM_FIX)
     elif k in _HOST_FAILURES:
         w, why = _HOST_FAILURES[k]
         b.add("host_oom", w, why, HOST_FIX)
@@ -235,7 +235,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
                 else "killed by SIGKILL (exit code 137 = 128 + 9)")
         b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but docker "
-              "kill and deadlines also give 137) [OCPOOM]", HOST_FIX)
+              "kill and deadlines also give 137)", HOST_FIX)
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
@@ -245,7 +245,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         x = d.get("xid")
         if x in _XID_PROGRAM:
             b.add("not_oom", 3.0, f"Xid {x}: the GPU faulted on the program's access (illegal address), not on "
-                  "a lack of memory [NVERR]", NOT_OOM_FIX)
+                  "a lack of memory", NOT_OOM_FIX)
         elif x in _XID_HEALTH:
             b.add("not_oom", 3.0, f"Xid {x}: a GPU memory hardware error (ECC/retirement)", "drain the node and "
                   "reset the GPU; check `nvidia-smi -q -d ECC,ROW_REMAPPER`")
@@ -267,8 +267,9 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "configuration error that only mentions memory/devices", NOT_OOM_FIX)
     elif k == "driver_error":
         b.add("context_or_driver", 3.5, "the driver or CUDA runtime failed to initialise (driver too old, "
-              "missing, or mismatched) [TORCHDRV][CUDAERR]", "match the driver to the CUDA build: "
-              "`oomdoctor doctor` compares the driver's CUDA with torch.version.cuda")
+              "missing, or mismatched)", "match the driver to the CUDA build: "
+              "`oomdoctor doctor` on that machine (or `oomdoctor doctor --bundle` of its bundle) compares the "
+              "driver's CUDA with torch.version.cuda")
     elif k == "nccl_system_error":
         b.add("shm_exhausted", 1.8, "NCCL's 'unhandled system error' is a failed system call; in containers it is "
               "most often the /dev/shm segment NCCL creates (NCCL troubleshooting: --shm-size / --ipc=host)", SHM_FIX)
@@ -693,11 +694,12 @@ def fact_rules(facts: FactSet | None, b: Board, kinds: set[str], primary: OomEve
     probe = facts.value("probe.context") or {}
     if isinstance(probe, dict) and probe.get("failures"):
         b.add("context_or_driver", 3.0, f"the context probe failed {probe['failures']} of {probe.get('attempts')} "
-              "times on this node", "fix context creation first: driver, kernel, sharing layer (oomdoctor doctor)")
+              "times on this node", "fix context creation first: driver, kernel, sharing layer (`oomdoctor doctor` "
+              "lists them)")
         used.append("probe.context")
     kr = str(facts.value("kernel.release") or "")
     if "cuda_driver_oom" in kinds and kr.startswith("3.10"):
-        b.add("context_or_driver", 0.6, f"host kernel {kr}: an EL7 kernel with a recent driver (env-facts §2)")
+        b.add("context_or_driver", 0.6, f"host kernel {kr}: an EL7 kernel with a recent driver")
         used.append("kernel.release")
     shm = facts.value("shm.size_bytes")
     if isinstance(shm, int) and shm <= 64 * 1024**2 and kinds & {"shm_error", "dataloader_killed", "generic_oom"}:

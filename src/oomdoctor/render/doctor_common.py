@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from oomdoctor.units import format_bytes
+from oomdoctor.units import cut_words, format_bytes
 
 MAX_VALUE = 110
 
@@ -34,6 +34,5 @@ def fact_value_text(key: str, value: Any) -> str:
 
 
 def one_line(text: str, limit: int) -> str:
-    """Whitespace folded to single spaces, cut to `limit` characters with an ellipsis."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    """Whitespace folded to single spaces, cut between words to `limit` characters with an ellipsis."""
+    return cut_words(text, limit)

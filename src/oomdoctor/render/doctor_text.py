@@ -51,7 +51,7 @@ def _layer_table(report: DoctorReport, ascii_only: bool) -> Table:
         why: dict[str, list[str]] = {}
         for k, e in entries.items():
             if isinstance(e, Unavailable):
-                why.setdefault(one_line(e.reason, 70), []).append(k)
+                why.setdefault(one_line(e.reason, 110), []).append(k)
         for reason, keys in list(why.items())[:3]:
             lines.append(f"unavailable ({reason}): {', '.join(keys[:6])}" + (" ..." if len(keys) > 6 else ""))
         if len(why) > 3:

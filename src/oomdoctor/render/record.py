@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.analysis import kill
 from oomdoctor.render import envelope, html, svg
 from oomdoctor.units import format_bytes
 
@@ -89,7 +90,7 @@ def charts(doc: dict[str, Any]) -> list[dict[str, str]]:
 
 def render_html(doc: dict[str, Any]) -> str:
     return html.render_page("record.html.j2", title=f"oomdoctor report: {doc['run_dir']}", doc=doc,
-                            charts=charts(doc), fb=format_bytes)
+                            charts=charts(doc), fb=format_bytes, ended=kill.exit_wording(doc["meta"]))
 
 
 def render_json(doc: dict[str, Any]) -> str:
@@ -119,7 +120,8 @@ def render_text(doc: dict[str, Any]) -> str:
     lines = [f"oomdoctor report {doc['run_dir']}"]
     meta = doc["meta"]
     if meta.get("argv"):
-        lines.append(f"command: {' '.join(meta['argv'])}  (exit {meta.get('returncode', '?')})")
+        lines.append(f"command: {' '.join(meta['argv'])}")
+    lines.append(f"ended: {kill.exit_wording(meta) or 'exit status not recorded (the recording was cut short)'}")
     lines.append("")
     lines.append(f"verdict: {v['summary']}" + (f"  [{v['category']}]" if v.get("category") else ""))
     lines += [f"  - {e}" for e in v["evidence"]]

@@ -53,6 +53,7 @@ class OutsideSampler(threading.Thread):
         super().__init__(name="oomdoctor-outside", daemon=True)
         self.pid, self.every = pid, max(10, every_ms) / 1000.0
         self.stop_event = threading.Event()
+        self.seen_pids: set[int] = {pid}  # every process of the job seen (the kernel log names the one it killed)
         self.nvml = probes.Nvml()
         header = {"kind": "header", "schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT,
                   "tool_version": __version__, "t": time.time(), "pid": pid, "label": "outside"}
@@ -67,11 +68,13 @@ class OutsideSampler(threading.Thread):
             pids |= {c.pid for c in psutil.Process(self.pid).children(recursive=True)}
         except Exception:
             pass
+        self.seen_pids |= pids
         nv = self.nvml.sample(pids, all_devices=True)
         if nv is not None:
             rec["gpu_proc_used"] = nv["gpu_proc_used"]
             rec["gpu_devices"] = nv["devices"]
         rec.update(probes.cgroup_memory())
+        rec.update(probes.host_meminfo())
         rec.update(probes.shm_usage())
         self.writer.write(rec)
         self.writer.flush()
@@ -163,7 +166,9 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
         _stop_helper(h)
     if env is not None:
         shutil.rmtree(os.path.join(run_dir, ".bootstrap"), ignore_errors=True)
-        _finish_meta(run_dir, rc)
+        killed = rc in (-signal.SIGKILL, 128 + signal.SIGKILL)  # 137: a shell in between reports the kill
+        seen = set().union(*(h.seen_pids for h in helpers if isinstance(h, OutsideSampler)), {child.pid})
+        _finish_meta(run_dir, rc, kernel_oom_kill(seen) if killed else {})
         if not quiet:
             _warn(f"recorded to {run_dir}; see: oomdoctor report {run_dir}")
     signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
@@ -238,13 +243,36 @@ def _forward(child: subprocess.Popen, signo: int) -> None:
         pass
 
 
-def _finish_meta(run_dir: str, rc: int) -> None:
+DMESG_TIMEOUT_S = 2.0
+
+
+def kernel_oom_kill(pids: set[int]) -> dict[str, Any]:
+    """Did the kernel's OOM killer kill the job? One short `dmesg` read after a SIGKILL.
+
+    A SIGKILL also comes from a user, a scheduler's preemption or a time limit; the kernel log names the
+    pid it killed for memory. `kernel_oom_kill`: true, false, or absent with `kernel_log` saying why it
+    could not be read (often denied inside containers). The pids are the job's processes the outside
+    sampler saw (a shell's child killed while the shell reports 137 counts); one the sampler never saw
+    (started and killed between two samples) is missed."""
+    from oomdoctor.parsers.kernlog import parse_oom_kills
+
+    try:
+        res = subprocess.run(["dmesg"], capture_output=True, text=True, errors="replace", timeout=DMESG_TIMEOUT_S)
+    except Exception as exc:
+        return {"kernel_log": f"dmesg could not run ({type(exc).__name__})"}
+    if res.returncode != 0:
+        first = (res.stderr.strip() or f"exit {res.returncode}").splitlines()[0][:200]
+        return {"kernel_log": f"dmesg denied: {first}"}
+    return {"kernel_oom_kill": any(k["pid"] in pids for k in parse_oom_kills(res.stdout.splitlines()))}
+
+
+def _finish_meta(run_dir: str, rc: int, extra: dict[str, Any] | None = None) -> None:
     try:
         path = os.path.join(run_dir, recording.RUN_META)
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
         meta.update({"end": time.time(), "returncode": rc,
-                     "signal": signal.Signals(-rc).name if rc < 0 else None})
+                     "signal": signal.Signals(-rc).name if rc < 0 else None, **(extra or {})})
         _write_meta(run_dir, meta)
     except Exception:
         pass

@@ -145,6 +145,46 @@ def cgroup_memory(root: str = "/") -> dict[str, int]:
                     break
                 out[key] = v
                 break
+    kills = cgroup_oom_kills(root)
+    if kills is not None:
+        out["cgroup_oom_kill"] = kills
+    return out
+
+
+_CGROUP_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def cgroup_oom_kills(root: str = "/") -> int | None:
+    """The cgroup's count of OOM kills (`oom_kill` in v2 memory.events, v1 memory.oom_control; kernel >= 4.13).
+
+    Why: a SIGKILL alone does not say who sent it (the OOM killer, a user, a scheduler); this count rising
+    while the job ran does (report's verdict, session 27)."""
+    for p in _CGROUP_EVENTS:
+        try:
+            with open(os.path.join(root, p.lstrip("/"))) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except Exception:
+            continue
+    return None
+
+
+def host_meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
+    """`mem_available` and `mem_total` of the host (bytes; Linux): was the machine's RAM nearly used up?"""
+    out: dict[str, int] = {}
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b"MemTotal:"):
+                    out["mem_total"] = int(line.split()[1]) * 1024
+                elif line.startswith(b"MemAvailable:"):
+                    out["mem_available"] = int(line.split()[1]) * 1024
+                if len(out) == 2:
+                    break
+    except Exception:
+        return {}
     return out
 
 

@@ -172,7 +172,10 @@ class Recorder:
         if file_backed is not None:
             rec["rss_file"] = file_backed
         if self._writer is not None:
-            self._writer.write(rec)
+            # written through at once: buffered, the steps since the last sample (up to every_ms of them, or all
+            # of a short run's) died with a SIGKILLed job (walkthrough, session 26); one write(2) of ~200 bytes
+            # beside the /proc read above
+            self._writer.write(rec, now=True)
 
     # -- the sampler -----------------------------------------------------------------------------
     def _loop(self) -> None:

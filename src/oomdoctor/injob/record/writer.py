@@ -1,6 +1,7 @@
 """A bounded, flushed JSONL writer that never raises into the job.
 
-Lines are buffered in memory (at most `buffer_lines`) and written when the buffer fills or on flush().
+Lines are buffered in memory (at most `buffer_lines`) and written when the buffer fills, on flush(), or at once
+with write(now=True) (step records: a job killed by SIGKILL keeps the steps it made).
 Past `max_lines` the writer keeps one record in 2, then 1 in 4, ... so a week-long run stays bounded.
 """
 
@@ -27,7 +28,8 @@ class JsonlWriter:
         self.write(header, force=True)
         self.flush()
 
-    def write(self, record: dict[str, Any], *, force: bool = False) -> None:
+    def write(self, record: dict[str, Any], *, force: bool = False, now: bool = False) -> None:
+        """`now`: hand the line to the kernel at once (one write(2)), so a SIGKILL of the process cannot lose it."""
         line = json.dumps(record, separators=(",", ":"), default=str)
         with self._lock:
             self._seen += 1
@@ -35,7 +37,7 @@ class JsonlWriter:
                 return
             self._buf.append(line)
             full = len(self._buf) >= self._buffer_lines
-        if full:
+        if full or now:
             self.flush()
 
     def flush(self) -> None:

@@ -1,0 +1,114 @@
+"""A job killed by SIGKILL: what the recording says about memory, and what it cannot say.
+
+A SIGKILL is what the kernel's OOM killer and a cgroup limit send, but also `kill -9`, a scheduler's
+preemption or time limit, a watchdog. Only evidence makes it a host OOM: the kernel log naming the
+job's process, the cgroup's `oom_kill` count rising while the job ran, the job's RSS at the cgroup's limit
+or the machine's RAM nearly used up. Without it the verdict says memory is one possible cause and how to
+check (a walkthrough, session 26: a bare SIGKILL was reported as a host OOM "(likely)"). Pure.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from oomdoctor.units import format_bytes
+
+NEAR_CGROUP_LIMIT = 0.9  # peak use / limit: sampled every 0.5 s, the real peak can be higher
+LOW_HOST_AVAILABLE = 0.05  # the machine's MemAvailable / MemTotal at its lowest
+
+HOW_TO_CHECK = [
+    "Check who sent the SIGKILL: on the node, `dmesg -T | grep -i -E 'out of memory|killed process'` (the kernel's "
+    "OOM killer names the pid); the job's cgroup `memory.events` (`oom_kill` count; v1: `memory.oom_control`); "
+    "on Kubernetes `kubectl describe pod POD` (Last State: Terminated, Reason: OOMKilled); on Slurm "
+    "`sacct -j JOBID -o JobID,State,ExitCode,MaxRSS` (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, CANCELLED).",
+]
+
+
+def _signal_name(n: int) -> str | None:
+    try:
+        return signal.Signals(n).name
+    except (ValueError, OverflowError):
+        return None
+
+
+def exit_wording(meta: dict[str, Any]) -> str | None:
+    """One wording of how the job ended, used everywhere a report says it: `exit 1`, `killed by SIGKILL
+    (exit 137 in a shell)`. Python gives a death by signal as -N; a shell shows 128 + N."""
+    rc = meta.get("returncode")
+    if not isinstance(rc, int) or isinstance(rc, bool):
+        return None
+    if rc < 0:
+        name = _signal_name(-rc) or f"signal {-rc}"
+        return f"killed by {name} (exit {128 - rc} in a shell)"
+    if 128 < rc <= 128 + 64 and (name := _signal_name(rc - 128)):
+        return f"exit {rc} (128 + {rc - 128}: {name}, as a shell reports a death by signal)"
+    return f"exit {rc}"
+
+
+def is_sigkill(meta: dict[str, Any]) -> bool:
+    return meta.get("signal") == "SIGKILL" or meta.get("returncode") in (-9, 137)
+
+
+def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
+    return [v for r in samples if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
+
+
+def evidence(meta: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"firm": bool, "found", "against", "unread", "hints": [...]}: the memory evidence of a SIGKILL.
+
+    `samples`: the outside sampler's and the processes' readings, by time (tree_rss, rss, cgroup_current,
+    cgroup_limit, cgroup_oom_kill, mem_available, mem_total)."""
+    found: list[str] = []
+    against: list[str] = []
+    unread: list[str] = []
+    hints: list[str] = []
+    kernel = meta.get("kernel_oom_kill")
+    if kernel is True:
+        found.append("the kernel log names a process of the job as killed by the OOM killer")
+    elif kernel is False:
+        against.append("the kernel log holds no OOM kill of the job's processes")
+    else:
+        why = meta.get("kernel_log")
+        unread.append(f"the kernel log was not read ({why[:200]})" if isinstance(why, str) else
+                      "the kernel log was not read (a recording made before session 27)")
+    kills = _values(samples, "cgroup_oom_kill")
+    if kills:
+        if max(kills) > kills[0]:
+            found.append(f"the cgroup's oom_kill count rose from {kills[0]:.0f} to {max(kills):.0f} while the job ran")
+        else:
+            against.append(f"the cgroup's oom_kill count did not rise ({kills[0]:.0f} from start to end)")
+    else:
+        unread.append("the cgroup's oom_kill count was not recorded")
+    current, limits = _values(samples, "cgroup_current"), _values(samples, "cgroup_limit")
+    rss = _values(samples, "tree_rss") + _values(samples, "rss")  # the job's tree from outside, each process inside
+    if limits:
+        limit = min(limits)
+        if rss:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
+            peak = max(rss)
+            line = f"the job's RSS peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
+            (found if peak >= NEAR_CGROUP_LIMIT * limit else against).append(
+                line + ("" if peak >= NEAR_CGROUP_LIMIT * limit else " at the samples (a spike between samples is not seen)"))
+        if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (rss and max(rss) >= NEAR_CGROUP_LIMIT * limit):
+            hints.append(f"the cgroup's use (page cache included) reached {format_bytes(max(current))} of its "
+                         f"{format_bytes(limit)} limit: a sign only, the kernel takes the cache back before it kills")
+    elif current:
+        unread.append("the cgroup has no memory limit (or it was not readable)")
+    avail, total = _values(samples, "mem_available"), _values(samples, "mem_total")
+    if avail and total:
+        low, tot = min(avail), max(total)
+        line = f"the machine's available RAM was at least {format_bytes(low)} of {format_bytes(tot)}"
+        if low <= LOW_HOST_AVAILABLE * tot:
+            found.append(f"the machine's available RAM fell to {format_bytes(low)} of {format_bytes(tot)}")
+        else:
+            against.append(line + " at the samples")
+    return {"firm": bool(found), "found": found, "against": against, "unread": unread, "hints": hints}
+
+
+def last_step(processes: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """(process name, its last recorded step) of the process with the most steps, if any step was marked."""
+    marked = [p for p in processes if p.get("last_step")]
+    if not marked:
+        return None
+    p = max(marked, key=lambda q: q["last_step"])
+    return p["name"], int(p["last_step"])

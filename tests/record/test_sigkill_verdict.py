@@ -1,0 +1,118 @@
+"""GIVEN a run killed by SIGKILL without a CUDA OOM WHEN `report` gives its verdict THEN host memory is the firm
+answer only with evidence in the recording (the kernel log naming the job, the cgroup's oom_kill count rising,
+memory at the cgroup's limit or the machine's RAM used up); else it is one possible cause, with how to check.
+
+A walkthrough (session 26): a bare SIGKILL (a user's `kill -9`, a preemption, a time limit send the same) was
+reported as host_oom "(likely)" with no figure, its steps were lost, and the report said "(exit -9)" in one place
+and "exit 137" in another; the host-memory lead of a run without steps said "grew 1.46 GiB from 94 MiB to 1.39 GiB"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from oomdoctor.analysis.timeline import analyse
+from oomdoctor.facts.recording import RunFiles
+from oomdoctor.render.record import render_html, render_text
+from oomdoctor.units import format_bytes
+
+MiB = 2**20
+GiB = 2**30
+KILLED = {"returncode": -9, "signal": "SIGKILL", "start": 0.0}
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def _timeline(steps: int = 12) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": 7, "label": "pid7", "t": 0}]
+    for s in range(1, steps + 1):
+        rows.append({"kind": "step", "t": float(s), "step": s, "rss": 900 * MiB})
+        rows.append({"kind": "sample", "t": s + 0.5, "step": s, "rss": 900 * MiB, "cgroup_current": 3 * GiB})
+    return _jsonl(rows)
+
+
+def _outside(kills: tuple[int, int] | None = (0, 0), current: float = 3 * GiB, limit: float | None = 16 * GiB,
+             available: float = 20 * GiB, rss: float = 900 * MiB) -> str:
+    rows = [{"kind": "header", "label": "outside", "t": 0}]
+    for i in range(10):
+        rec = {"kind": "sample", "t": i + 0.2, "tree_rss": rss * (0.5 + i / 18), "cgroup_current": current * (0.5 + i / 18),
+               "mem_total": 32 * GiB, "mem_available": available}
+        if limit is not None:
+            rec["cgroup_limit"] = limit
+        if kills is not None:
+            rec["cgroup_oom_kill"] = kills[0] if i < 9 else kills[1]
+        rows.append(rec)
+    return _jsonl(rows)
+
+
+def _analyse(meta: dict, outside: str | None) -> dict:
+    return analyse(RunFiles(path="run", meta={**KILLED, **meta}, timelines={"pid7": _timeline()}, outside=outside))
+
+
+def test_a_bare_sigkill_names_host_memory_as_one_possible_cause_and_how_to_check():
+    v = _analyse({"kernel_oom_kill": False}, _outside())["verdict"]
+    assert v["category"] == "host_oom" and v["severity"] == "error" and v["confidence"] == "low"
+    assert "one possible cause" in v["summary"] and "(likely)" not in v["summary"]
+    assert any("oom_kill count did not rise" in e for e in v["evidence"])
+    assert any("no OOM kill of the job's processes" in e for e in v["evidence"])
+    fixes = " ".join(v["fixes"])
+    assert "dmesg" in fixes and "memory.events" in fixes and "kubectl describe pod" in fixes
+
+
+def test_unread_evidence_is_said_to_be_unknown():
+    v = _analyse({"kernel_log": "dmesg denied: Operation not permitted"}, _outside(kills=None, limit=None))["verdict"]
+    assert v["confidence"] == "low"
+    said = "\n".join(v["evidence"])
+    assert "dmesg denied" in said and "oom_kill count was not recorded" in said and "no memory limit" in said
+
+
+@pytest.mark.parametrize(("meta", "outside", "says"), [
+    ({"kernel_oom_kill": False}, {"kills": (0, 1)}, "oom_kill count rose from 0 to 1"),
+    ({"kernel_oom_kill": False}, {"rss": 15.5 * GiB}, "RSS peaked at 15.50 GiB of the cgroup's 16.00 GiB limit (97%)"),
+    ({"kernel_oom_kill": False}, {"available": 200 * MiB}, "available RAM fell to 200.00 MiB"),
+    ({"kernel_oom_kill": True}, {}, "kernel log names a process of the job"),
+])
+def test_evidence_of_memory_running_out_keeps_host_oom_firm(meta, outside, says):
+    v = _analyse(meta, _outside(**outside))["verdict"]
+    assert v["category"] == "host_oom" and v["confidence"] == "high"
+    assert "memory ran out" in v["summary"] and "possible" not in v["summary"]
+    assert any(says in e for e in v["evidence"]), v["evidence"]
+
+
+def test_the_steps_before_the_kill_and_the_memory_figure_are_in_the_verdict():
+    v = _analyse({"kernel_oom_kill": False}, _outside())["verdict"]
+    assert any("last step recorded before the kill was step 12" in e for e in v["evidence"])
+    assert any("at most 900.00 MiB" in e for e in v["evidence"])
+
+
+def test_one_wording_for_the_exit_of_a_killed_job():
+    doc = _analyse({"kernel_oom_kill": False}, _outside())
+    doc["meta"]["argv"] = ["python", "train.py"]
+    for out in (render_text(doc), render_html(doc)):
+        assert "exit -9" not in out and "returncode" not in out
+        assert "killed by SIGKILL (exit 137 in a shell)" in out
+
+
+def test_the_host_lead_of_a_run_without_steps_adds_up():
+    # samples only (no step markers), growth faster at the end: the fitted trend's growth differs from last - first
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": 7, "label": "pid7", "t": 0}]
+    for i in range(60):
+        rows.append({"kind": "sample", "t": i * 0.1, "rss": int((100 + 10 * i + 0.4 * i * i) * MiB), "rss_file": 0})
+    doc = analyse(RunFiles(path="run", meta={"returncode": 0}, timelines={"pid7": _jsonl(rows)}))
+    hl = doc["processes"][0]["host_leak"]
+    assert hl["leak"]
+    line = doc["verdict"]["evidence"][0]
+    assert f"from {format_bytes(hl['first'])} to {format_bytes(hl['last'])} (+{format_bytes(hl['last'] - hl['first'])}" \
+        in line, line
+
+
+def test_the_cgroups_use_near_its_limit_is_a_hint_not_proof():
+    """The cgroup's use counts the page cache, which the kernel takes back before it kills: a job reading files
+    sits near its limit without running out. Only the job's RSS near the limit is evidence."""
+    v = _analyse({"kernel_oom_kill": False}, _outside(current=15.8 * GiB))["verdict"]
+    assert v["confidence"] == "low"
+    assert any(e.startswith("hint: the cgroup's use (page cache included)") for e in v["evidence"])
+    assert any("RSS peaked at 900.00 MiB" in e and e.startswith("not seen") for e in v["evidence"])
