@@ -67,6 +67,8 @@ class Recipe:
             raise UsageError(f"--optimizer must be one of {', '.join(MODEL_OPTIMIZERS)}, got {self.optimizer!r}")
         if self.kbit_prep and self.task != "qlora":
             raise UsageError("--kbit-prep applies to --task qlora")
+        if self.gradient_checkpointing and self.task not in ("train", "lora", "qlora"):
+            raise UsageError(f"--gradient-checkpointing does not apply to --task {self.task}: it shapes a training step")
         if self.task == "qlora" and self.dtype == "fp32":  # the trace below runs the base in bf16 (as fp16: same size)
             raise UsageError("--task qlora models the 4-bit base's other weights in bf16 or fp16 (the same size); "
                              "--dtype fp32 is not modelled")
