@@ -549,3 +549,26 @@ def test_checkpointing_keeps_sdpa_causal_without_a_mask_as_on_the_gpu():
     finally:
         cs.cuda_sdpa = orig
     assert calls and all(c == (True, True, True, True) for c in calls), calls[:3]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--task", "lora", "--gradient-checkpointing"],
+    ["--task", "qlora", "--kbit-prep"],
+    ["--task", "train", "--gradient-checkpointing", "--gpu", "l4"],  # the fit search builds the model again and again
+])
+def test_checkpointing_prints_nothing_about_our_own_calls(model_dir, argv):
+    """New-user walkthrough (session 27): every run printed transformers' `use_cache=True` notice, peft's
+    is_gradient_checkpointing FutureWarning (or torch's use_reentrant warning): all about calls oomdoctor makes.
+    A fresh process, as a user's, since transformers says it once a process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "TRANSFORMERS_VERBOSITY")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "estimate", "--model", str(model_dir), "--batch-size", "2",
+                           "--seq-len", "32", *argv], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "oomdoctor estimate" in proc.stdout
+    assert proc.stderr.strip() == ""

@@ -24,16 +24,15 @@ model, computed by accelerate's own code when it is importable (else its formula
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from oomdoctor.errors import InputError, UsageError
+from oomdoctor.workload.checkpointing import enable_checkpointing, quiet_renames
 
 TASKS = ("train", "lora", "qlora", "infer", "generate")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -170,8 +169,7 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
             raise InputError(f"model_type {getattr(cfg, 'model_type', '?')!r}: transformers builds no {kind} "
                              f"language model from it ({_first(exc)[:120]})") from None
         if recipe.gradient_checkpointing and recipe.task in ("train", "lora", "qlora"):
-            with _our_deprecated_call():
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model, {"use_reentrant": False})
         if recipe.task in ("lora", "qlora"):
             try:
                 import peft
@@ -187,13 +185,15 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
             lcfg = peft.LoraConfig(r=recipe.lora_r, lora_alpha=2 * recipe.lora_r, target_modules=targets,
                                    task_type="SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
             try:
-                model = peft.get_peft_model(model, lcfg)
+                with quiet_renames():  # peft reads model.is_gradient_checkpointing, renamed in transformers 5
+                    model = peft.get_peft_model(model, lcfg)
             except ValueError as exc:
                 if targets is not None:
                     raise InputError(f"LoRA targets {','.join(recipe.lora_targets or ())}: {_first(exc)}") from None
                 # peft knows no default targets for this architecture: every linear layer
                 lcfg = replace_lora(lcfg, target_modules="all-linear")
-                model = peft.get_peft_model(model, lcfg)
+                with quiet_renames():
+                    model = peft.get_peft_model(model, lcfg)
         vocab = int(getattr(cfg, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (batch_size, recipe.seq_len))
         if recipe.task == "generate":
@@ -256,17 +256,9 @@ def prepare_kbit(model: Any) -> None:
     for _, m in quant:
         m.forward = types.MethodType(_linear4bit_forward, m)
     model.enable_input_require_grads()
-    with _our_deprecated_call():
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
-
-
-@contextlib.contextmanager
-def _our_deprecated_call() -> Iterator[None]:
-    """transformers 5 renamed gradient_checkpointing_enable (a FutureWarning per call, shown to users who cannot act on
-    it: the call is oomdoctor's); the old name still works on every version, and a model overriding it keeps its own."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.* is deprecated", category=FutureWarning)
-        yield
+    # peft passes gradient_checkpointing_kwargs={}, which leaves torch to pick use_reentrant: True, with a
+    # warning to name it; named here, the same checkpointing without the warning
+    enable_checkpointing(model, {"use_reentrant": True})
 
 
 def replace_lora(lcfg: Any, **changes: Any) -> Any:
