@@ -557,17 +557,26 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
 
 
 def search_fit(config: Any, recipe: Recipe, batch_size: int, gpu: str, *, upper_batch: int = 4096,
-               upper_seq: int | None = None) -> dict[str, int]:
+               upper_seq: int | None = None) -> dict[str, Any]:
     """Largest batch (at recipe.seq_len) and longest sequence (at batch_size) that fit `gpu`:
-    doubling, then bisection, each point a full trace. 0 when even 1 does not fit."""
+    doubling, then bisection, each point a full trace. 0 when even 1 does not fit. Each figure comes
+    with what bounds it (`*_bound`): "memory" (one more does not fit), "context_length" (the longest
+    sequence reached the model's max_position_embeddings, past which it is not meant to run, whatever
+    the memory) or "search_limit" (the search stops there; memory was not reached)."""
     def fits_batch(b: int) -> bool:
         return bool(estimate_model(config, recipe, b, gpu=gpu).fits)
 
     def fits_seq(n: int) -> bool:
         return bool(estimate_model(config, replace(recipe, seq_len=n), batch_size, gpu=gpu).fits)
 
-    limit_seq = upper_seq or int(getattr(config, "max_position_embeddings", 0) or 1 << 17)
+    context = getattr(config, "max_position_embeddings", None)
+    context = context if isinstance(context, int) and context > 0 else None
+    limit_seq = upper_seq or context or 1 << 17
     from oomdoctor.estimate.estimator import largest_that_fits
 
-    return {"max_batch_size": largest_that_fits(fits_batch, upper_batch),
-            "max_seq_len": largest_that_fits(fits_seq, limit_seq)}
+    batch = largest_that_fits(fits_batch, upper_batch)
+    seq = largest_that_fits(fits_seq, limit_seq)
+    at_cap = "context_length" if limit_seq == context else "search_limit"
+    return {"max_batch_size": batch, "max_batch_size_bound": "search_limit" if batch == upper_batch else "memory",
+            "max_seq_len": seq, "max_seq_len_bound": at_cap if seq == limit_seq else "memory",
+            "context_length": context}
