@@ -144,3 +144,93 @@ def test_qlora_refuses_an_fp32_base_it_would_not_model(capsys):
     # review, session 25: --task qlora --dtype fp32 printed fp32 in its header and estimated bf16
     assert main(["estimate", "--model", "cfg", "--task", "qlora", "--dtype", "fp32"]) == 2
     assert "--dtype fp32 is not modelled" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag, task", [
+    (["--task", "infer", "--optimizer", "adamw"], "--optimizer", "infer"),  # the default, given explicitly
+    (["--task", "infer", "--optimizer", "sgd"], "--optimizer", "infer"),
+    (["--task", "infer", "--gradient-checkpointing"], "--gradient-checkpointing", "infer"),
+    (["--task", "generate", "--optimizer", "adamw"], "--optimizer", "generate"),
+    (["--task", "generate", "--gradient-checkpointing"], "--gradient-checkpointing", "generate"),
+])
+def test_a_training_option_given_for_inference_is_refused(capsys, argv, flag, task):
+    # new-user walkthrough (session 27): --task infer --optimizer adamw was accepted and meant nothing
+    assert main(["estimate", "--model", "cfg", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{flag} does not apply to --task {task}" in err
+
+
+def test_the_optimizer_still_defaults_to_adamw_for_training():
+    import argparse
+
+    from oomdoctor.cli import estimate as cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--model", "cfg"])
+    assert cli.optimizer_of(args) == "adamw"
+    assert cli.optimizer_of(parser.parse_args(["--model", "cfg", "--optimizer", "sgd"])) == "sgd"
+
+
+# the names nvidia-smi / NVML print (nvidia-smi --query-gpu=name), as users paste them
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA A100 80GB PCIe", "a100-80gb"), ("NVIDIA A100-PCIE-40GB", "a100-40gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+    ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("nvidia h100-sxm5-80gb", "h100"), ("H100 NVL 94GB", "h100-nvl"), ("NVIDIA H200", "h200"),
+    ("NVIDIA L40S", "l40s"), ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A10", "a10"),
+    ("Tesla T4", "t4"), ("Tesla V100-PCIE-16GB", "v100-16gb"), ("Tesla V100-SXM2-32GB", "v100-32gb"),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("NVIDIA GeForce RTX 3090", "rtx-3090"), ("nvidia_a100_80gb_pcie", "a100-80gb"),
+])
+def test_a_gpu_is_found_by_the_name_nvidia_smi_prints(name, key):
+    from oomdoctor.knowledge.gpus import get_gpu
+    assert get_gpu(name).key == key
+
+
+def test_the_h100_nvl_has_its_own_memory():
+    # NVIDIA's datasheet: 94 GB HBM3 per GPU; nvidia-smi shows 95830 MiB (an H100 SXM 81559 MiB)
+    from oomdoctor.knowledge.gpus import GIB, get_gpu
+    nvl, sxm = get_gpu("NVIDIA H100 NVL"), get_gpu("h100")
+    assert 88 * GIB < nvl.total_memory < 94 * GIB and nvl.total_memory > sxm.total_memory + 10 * GIB
+    assert get_gpu("NVIDIA A100 80GB PCIe").total_memory > 78 * GIB
+
+
+@pytest.mark.parametrize("name, near", [("NVIDIA H10 PCIe", "h100-pcie"), ("NVIDIA H100 40GB", "h100"),
+                                        ("NVIDIA L40", "l40s"), ("NVIDIA GH200 480GB", "h200")])
+def test_an_unknown_gpu_is_one_line_with_close_matches(mlp, capsys, name, near):
+    assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", name]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "unknown GPU" in err
+    closest = err.split("closest: ", 1)[1].split(";", 1)[0]  # named apart from the whole table
+    assert near in closest.split(", ")
+
+
+def test_every_key_of_the_table_is_reachable_and_names_a_row():
+    from oomdoctor.knowledge import gpus
+    assert {k for _, _, _, k in gpus._VARIANTS} == set(gpus.GPUS)
+    for key in gpus.GPUS:
+        assert gpus.get_gpu(key).key == key
+
+
+def test_a_mig_slice_name_asks_for_its_memory_limit(mlp, capsys):
+    # nvidia-smi names a MIG device after its board: the board's memory would be the wrong figure
+    assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", "NVIDIA A100-SXM4-40GB MIG 1g.5gb"]) == 2
+    assert "MIG slice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device, key", [("NVIDIA A100 80GB PCIe", "a100-80gb"), ("NVIDIA H100 NVL", "h100-nvl"),
+                                         ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA L40", None), (None, None)])
+def test_max_batch_starts_from_the_estimate_for_the_gpu_cuda_names(device, key):
+    from oomdoctor.trials.max_batch import _gpu_key
+    assert _gpu_key(device) == key
+
+
+def test_an_unknown_task_is_named_before_the_options_it_would_refuse(capsys):
+    assert main(["estimate", "--model", "cfg", "--task", "pretrain", "--optimizer", "sgd"]) == 2
+    assert "--task must be one of" in capsys.readouterr().err
+
+
+def test_the_recipe_refuses_checkpointing_for_inference():
+    from oomdoctor.errors import UsageError
+    from oomdoctor.estimate import hf
+    with pytest.raises(UsageError, match="--gradient-checkpointing does not apply to --task generate"):
+        hf.Recipe(task="generate", gradient_checkpointing=True).check()

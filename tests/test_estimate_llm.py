@@ -549,3 +549,79 @@ def test_checkpointing_keeps_sdpa_causal_without_a_mask_as_on_the_gpu():
     finally:
         cs.cuda_sdpa = orig
     assert calls and all(c == (True, True, True, True) for c in calls), calls[:3]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--task", "lora", "--gradient-checkpointing"],
+    ["--task", "qlora", "--kbit-prep"],
+    ["--task", "train", "--gradient-checkpointing", "--gpu", "l4"],  # the fit search builds the model again and again
+])
+def test_checkpointing_prints_nothing_about_our_own_calls(model_dir, argv):
+    """New-user walkthrough (session 27): every run printed transformers' `use_cache=True` notice, peft's
+    is_gradient_checkpointing FutureWarning (or torch's use_reentrant warning): all about calls oomdoctor makes.
+    A fresh process, as a user's, since transformers says it once a process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "TRANSFORMERS_VERBOSITY")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "estimate", "--model", str(model_dir), "--batch-size", "2",
+                           "--seq-len", "32", *argv], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "oomdoctor estimate" in proc.stdout
+    assert proc.stderr.strip() == ""
+
+
+def _fake_search(monkeypatch, max_seq_fits, max_batch_fits=10**9):
+    """hf.search_fit over a stand-in estimate_model whose fit is a threshold (each real point is a full trace)."""
+    from types import SimpleNamespace
+
+    def fake(config, recipe, batch, gpu=None, **kw):
+        return SimpleNamespace(fits=recipe.seq_len <= max_seq_fits and batch <= max_batch_fits)
+
+    monkeypatch.setattr(hf, "estimate_model", fake)
+
+
+def test_the_longest_sequence_says_whether_the_context_length_or_memory_set_it(monkeypatch):
+    """New-user walkthrough (session 27): 'longest sequence that fits' printed max_position_embeddings when memory
+    would have allowed more, as if memory had set it."""
+    cfg = hf.load_config_dict(dict(CONFIG))  # max_position_embeddings 256
+    recipe = hf.Recipe(seq_len=32)
+    _fake_search(monkeypatch, max_seq_fits=10**6)
+    s = hf.search_fit(cfg, recipe, 1, "l4")
+    assert s["max_seq_len"] == 256 and s["max_seq_len_bound"] == "context_length" and s["context_length"] == 256
+    assert s["max_batch_size"] == 4096 and s["max_batch_size_bound"] == "search_limit"
+    _fake_search(monkeypatch, max_seq_fits=100, max_batch_fits=7)
+    s = hf.search_fit(cfg, recipe, 1, "l4")
+    assert (s["max_seq_len"], s["max_seq_len_bound"]) == (100, "memory")
+    assert (s["max_batch_size"], s["max_batch_size_bound"]) == (7, "memory")
+    _fake_search(monkeypatch, max_seq_fits=10**6)
+    s = hf.search_fit(hf.load_config_dict({"model_type": "t5", "vocab_size": V}), recipe, 1, "l4")  # relative positions
+    assert s["max_seq_len_bound"] == "search_limit" and s["context_length"] is None
+
+
+def test_the_fit_search_text_says_what_bounds_each_figure(monkeypatch):
+    from types import SimpleNamespace
+
+    import oomdoctor.render.estimate as r
+
+    est = SimpleNamespace(details={"task": "train", "seq_len": 32, "dtype": "bf16", "optimizer": "adamw"},
+                          batch_size=1)
+    capped = {"max_batch_size": 4096, "max_batch_size_bound": "search_limit", "max_seq_len": 256,
+              "max_seq_len_bound": "context_length", "context_length": 256}
+    memory = {"max_batch_size": 7, "max_batch_size_bound": "memory", "max_seq_len": 100, "max_seq_len_bound": "memory",
+              "context_length": 256}
+    monkeypatch.setattr(r, "estimate_text", lambda est, source: "head\n")  # the figures above the search
+    a, b = r.model_text(est, "m", capped), r.model_text(est, "m", memory)
+    assert "longest sequence that fits (batch 1): 256 (capped by the model's context length" in a
+    assert "4096 (the search stops there" in a
+    assert "longest sequence that fits (batch 1): 100 (limited by memory; the model's context length is 256)" in b
+    assert "largest batch that fits (seq 32): 7 (limited by memory)" in b
+
+
+def test_cli_search_on_a_tiny_model_says_the_context_length_caps_it(capsys, model_dir):
+    assert main(["estimate", "--model", str(model_dir), "--seq-len", "32", "--gpu", "l4"]) == 0
+    out = capsys.readouterr().out
+    assert "longest sequence that fits (batch 1): 256 (capped by the model's context length" in out

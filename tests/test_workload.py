@@ -58,3 +58,41 @@ def test_bad_workloads_name_the_file(tmp_path, text, needle):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="no such workload file"):
         load_workload(tmp_path / "nope.py")
+
+
+def test_a_workload_asking_for_checkpointing_steps_quietly():
+    """max-batch and the estimator step a workload with gradient_checkpointing: True through StepRunner; the
+    checkpointing call and the use_cache notice it used to cause each step are oomdoctor's, not the user's."""
+    import logging
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from oomdoctor.workload.load import WorkloadSpec
+    from oomdoctor.workload.step import StepRunner
+
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    x = torch.randint(0, 64, (2, 8))
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    tlog = logging.getLogger("transformers")
+    tlog.addHandler(handler)
+    cache_clear = getattr(logging.Logger.warning_once, "cache_clear", None)  # transformers says it once a process
+    if cache_clear:
+        cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            spec = WorkloadSpec.from_dict({"model": transformers.LlamaForCausalLM(cfg),
+                                           "inputs": {"input_ids": x, "labels": x}, "optimizer": "adamw",
+                                           "gradient_checkpointing": {"use_reentrant": False}})
+            runner = StepRunner(spec, "cpu")
+            runner.step()
+            runner.step()
+    finally:
+        tlog.removeHandler(handler)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in spec.model.modules())  # and it is on
+    assert not [str(w.message) for w in caught if "checkpointing" in str(w.message)]
+    assert not [r.getMessage() for r in records if "use_cache" in r.getMessage()]

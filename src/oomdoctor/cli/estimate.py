@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=512, metavar="N", help="with --model: tokens per sequence")
     parser.add_argument("--dtype", default=None, help="with --model: weights' dtype fp32, bf16 or fp16 (default bf16)")
     parser.add_argument("--amp", default=None, choices=("bf16", "fp16"), help="with --model: autocast dtype")
-    parser.add_argument("--optimizer", default="adamw",
-                        help="with --model: adamw, adam, sgd, sgd-momentum, adamw-fused, adamw-8bit")
+    # no argparse default: a --optimizer given for --task infer is refused even when it names the default
+    parser.add_argument("--optimizer", default=None,
+                        help="with --model: adamw (default), adam, sgd, sgd-momentum, adamw-fused, adamw-8bit")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="with --model: checkpoint layers")
     parser.add_argument("--lora-r", type=int, default=16, metavar="R", help="with --model: LoRA rank")
     parser.add_argument("--lora-targets", metavar="A,B", help="with --model: LoRA target modules (or all-linear)")
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-search", action="store_true",
                         help="with --model --gpu: skip the search for the largest batch and longest sequence")
     parser.add_argument("--batch-size", type=int, metavar="N", help="batch size to estimate")
-    parser.add_argument("--gpu", metavar="NAME", help="check the whole process fits this GPU (h100, a100-40gb, l4, ...)")
+    parser.add_argument("--gpu", metavar="NAME", help="check the whole process fits this GPU (h100, a100-40gb, l4, ... "
+                                                       "or the name nvidia-smi prints, e.g. 'NVIDIA H100 NVL')")
     parser.add_argument("--memory-limit", metavar="SIZE",
                         help="cap on reserved memory, as set_per_process_memory_fraction (e.g. 20GiB)")
     parser.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF to model (e.g. expandable_segments:True)")
@@ -113,12 +115,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 
+DEFAULT_OPTIMIZER = "adamw"
+_TRAINING = ("train", "lora", "qlora")
+
 # options that only shape a --model estimate, and the tasks they apply to (None: any task); a value set away from its
-# default where it does not apply is refused, rather than silently left out of the figure
+# default where it does not apply is refused, rather than silently left out of the figure (--optimizer has no argparse
+# default, so naming the default for --task infer is refused too)
 _MODEL_ONLY: tuple[tuple[str, str, object, tuple[str, ...] | None], ...] = (
     ("task", "--task", "train", None), ("seq_len", "--seq-len", 512, None), ("dtype", "--dtype", None, None),
-    ("amp", "--amp", None, None), ("optimizer", "--optimizer", "adamw", None),
-    ("gradient_checkpointing", "--gradient-checkpointing", False, None),
+    ("amp", "--amp", None, None), ("optimizer", "--optimizer", None, _TRAINING),
+    ("gradient_checkpointing", "--gradient-checkpointing", False, _TRAINING),
     ("lora_r", "--lora-r", 16, ("lora", "qlora")), ("lora_targets", "--lora-targets", None, ("lora", "qlora")),
     ("max_new_tokens", "--max-new-tokens", 128, ("generate",)), ("num_beams", "--num-beams", 1, ("generate",)),
     ("kbit_prep", "--kbit-prep", False, ("qlora",)), ("parallel", "--parallel", None, None),
@@ -127,14 +133,26 @@ _MODEL_ONLY: tuple[tuple[str, str, object, tuple[str, ...] | None], ...] = (
 
 
 def _refuse_unused(args: argparse.Namespace) -> None:
+    from oomdoctor.estimate.hf import TASKS
+
     for attr, flag, default, tasks in _MODEL_ONLY:
         if getattr(args, attr, default) == default:
             continue
         if not args.model:
             raise UsageError(f"{flag} shapes a --model estimate; a WORKLOAD.py builds its own model and step")
+        if args.task not in TASKS:
+            return  # hf.Recipe.check names the tasks
+        if tasks == _TRAINING and args.task not in tasks:
+            raise UsageError(f"{flag} does not apply to --task {args.task}: it shapes a training step "
+                             "(--task train, lora or qlora)")
         if tasks is not None and args.task not in tasks:
             raise UsageError(f"{flag} applies to --task {' or '.join(tasks)}; this is --task {args.task}"
                              + (" (a full fine-tune)" if args.task == "train" else ""))
+
+
+def optimizer_of(args: argparse.Namespace) -> str:
+    """--optimizer as given, else the default (argparse holds None so that an explicit one can be told apart)."""
+    return args.optimizer or DEFAULT_OPTIMIZER
 
 
 def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
@@ -145,7 +163,7 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
         raise UsageError("with --model, --gpu NAME already reports the largest batch and longest sequence")
     targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()) if args.lora_targets else None
     recipe = hf.Recipe(task=args.task, seq_len=args.seq_len, dtype=args.dtype or "bf16", amp=args.amp,
-                       optimizer=args.optimizer, gradient_checkpointing=args.gradient_checkpointing,
+                       optimizer=optimizer_of(args), gradient_checkpointing=args.gradient_checkpointing,
                        lora_r=args.lora_r, lora_targets=targets, max_new_tokens=args.max_new_tokens,
                        num_beams=args.num_beams, kbit_prep=args.kbit_prep).check()
     batch = args.batch_size or 1

@@ -24,16 +24,15 @@ model, computed by accelerate's own code when it is importable (else its formula
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from oomdoctor.errors import InputError, UsageError
+from oomdoctor.workload.checkpointing import enable_checkpointing, quiet_renames
 
 TASKS = ("train", "lora", "qlora", "infer", "generate")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -67,6 +66,8 @@ class Recipe:
             raise UsageError(f"--optimizer must be one of {', '.join(MODEL_OPTIMIZERS)}, got {self.optimizer!r}")
         if self.kbit_prep and self.task != "qlora":
             raise UsageError("--kbit-prep applies to --task qlora")
+        if self.gradient_checkpointing and self.task not in ("train", "lora", "qlora"):
+            raise UsageError(f"--gradient-checkpointing does not apply to --task {self.task}: it shapes a training step")
         if self.task == "qlora" and self.dtype == "fp32":  # the trace below runs the base in bf16 (as fp16: same size)
             raise UsageError("--task qlora models the 4-bit base's other weights in bf16 or fp16 (the same size); "
                              "--dtype fp32 is not modelled")
@@ -168,8 +169,7 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
             raise InputError(f"model_type {getattr(cfg, 'model_type', '?')!r}: transformers builds no {kind} "
                              f"language model from it ({_first(exc)[:120]})") from None
         if recipe.gradient_checkpointing and recipe.task in ("train", "lora", "qlora"):
-            with _our_deprecated_call():
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model, {"use_reentrant": False})
         if recipe.task in ("lora", "qlora"):
             try:
                 import peft
@@ -185,13 +185,15 @@ def make_build(config: Any, recipe: Recipe) -> Callable[[int], dict]:
             lcfg = peft.LoraConfig(r=recipe.lora_r, lora_alpha=2 * recipe.lora_r, target_modules=targets,
                                    task_type="SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
             try:
-                model = peft.get_peft_model(model, lcfg)
+                with quiet_renames():  # peft reads model.is_gradient_checkpointing, renamed in transformers 5
+                    model = peft.get_peft_model(model, lcfg)
             except ValueError as exc:
                 if targets is not None:
                     raise InputError(f"LoRA targets {','.join(recipe.lora_targets or ())}: {_first(exc)}") from None
                 # peft knows no default targets for this architecture: every linear layer
                 lcfg = replace_lora(lcfg, target_modules="all-linear")
-                model = peft.get_peft_model(model, lcfg)
+                with quiet_renames():
+                    model = peft.get_peft_model(model, lcfg)
         vocab = int(getattr(cfg, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (batch_size, recipe.seq_len))
         if recipe.task == "generate":
@@ -254,17 +256,9 @@ def prepare_kbit(model: Any) -> None:
     for _, m in quant:
         m.forward = types.MethodType(_linear4bit_forward, m)
     model.enable_input_require_grads()
-    with _our_deprecated_call():
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
-
-
-@contextlib.contextmanager
-def _our_deprecated_call() -> Iterator[None]:
-    """transformers 5 renamed gradient_checkpointing_enable (a FutureWarning per call, shown to users who cannot act on
-    it: the call is oomdoctor's); the old name still works on every version, and a model overriding it keeps its own."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.* is deprecated", category=FutureWarning)
-        yield
+    # peft passes gradient_checkpointing_kwargs={}, which leaves torch to pick use_reentrant: True, with a
+    # warning to name it; named here, the same checkpointing without the warning
+    enable_checkpointing(model, {"use_reentrant": True})
 
 
 def replace_lora(lcfg: Any, **changes: Any) -> Any:
@@ -563,17 +557,26 @@ def _estimate_full(config: Any, recipe: Recipe, batch_size: int, *, gpu: str | N
 
 
 def search_fit(config: Any, recipe: Recipe, batch_size: int, gpu: str, *, upper_batch: int = 4096,
-               upper_seq: int | None = None) -> dict[str, int]:
+               upper_seq: int | None = None) -> dict[str, Any]:
     """Largest batch (at recipe.seq_len) and longest sequence (at batch_size) that fit `gpu`:
-    doubling, then bisection, each point a full trace. 0 when even 1 does not fit."""
+    doubling, then bisection, each point a full trace. 0 when even 1 does not fit. Each figure comes
+    with what bounds it (`*_bound`): "memory" (one more does not fit), "context_length" (the longest
+    sequence reached the model's max_position_embeddings, past which it is not meant to run, whatever
+    the memory) or "search_limit" (the search stops there; memory was not reached)."""
     def fits_batch(b: int) -> bool:
         return bool(estimate_model(config, recipe, b, gpu=gpu).fits)
 
     def fits_seq(n: int) -> bool:
         return bool(estimate_model(config, replace(recipe, seq_len=n), batch_size, gpu=gpu).fits)
 
-    limit_seq = upper_seq or int(getattr(config, "max_position_embeddings", 0) or 1 << 17)
+    context = getattr(config, "max_position_embeddings", None)
+    context = context if isinstance(context, int) and context > 0 else None
+    limit_seq = upper_seq or context or 1 << 17
     from oomdoctor.estimate.estimator import largest_that_fits
 
-    return {"max_batch_size": largest_that_fits(fits_batch, upper_batch),
-            "max_seq_len": largest_that_fits(fits_seq, limit_seq)}
+    batch = largest_that_fits(fits_batch, upper_batch)
+    seq = largest_that_fits(fits_seq, limit_seq)
+    at_cap = "context_length" if limit_seq == context else "search_limit"
+    return {"max_batch_size": batch, "max_batch_size_bound": "search_limit" if batch == upper_batch else "memory",
+            "max_seq_len": seq, "max_seq_len_bound": at_cap if seq == limit_seq else "memory",
+            "context_length": context}

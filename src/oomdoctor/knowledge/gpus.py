@@ -15,6 +15,7 @@ measured on the H100 (85520809984 vs 85017493504 bytes = 480 MiB), so they carry
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -84,12 +85,17 @@ GPUS: dict[str, GpuSpec] = {g.key: g for g in (
             "measured: torch.cuda.get_device_properties(0) on the device machine (total_memory, 132 SMs, 2048 "
             "threads/SM; validation/results/conv_workspace_grid_h100.json)", 132, 2048),
     _ds("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, (9, 0), 114),
+    # H100 NVL: 94 GB HBM3 (NVIDIA H100 datasheet); nvidia-smi "0MiB / 95830MiB" (NVIDIA/gpu-admin-tools#4);
+    # 16896 CUDA cores = 132 SMs (NVML's core count, fastfetch-cli/fastfetch#1658)
+    _ds("h100-nvl", "NVIDIA H100 NVL 94GB", 95830, (9, 0), 132),
     _ds("h200", "NVIDIA H200 141GB HBM3e", 143771, (9, 0), 132),
     _ds("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), 108),
     _ds("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), 108),
     _ds("l4", "NVIDIA L4 24GB", 23034, (8, 9), 58),
     _ds("l40s", "NVIDIA L40S 48GB", 46068, (8, 9), 142),
     _ds("a10g", "NVIDIA A10G 24GB", 23028, (8, 6), 80),
+    # A10: 24 GB GDDR6, 9216 CUDA cores = 72 SMs (NVIDIA A10 datasheet); nvidia-smi 23028 MiB (modal-labs/modal-client#2797)
+    _ds("a10", "NVIDIA A10 24GB", 23028, (8, 6), 72),
     _ds("t4", "NVIDIA Tesla T4 16GB", 15360, (7, 5), 40),
     _ds("v100-16gb", "NVIDIA Tesla V100 16GB", 16384, (7, 0), 80),
     _ds("v100-32gb", "NVIDIA Tesla V100 32GB", 32768, (7, 0), 80),
@@ -98,25 +104,82 @@ GPUS: dict[str, GpuSpec] = {g.key: g for g in (
 )}
 
 
-_SIZES = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb")}
+# How nvidia-smi / NVML and people name one product: the family (the model number), the form factor (which
+# changes the memory only for the H100: PCIe 80 GB, SXM 80 GB, NVL 94 GB) and the size. "NVIDIA", "GeForce" and
+# "Tesla" are vendor words; HBM2e/HBM3/HBM3e is the memory type, which names no other variant here.
+# (family, form factors, marketed GB, table key); form None: no form factor named
+_VARIANTS: tuple[tuple[str, frozenset[str | None], int, str], ...] = (
+    ("h100", frozenset({None, "sxm"}), 80, "h100"),  # nvidia-smi: "NVIDIA H100 80GB HBM3"
+    ("h100", frozenset({"pcie"}), 80, "h100-pcie"),  # "NVIDIA H100 PCIe"
+    ("h100", frozenset({"nvl"}), 94, "h100-nvl"),  # "NVIDIA H100 NVL"
+    # H200 SXM and H200 NVL (PCIe) both carry 141 GB HBM3e on the same 132-SM GH100 (NVIDIA H200 datasheet)
+    ("h200", frozenset({None, "sxm", "nvl"}), 141, "h200"),
+    # A100 and V100: PCIe and SXM boards of one size have the same memory and SMs (Ampere / Volta whitepapers)
+    ("a100", frozenset({None, "sxm", "pcie"}), 40, "a100-40gb"), ("a100", frozenset({None, "sxm", "pcie"}), 80, "a100-80gb"),
+    ("v100", frozenset({None, "sxm", "pcie"}), 16, "v100-16gb"), ("v100", frozenset({None, "sxm", "pcie"}), 32, "v100-32gb"),
+    ("l4", frozenset({None, "pcie"}), 24, "l4"), ("l40s", frozenset({None, "pcie"}), 48, "l40s"),
+    ("a10g", frozenset({None}), 24, "a10g"), ("a10", frozenset({None, "pcie"}), 24, "a10"),
+    ("t4", frozenset({None, "pcie"}), 16, "t4"),
+    ("rtx-4090", frozenset({None}), 24, "rtx-4090"), ("rtx-3090", frozenset({None}), 24, "rtx-3090"),
+)
+_VENDOR = {"nvidia", "geforce", "tesla"}
+_MEMORY_TYPE = {"hbm2", "hbm2e", "hbm3", "hbm3e"}
+_FORMS = {"pcie": "pcie", "sxm": "sxm", "sxm2": "sxm", "sxm4": "sxm", "sxm5": "sxm", "nvl": "nvl"}
 
 
-def _normal(key: str) -> str:
-    """The ways people write a GPU's name ("RTX4090", "nvidia-a100-80g", "H100 SXM") as this table's key."""
-    k = re.sub(r"[\s_]+", "-", key.strip().lower())
-    k = re.sub(r"^(?:nvidia-)?(?:geforce-|tesla-)?", "", k)
-    k = re.sub(r"^rtx-?(\d{4})$", r"rtx-\1", k)
-    # nvidia-smi's names: "A100-SXM4-80GB", "A100-PCIE-40GB", "V100-SXM2-32GB", "H100 80GB HBM3"
-    k = re.sub(r"^(a100|v100)-(?:sxm\d?|pcie)-(\d{2})gb$", r"\1-\2gb", k)
-    k = re.sub(r"^h100-80gb-hbm3$", "h100", k)
-    k = re.sub(r"^(a100|v100)-?(\d{2})g?b?$", r"\1-\2gb", k)
-    return {"h100-sxm": "h100", "h100-sxm5": "h100", "h200-sxm": "h200"}.get(k, k)
+def _parse(name: str) -> tuple[str | None, set[str | None], int | None, list[str]]:
+    """(family, form factors, GB, words left over) of a GPU's name, case, spacing, '-' and '_' aside."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.strip().lower()) if w]
+    family, forms, gb, rest = None, set(), None, []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        rtx = re.fullmatch(r"rtx(\d{4})?", w)
+        if rtx and family is None:  # "RTX 4090", "rtx4090", "rtx-4090"
+            num = rtx.group(1) or (words[i + 1] if i + 1 < len(words) and re.fullmatch(r"\d{4}", words[i + 1]) else None)
+            if num and not rtx.group(1):
+                i += 1
+            family = f"rtx-{num}" if num else "rtx"
+        elif m := re.fullmatch(r"(\d+)g(?:i?b)?", w):  # "80GB", "80g"
+            gb = int(m.group(1)) if gb is None else -1
+        elif w in _FORMS:
+            forms.add(_FORMS[w])
+        elif w in _VENDOR or w in _MEMORY_TYPE:
+            pass
+        elif family is None:
+            family = w
+        else:
+            rest.append(w)
+        i += 1
+    return family, forms or {None}, gb, rest
+
+
+def _closest(family: str | None, forms: set[str | None], text: str) -> list[str]:
+    """Table keys near a name that matched none: its family's variants (the named form factor first), else the
+    families whose names are close to what was written."""
+    fams = list(dict.fromkeys(f for f, _, _, _ in _VARIANTS))
+    near = [family] if family in fams else difflib.get_close_matches(family or text, fams, n=2, cutoff=0.6)
+    keys = [k for fam in near for named in (True, False) for f, fs, _, k in _VARIANTS
+            if f == fam and bool(forms & fs) == named]
+    return list(dict.fromkeys(keys))
+
+
+def _unknown(key: str, close: list[str]) -> UsageError:
+    hint = f"closest: {', '.join(close)}; " if close else ""
+    return UsageError(f"unknown GPU {key[:80]!r}; {hint}known: {', '.join(sorted(GPUS))}")
 
 
 def get_gpu(key: str) -> GpuSpec:
-    k = _normal(key)
-    if k in _SIZES:
-        raise UsageError(f"{key!r} comes in more than one size: {' or '.join(_SIZES[k])}")
-    if k not in GPUS:
-        raise UsageError(f"unknown GPU {key!r}; known: {', '.join(sorted(GPUS))}")
-    return GPUS[k]
+    """The table's entry for a key ("a100-80gb") or a name as nvidia-smi / NVML prints it ("NVIDIA A100 80GB
+    PCIe", "NVIDIA H100 NVL", "Tesla V100-SXM2-32GB") or as people write it ("RTX4090", "H100 SXM")."""
+    if key.strip().lower() in GPUS:
+        return GPUS[key.strip().lower()]
+    family, forms, gb, rest = _parse(key)
+    found = [(k, g) for f, fs, g, k in _VARIANTS if f == family and forms <= fs and gb in (None, g)]
+    if "mig" in rest:
+        raise UsageError(f"{key[:80]!r} is a MIG slice: its memory is its profile's, give --memory-limit SIZE")
+    if rest or gb == -1 or len(forms) > 1 or not found:
+        raise _unknown(key, _closest(family, forms, key.lower()))
+    if len(found) > 1:
+        raise UsageError(f"{key[:80]!r} comes in more than one size: {' or '.join(k for k, _ in found)}")
+    return GPUS[found[0][0]]

@@ -92,6 +92,17 @@ def model_payload(est: Any, source: str, search: dict[str, int] | None,
     return out
 
 
+def _bound(bound: str | None, context: int | None) -> str:
+    """What set a searched figure: memory, the model's context length, or the end of the search."""
+    if bound == "context_length":
+        return f" (capped by the model's context length, max_position_embeddings {context}; not by memory)"
+    if bound == "search_limit":
+        return " (the search stops there; memory would allow more)"
+    if bound == "memory":
+        return " (limited by memory" + (f"; the model's context length is {context})" if context else ")")
+    return ""
+
+
 def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[str, Any] | None = None) -> str:
     d = est.details
     train = d.get("task") in ("train", "lora", "qlora")
@@ -99,8 +110,10 @@ def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[
                                   + (f", {d.get('optimizer')})" if train else ")"))
     lines = [text.rstrip("\n")]
     if search is not None:
-        lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}")
-        lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}")
+        lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}"
+                     + _bound(search.get("max_batch_size_bound"), None))
+        lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}"
+                     + _bound(search.get("max_seq_len_bound"), search.get("context_length")))
     if rank is not None:
         lines.append("")
         lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED: "

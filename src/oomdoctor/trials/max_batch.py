@@ -120,12 +120,13 @@ def _gpu_key(device_name: str | None) -> str | None:
     """The estimator's GPU key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> "h100"), or None."""
     if not device_name:
         return None
-    from oomdoctor.knowledge.gpus import GPUS
+    from oomdoctor.errors import UsageError
+    from oomdoctor.knowledge.gpus import get_gpu
 
-    for key, spec in GPUS.items():
-        if spec.name == device_name or spec.name.startswith(device_name + " ("):
-            return key
-    return None
+    try:  # the name CUDA gives is NVML's ("NVIDIA A100 80GB PCIe"), which get_gpu reads
+        return get_gpu(device_name).key
+    except UsageError:  # a GPU the table lacks, or a MIG slice: the search measures from scratch
+        return None
 
 
 def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: float | None = None,

@@ -7,10 +7,10 @@ one definition keeps the three honest. torch is imported lazily.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from oomdoctor.workload.checkpointing import enable_checkpointing
 from oomdoctor.workload.load import WorkloadSpec
 
 
@@ -75,17 +75,8 @@ class StepRunner:
         self.optimizer = None
         self.on_phase = on_phase  # called with "forward", "backward", "optimizer", "zero_grad", "end"
         if spec.gradient_checkpointing:
-            enable = getattr(spec.model, "gradient_checkpointing_enable", None)
-            if enable is None:
-                raise ValueError("gradient_checkpointing=True but the model has no gradient_checkpointing_enable()")
             ckpt = spec.gradient_checkpointing
-            with warnings.catch_warnings():  # transformers 5's rename warning is about oomdoctor's call, not the user's
-                warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.* is deprecated",
-                                        category=FutureWarning)
-                if isinstance(ckpt, Mapping):
-                    enable(gradient_checkpointing_kwargs=dict(ckpt))
-                else:
-                    enable()
+            enable_checkpointing(spec.model, ckpt if isinstance(ckpt, Mapping) else None, training=spec.train)
         if spec.train:
             spec.model.train()
             self.optimizer = make_optimizer(spec, [p for p in spec.model.parameters() if p.requires_grad],
