@@ -200,6 +200,35 @@ def test_sampling_starts_when_cuda_comes_up_and_is_fast_at_first(tmp_path, monke
     assert len(samples) >= 10
 
 
+def test_cgroup_readings_follow_the_path_in_proc_self_cgroup(tmp_path):
+    """On a host, a VM or a Slurm step (no cgroup namespace) the job's cgroup is under the path /proc/self/cgroup
+    names; the top is the root cgroup, without memory.current (an H200 VM recorded no cgroup reading, session 27).
+    A parent's limit binds: the tightest one on the way up is the limit."""
+    from oomdoctor.injob.record import probes
+
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text("0::/slurm/uid_0/job_7/step_0\n")
+    job = tmp_path / "sys/fs/cgroup/slurm/uid_0/job_7"
+    (job / "step_0").mkdir(parents=True)
+    (job / "memory.max").write_text(f"{3 << 30}\n")
+    (job.parent / "memory.max").write_text(f"{8 << 30}\n")
+    (job / "step_0/memory.max").write_text("max\n")
+    (job / "step_0/memory.current").write_text(f"{1 << 30}\n")
+    (job / "step_0/memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
+    (tmp_path / "sys/fs/cgroup/memory.max").write_text("max\n")
+    assert probes.cgroup_memory(str(tmp_path)) == {"cgroup_current": 1 << 30, "cgroup_limit": 3 << 30,
+                                                   "cgroup_oom_kill": 1}
+    v1 = tmp_path / "v1"
+    (v1 / "proc/self").mkdir(parents=True)
+    (v1 / "proc/self/cgroup").write_text("5:memory:/kubepods/pod1/c1\n0::/\n")
+    mem = v1 / "sys/fs/cgroup/memory/kubepods/pod1/c1"
+    mem.mkdir(parents=True)
+    (mem / "memory.usage_in_bytes").write_text("4096\n")
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (mem.parent / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    assert probes.cgroup_memory(str(v1)) == {"cgroup_current": 4096, "cgroup_limit": 1 << 30}
+
+
 def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):
     """The evidence a SIGKILL's verdict needs (session 27): the cgroup's oom_kill count (v2 memory.events, v1
     memory.oom_control) and the machine's MemAvailable / MemTotal."""

@@ -6,6 +6,7 @@ A reading that is not possible here returns None (the caller simply leaves the f
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -121,8 +122,8 @@ def tree_rss(pid: int) -> int | None:
         return None
 
 
-_CGROUP_FILES = ("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
-_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_V2, _V1 = "sys/fs/cgroup", "sys/fs/cgroup/memory"
+_NO_LIMIT = 1 << 60  # v1 reports "no limit" as a huge number
 
 
 def _read_int(path: str) -> int | None:
@@ -134,34 +135,62 @@ def _read_int(path: str) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=8)
+def _cgroup_dirs(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(v2 dirs, v1 memory dirs) to try, the job's own cgroup first, then its parents up to the top.
+
+    Inside a container with its own cgroup namespace the job's files are at the top of /sys/fs/cgroup; on a
+    host, a VM, or a Slurm step (no namespace) they are under the path /proc/self/cgroup names, and the top
+    is the root cgroup, which has no memory.current (session 27: an H200 VM recorded no cgroup reading).
+    Cached: read once per process."""
+    from oomdoctor.parsers.procfs import cgroup_path_for, parse_proc_cgroup
+
+    try:
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            entries = parse_proc_cgroup(f.read(1 << 16))
+    except Exception:
+        entries = []
+
+    def chain(base: str, path: str | None) -> tuple[str, ...]:
+        parts = [p for p in (path or "").split("/") if p and p not in (".", "..")]
+        dirs = [os.path.join(root, base, *parts[:n]) for n in range(len(parts), -1, -1)]
+        return tuple(dict.fromkeys(dirs))
+
+    return chain(_V2, cgroup_path_for(entries, None)), chain(_V1, cgroup_path_for(entries, "memory"))
+
+
 def cgroup_memory(root: str = "/") -> dict[str, int]:
+    """The job's cgroup memory use (`cgroup_current`, own cgroup), the tightest limit on the way to the top
+    (`cgroup_limit`: a parent's memory.max binds too) and its OOM kill count (`cgroup_oom_kill`)."""
     out: dict[str, int] = {}
-    for key, paths in (("cgroup_current", _CGROUP_FILES), ("cgroup_limit", _CGROUP_LIMITS)):
-        for p in paths:
-            v = _read_int(os.path.join(root, p.lstrip("/")))
-            if v is not None:
-                # v1 reports "no limit" as a huge number
-                if key == "cgroup_limit" and v >= 1 << 60:
-                    break
-                out[key] = v
-                break
+    v2, v1 = _cgroup_dirs(root)
+    for dirs, current, limit in ((v2, "memory.current", "memory.max"), (v1, "memory.usage_in_bytes",
+                                                                       "memory.limit_in_bytes")):
+        found = next(((d, v) for d in dirs if (v := _read_int(os.path.join(d, current))) is not None), None)
+        if found is None:
+            continue
+        here, out["cgroup_current"] = found
+        limits = [v for d in dirs[dirs.index(here):] if (v := _read_int(os.path.join(d, limit))) is not None
+                  and v < _NO_LIMIT]
+        if limits:
+            out["cgroup_limit"] = min(limits)
+        break
     kills = cgroup_oom_kills(root)
     if kills is not None:
         out["cgroup_oom_kill"] = kills
     return out
 
 
-_CGROUP_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-
-
 def cgroup_oom_kills(root: str = "/") -> int | None:
     """The cgroup's count of OOM kills (`oom_kill` in v2 memory.events, v1 memory.oom_control; kernel >= 4.13).
 
     Why: a SIGKILL alone does not say who sent it (the OOM killer, a user, a scheduler); this count rising
-    while the job ran does (report's verdict, session 27)."""
-    for p in _CGROUP_EVENTS:
+    while the job ran does (report's verdict, session 27). v2's memory.events counts the whole subtree, so the
+    job's own cgroup sees a kill whichever parent's limit was hit."""
+    v2, v1 = _cgroup_dirs(root)
+    for path in [os.path.join(d, "memory.events") for d in v2] + [os.path.join(d, "memory.oom_control") for d in v1]:
         try:
-            with open(os.path.join(root, p.lstrip("/"))) as f:
+            with open(path) as f:
                 for line in f:
                     name, _, value = line.partition(" ")
                     if name == "oom_kill":
