@@ -18,6 +18,7 @@ from typing import Any
 
 from oomdoctor.explain import patterns as P
 from oomdoctor.explain.figures import gap_key
+from oomdoctor.explain.framework import relabel_xla
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
@@ -500,6 +501,7 @@ class LogScanner:
             self._finish_event(ev)
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
+        relabel_xla(events, self._samples)  # XLA's allocator line in a JAX log is JAX's, not TensorFlow's
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
                        bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))

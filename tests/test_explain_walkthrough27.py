@@ -1,0 +1,87 @@
+"""Defects a new user's walkthrough found in `oomdoctor explain` (session 26's second walkthrough, fixed in session 27).
+The logs are written here in the frameworks' real message formats (XLA's BFC allocator and PjRt client, JAX's
+XlaRuntimeError traceback, PyTorch's caching allocator, vLLM's KV-cache checks, the HF Trainer's evaluation loop)."""
+
+from __future__ import annotations
+
+from oomdoctor.explain.rank import Explanation, explain_text
+
+# XLA's BFC allocator as JAX prints it (external/xla/xla/tsl/framework/bfc_allocator.cc), then JAX's error
+_BFC_JAX = ("2024-11-28 10:02:14.553101: W external/xla/xla/tsl/framework/bfc_allocator.cc:497] Allocator (GPU_0_bfc) "
+            "ran out of memory trying to allocate 12.00GiB (rounded to 12884901888)requested by op ")
+_OCCUPANCY = ("2024-11-28 10:02:14.553341: W external/xla/xla/tsl/framework/bfc_allocator.cc:508] "
+              "*************************************************************************************_______________")
+_JAX_FRAMES = [
+    "Traceback (most recent call last):",
+    '  File "/home/user/proj/train.py", line 141, in <module>',
+    "    state, metrics = train_step(state, batch)",
+    '  File "/home/user/.venv/lib/python3.11/site-packages/jax/_src/traceback_util.py", line 180, in '
+    "reraise_with_filtered_traceback",
+    "    return fun(*args, **kwargs)",
+    '  File "/home/user/.venv/lib/python3.11/site-packages/jax/_src/pjit.py", line 337, in cache_miss',
+    "    outs, out_flat, out_tree, args_flat, jaxpr, attrs_tracked = _python_pjit_helper(",
+]
+_XLA_ERROR = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 12884901888 bytes."
+
+
+def _said(ex: Explanation) -> str:
+    """Everything the answer tells the user: evidence, fixes and the deciding commands."""
+    parts = []
+    for h in ex.hypotheses:
+        j = h.to_json()
+        parts += j["evidence"] + j["fixes"] + [j.get("decided_by", {}).get("command", "")]
+    return "\n".join(parts)
+
+
+# -- 1. XLA's allocator line in a JAX log is JAX's -----------------------------------------------------------------
+
+def test_the_bfc_line_of_a_jax_log_is_jax_not_tensorflow():
+    ex = explain_text([_BFC_JAX, _OCCUPANCY] + _JAX_FRAMES)  # the traceback cut before its last line: the BFC line alone
+    assert [e.kind for e in ex.failures] == ["jax_oom"]
+    said = _said(ex)
+    assert "TensorFlow" not in said and "tf.config" not in said
+    assert "JAX/XLA ran out of device memory allocating 12.00 GiB" in said
+    assert "jax.devices()" in said  # JAX's deciding command
+    assert ex.primary is not None and ex.primary.numbers.get("requested_bytes") == 12 * 2**30
+
+
+def test_with_the_xla_runtime_error_nothing_is_told_as_tensorflow():
+    pjrt = ("2024-11-28 10:02:14.553412: E external/xla/xla/pjrt/pjrt_stream_executor_client.cc:3084] Execution of "
+            "replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 12884901888 bytes.")
+    ex = explain_text(["step 1200 loss=2.3114", _BFC_JAX, _OCCUPANCY, pjrt] + _JAX_FRAMES + [_XLA_ERROR])
+    assert {e.kind for e in ex.events} == {"jax_oom"}
+    assert "TensorFlow" not in _said(ex)
+
+
+def test_a_jax_log_whose_bfc_line_has_no_path_is_told_by_its_frames():
+    line = "W0000 00:00:1732788134.553101 bfc_allocator.cc:497] Allocator (GPU_0_bfc) ran out of memory trying to allocate 3.00GiB"
+    ex = explain_text(["I0000 train.py:12] starting", line] + _JAX_FRAMES)
+    assert [e.kind for e in ex.failures] == ["jax_oom"]
+
+
+def test_a_tensorflow_log_with_the_same_line_stays_tensorflow():
+    tf = [
+        "2024-11-28 10:02:14.553101: W external/local_xla/xla/tsl/framework/bfc_allocator.cc:497] Allocator (GPU_0_bfc) "
+        "ran out of memory trying to allocate 12.00GiB (rounded to 12884901888)requested by op model/dense/MatMul",
+        "Traceback (most recent call last):",
+        '  File "/home/user/train.py", line 40, in <module>',
+        "    model.fit(ds, epochs=3)",
+        '  File "/usr/local/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler',
+        "    raise e.with_traceback(filtered_tb) from None",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Graph execution error:",
+    ]
+    ex = explain_text(tf)
+    assert ex.primary is not None and ex.primary.kind == "tf_oom"
+    assert "TensorFlow ran out of device memory" in _said(ex)
+    assert all(e.kind == "tf_oom" for e in ex.events)
+    # the same BFC line with JAX's path, in a log whose failure is TensorFlow's, is TensorFlow's too
+    ex = explain_text([_BFC_JAX] + tf[1:])
+    assert {e.kind for e in ex.events} == {"tf_oom"}
+
+
+def test_a_bare_bfc_line_with_tensorflows_path_stays_tensorflow():
+    for path in ("tensorflow/core/common_runtime/bfc_allocator.cc:419", "external/local_tsl/tsl/framework/bfc_allocator.cc:485"):
+        line = (f"2020-06-06 14:55:20.542336: W {path}] Allocator (GPU_0_bfc) ran out of memory trying to allocate "
+                "532.00MiB (rounded to 557842432).  Current allocation summary follows.")
+        ex = explain_text([line])
+        assert [e.kind for e in ex.events] == ["tf_oom"], path
