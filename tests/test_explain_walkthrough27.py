@@ -85,3 +85,80 @@ def test_a_bare_bfc_line_with_tensorflows_path_stays_tensorflow():
                 "532.00MiB (rounded to 557842432).  Current allocation summary follows.")
         ex = explain_text([line])
         assert [e.kind for e in ex.events] == ["tf_oom"], path
+
+
+# -- 2. a caught OOM before the fatal one: the fatal one is the answer ---------------------------------------------
+
+_TORCH_FATAL = [
+    "starting fine-tune: epochs=3 batch_size=32",
+    "epoch 0 step 50 loss 2.2104",
+    "epoch 0 step 100 loss 1.9311",
+    "Traceback (most recent call last):",
+    '  File "/app/finetune.py", line 212, in <module>',
+    "    main()",
+    '  File "/usr/local/lib/python3.11/site-packages/torch/_tensor.py", line 581, in backward',
+    "    torch.autograd.backward(",
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.11 GiB total capacity; 76.52 GiB already "
+    "allocated; 10.06 MiB free; 77.01 GiB reserved in total by PyTorch)",
+]
+
+
+def test_a_caught_jax_oom_before_a_fatal_torch_oom_is_recovered():
+    search = [
+        "[finder] trying batch size 256",
+        "Traceback (most recent call last):",
+        '  File "/app/search.py", line 41, in probe',
+        "    out = step_fn(params, batch)",
+        '  File "/usr/local/lib/python3.11/site-packages/jax/_src/pjit.py", line 337, in cache_miss',
+        "    outs, out_flat, out_tree, args_flat, jaxpr, attrs_tracked = _python_pjit_helper(",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 10737418240 bytes.",
+        "[finder] batch size 256 does not fit; halving",
+        "[finder] trying batch size 128",
+        "[finder] batch size 128 fits",
+        "embedding 120000 sequences with batch size 128",
+        "embeddings written to /data/emb.npy",
+    ]
+    ex = explain_text(search + _TORCH_FATAL)
+    assert ex.primary is not None and ex.primary.kind == "torch_oom"
+    assert [e.kind for e in ex.recovered] == ["jax_oom"]
+    assert [e.kind for e in ex.failures] == ["torch_oom"]
+    assert "JAX" not in _said(ex)
+
+
+def test_a_caught_oom_logged_on_one_line_then_a_smaller_try():
+    search = [
+        "2026-11-28 09:14:02,101 INFO finder: trying per-device batch size 256",
+        "2026-11-28 09:14:09,554 WARNING finder: batch size 256 does not fit: RESOURCE_EXHAUSTED: Out of memory while "
+        "trying to allocate 10737418240 bytes.",
+        "2026-11-28 09:14:09,560 INFO finder: trying per-device batch size 128",
+        "2026-11-28 09:14:15,912 INFO finder: batch size 128 fits (peak 61.2 GiB)",
+    ]
+    ex = explain_text(search + _TORCH_FATAL)
+    assert ex.primary is not None and ex.primary.kind == "torch_oom"
+    assert [e.kind for e in ex.recovered] == ["jax_oom"]
+
+
+def test_without_a_step_down_both_failures_stand():
+    # two runs pasted one after the other: nothing says the first was caught
+    first = ["Traceback (most recent call last):", '  File "/app/run.py", line 9, in <module>',
+             "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 10737418240 bytes.",
+             "$ python finetune.py"]
+    ex = explain_text(first + _TORCH_FATAL)
+    assert not ex.recovered
+    assert {e.kind for e in ex.failures} == {"jax_oom", "torch_oom"}
+
+
+def test_a_step_down_followed_by_an_error_is_no_recovery():
+    search = ["jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 10737418240 bytes.",
+              "[finder] halving the batch size",
+              "ERROR: the finder gave up at batch size 1"]
+    ex = explain_text(search + _TORCH_FATAL)
+    assert not ex.recovered
+
+
+def test_a_loop_that_printed_a_jax_oom_and_went_on_is_recovered_as_with_torch():
+    lines = ["Testing 0 img_000.png", "Testing 1 img_001.png",
+             "Error RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
+             "Testing 2 img_002.png", "Testing 3 img_003.png", "done: 4 images"]
+    ex = explain_text(lines)
+    assert [e.kind for e in ex.recovered] == ["jax_oom"] and not ex.failures

@@ -20,7 +20,14 @@ from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article, reads_as_prose
 from oomdoctor.explain.patterns import ENV_PATTERNS, MACHINE_HINTS, classify_line
-from oomdoctor.explain.recovery import bfc_crash, loop_went_on, recovered_events, retry_went_on, went_on
+from oomdoctor.explain.recovery import (
+    bfc_crash,
+    loop_went_on,
+    recovered_events,
+    retry_went_on,
+    stepped_down_before,
+    went_on,
+)
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -418,7 +425,8 @@ def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEF
              for e in scan.events if (c := crashes.get(id(e))) is not None][:3]
     notes += collective_timeout_note(scan)
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
-                                                                                     or retry_went_on(e, scan))]
+                                                                                     or retry_went_on(e, scan)
+                                                                                     or stepped_down_before(e, scan, logged))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     # a test session whose runner said every test passed: the OOMs printed inside it were its tests' own
