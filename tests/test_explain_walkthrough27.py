@@ -162,3 +162,54 @@ def test_a_loop_that_printed_a_jax_oom_and_went_on_is_recovered_as_with_torch():
              "Testing 2 img_002.png", "Testing 3 img_003.png", "done: 4 images"]
     ex = explain_text(lines)
     assert [e.kind for e in ex.recovered] == ["jax_oom"] and not ex.failures
+
+
+# -- 4. the HF Trainer's evaluation OOM in nested_concat: predictions accumulated on the GPU -------------------------
+
+_EVAL_FRAMES = [
+    "Traceback (most recent call last):",
+    '  File "/home/user/run_clm.py", line 603, in main',
+    "    train_result = trainer.train(resume_from_checkpoint=checkpoint)",
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 2804, in _maybe_log_save_evaluate',
+    "    metrics = self._evaluate(trial, ignore_keys_for_eval)",
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 3886, in evaluation_loop',
+    "    all_preds.add(logits)",
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer_pt_utils.py", line 326, in add',
+    "    self.tensors = nested_concat(self.tensors, tensors, padding_index=self.padding_index)",
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer_pt_utils.py", line 140, in nested_concat',
+    "    return torch_pad_and_concatenate(tensors, new_tensors, padding_index=padding_index)",
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer_pt_utils.py", line 99, in torch_pad_and_concatenate',
+    "    return torch.cat((tensor1, tensor2), dim=0)",
+]
+_EVAL_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.86 GiB. GPU 0 has a total capacity of 39.38 GiB "
+             "of which 3.12 GiB is free. Including non-PyTorch memory, this process has 36.25 GiB memory in use. Of the "
+             "allocated memory 33.91 GiB is allocated by PyTorch, and 1.83 GiB is reserved by PyTorch but unallocated.")
+
+
+def test_an_evaluation_oom_in_nested_concat_says_eval_accumulation_steps():
+    ex = explain_text(["{'loss': 1.8123, 'epoch': 0.5}"] + _EVAL_FRAMES + [_EVAL_OOM])
+    assert ex.explained and ex.primary is not None and ex.primary.kind == "torch_oom"
+    assert ex.category == "leak_in_code"
+    assert any("eval_accumulation_steps" in f for f in ex.hypotheses[0].fixes)
+
+
+def test_a_notebook_evaluation_oom_in_torch_pad_and_concatenate_too():
+    cell = [
+        "OutOfMemoryError                          Traceback (most recent call last)",
+        "----> 1 trainer.evaluate()",
+        "File /usr/local/lib/python3.10/dist-packages/transformers/trainer_pt_utils.py:88, in "
+        "torch_pad_and_concatenate(tensor1, tensor2, padding_index)",
+        "---> 88 result = tensor1.new_full(new_shape, padding_index)",
+        "",
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.94 GiB (GPU 0; 39.56 GiB total capacity; 18.33 GiB "
+        "already allocated; 12.29 GiB free; 25.71 GiB reserved in total by PyTorch)",
+    ]
+    ex = explain_text(cell)
+    assert ex.category == "leak_in_code"
+    assert any("eval_accumulation_steps" in f for f in ex.hypotheses[0].fixes)
+
+
+def test_a_training_step_oom_is_not_told_eval_accumulation():
+    frames = [f for f in _EVAL_FRAMES if "nested_concat" not in f and "pad_and_concatenate" not in f]
+    ex = explain_text(frames + [_EVAL_OOM])
+    assert "eval_accumulation_steps" not in _said(ex)

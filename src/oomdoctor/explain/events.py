@@ -527,7 +527,11 @@ def _norm(text: str) -> str:
     return _DIGITS.sub("#", core[:400])
 
 
+EVAL_ACCUMULATION = "accumulating evaluation predictions on the GPU (the Trainer's nested_concat)"
 _CALL_SITES = (
+    # the HF Trainer's evaluate()/predict() keeps every step's predictions on the GPU and concatenates them
+    # (transformers/trainer_pt_utils.py: nested_concat -> torch_pad_and_concatenate) unless eval_accumulation_steps is set
+    (EVAL_ACCUMULATION, ("nested_concat", "torch_pad_and_concatenate")),
     ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "CuDevicePrimaryCtxRetain", "cuCtxCreate")),
     ("pinned host memory (pin_memory)", ("pin_memory",)),
     ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),
