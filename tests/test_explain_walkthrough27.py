@@ -164,6 +164,66 @@ def test_a_loop_that_printed_a_jax_oom_and_went_on_is_recovered_as_with_torch():
     assert [e.kind for e in ex.recovered] == ["jax_oom"] and not ex.failures
 
 
+# -- 3. vLLM's KV-cache errors, bare: failures, not documentation ----------------------------------------------------
+# (vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory; the older engine's worker.raise_if_cache_size_invalid)
+
+_NO_BLOCKS = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+              "initializing the engine.")
+_MAX_LEN_OLD = ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored "
+                "in KV cache (10992). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                "initializing the engine.")
+_MAX_LEN = ("ValueError: To serve at least one request with the models's max seq len (32768), (6.00 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (2.01 GiB). Based on the available memory, the "
+            "estimated maximum model length is 10992. Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine. See "
+            "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+
+
+def test_bare_vllm_kv_cache_errors_are_failures_not_documentation():
+    # one per start-up attempt: each a sentence, which the documentation gate had read as a page's prose
+    ex = explain_text([_NO_BLOCKS, _MAX_LEN_OLD, _MAX_LEN])
+    assert not ex.documentation
+    assert ex.explained and ex.category == "true_capacity"
+    assert {e.kind for e in ex.failures} == {"vllm_capacity"}
+    for one in (_NO_BLOCKS, _MAX_LEN_OLD, _MAX_LEN):  # and each alone, as before
+        ex = explain_text([one])
+        assert ex.explained and ex.category == "true_capacity", one
+
+
+def test_a_traceback_tail_of_the_kv_cache_error_is_a_failure():
+    tail = ['(EngineCore_DP0 pid=6804)   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py", '
+            'line 616, in _check_enough_kv_cache_memory', "(EngineCore_DP0 pid=6804)     raise ValueError(",
+            "(EngineCore_DP0 pid=6804) " + _MAX_LEN]
+    ex = explain_text(tail)
+    assert ex.explained and [e.kind for e in ex.failures] == ["vllm_capacity"]
+
+
+def test_a_kv_cache_error_wrapped_by_a_terminal_is_a_failure():
+    wrapped_old = ["ValueError: The model's max seq len (32768) is larger than the maximum number of tokens",
+                   "that can be stored in KV cache (10992). Try increasing `gpu_memory_utilization` or",
+                   "decreasing `max_model_len` when initializing the engine."]
+    wrapped = ["ValueError: To serve at least one request with the model's max seq len",
+               "(1000000), 3.09 GiB KV cache is needed, which is larger than the available",
+               "KV cache memory (0.24 GiB). Estimated maximum model length is 57344."]
+    for lines in (wrapped_old, wrapped):
+        ex = explain_text(lines)
+        assert ex.explained and ex.category == "true_capacity", lines[0]
+        assert [e.kind for e in ex.failures] == ["vllm_capacity"]
+
+
+def test_a_page_that_explains_the_kv_cache_errors_stays_documentation():
+    page = ["## Troubleshooting the KV cache", "",
+            "vLLM reserves the memory for its KV cache when the engine starts, after it has loaded the weights.",
+            "If the weights and the activations leave nothing for the cache, the engine refuses to start with:",
+            "", "```", _NO_BLOCKS, "```", "",
+            "When the cache is too small for one request of the model's full context length, it says instead:",
+            "", "```", _MAX_LEN_OLD, "```", "",
+            "In both cases raise gpu_memory_utilization, lower max_model_len, or spread the model over more GPUs with "
+            "tensor parallelism."]
+    ex = explain_text(page)
+    assert ex.documentation and not ex.explained
+
+
 # -- 4. the HF Trainer's evaluation OOM in nested_concat: predictions accumulated on the GPU -------------------------
 
 _EVAL_FRAMES = [

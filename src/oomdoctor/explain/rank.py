@@ -305,8 +305,11 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
         return False
     lines = [ln for _, _, t in scan.samples for ln in t.splitlines()]
     # a command's output pasted alone (`kubectl describe pod`: OOMKilled, exit code 137) is no page of
-    # documentation, whatever its words: a page explains in sentences
-    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and reads_as_prose(lines):
+    # documentation, whatever its words: a page explains in sentences. An error as a program prints it, that the
+    # scanner reads as a failure, is no sentence of the page's own (vLLM's KV-cache ValueErrors are sentences: a
+    # log of three of them read as documentation, no failure; a new user's walkthrough, session 26)
+    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and reads_as_prose(
+            ln for ln in lines if not (ERROR_LINE.match(ln) and classify_line(ln) is not None)):
         return True
     if cjk_article(lines):
         return True
