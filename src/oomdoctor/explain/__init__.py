@@ -5,6 +5,7 @@
     patterns    the message shapes (PyTorch, driver, XLA, TF, vLLM, NCCL, kernel, Kubernetes...) and
                 the numbers in them
     kinds       what each event kind is and which category it hints at
+    framework   whose allocator XLA's BFC line is (JAX prints it as TensorFlow does), read with its log
     events      find events in the stream, with their traceback and the log's context
     facts       events as plain records (bundles, the doctor's workload check)
     rules, rules_by_kind

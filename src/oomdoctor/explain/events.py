@@ -18,6 +18,7 @@ from typing import Any
 
 from oomdoctor.explain import patterns as P
 from oomdoctor.explain.figures import gap_key
+from oomdoctor.explain.framework import relabel_xla
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
@@ -500,6 +501,7 @@ class LogScanner:
             self._finish_event(ev)
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
+        relabel_xla(events, self._samples)  # XLA's allocator line in a JAX log is JAX's, not TensorFlow's
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
                        bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))
@@ -525,7 +527,11 @@ def _norm(text: str) -> str:
     return _DIGITS.sub("#", core[:400])
 
 
+EVAL_ACCUMULATION = "accumulating evaluation predictions on the GPU (the Trainer's nested_concat)"
 _CALL_SITES = (
+    # the HF Trainer's evaluate()/predict() keeps every step's predictions on the GPU and concatenates them
+    # (transformers/trainer_pt_utils.py: nested_concat -> torch_pad_and_concatenate) unless eval_accumulation_steps is set
+    (EVAL_ACCUMULATION, ("nested_concat", "torch_pad_and_concatenate")),
     ("context creation (torch.cuda.init / lazy init)", ("_lazy_init", "torch.cuda.init", "cudaGetDeviceCount", "in set_device", "torch._C._cuda_init", "cuDevicePrimaryCtxRetain", "CuDevicePrimaryCtxRetain", "cuCtxCreate")),
     ("pinned host memory (pin_memory)", ("pin_memory",)),
     ("NCCL communicator set-up", ("init_process_group", "ProcessGroupNCCL", "in barrier", "_new_process_group")),

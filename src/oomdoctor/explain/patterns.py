@@ -124,7 +124,14 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
                 # RMM before out_of_memory existed: RMM_FAIL("Maximum pool size exceeded", rmm::bad_alloc)
                 r"|RMM failure at:?[^\n]{0,200}?(?:Maximum pool size exceeded|Exceeded memory limit))"),
     # vLLM's own capacity errors (vllm/v1/core/kv_cache_utils.py, worker profiling).
-    ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory"),
+    # Also their openings, where a terminal or a paste wrapped the message after them ("ValueError: To serve at least one
+    # request with the model's max seq len\n(1000000), 3.09 GiB KV cache is needed, ..."): it was no event at all
+    # (session 27). vLLM spells it "models's" in kv_cache_utils.py.
+    ("vllm_capacity", r"No available memory for the cache blocks|Not enough memory to handle \d+ (?:total |prefill )?tokens|larger than the maximum number of tokens that can be stored in KV cache|KV cache is needed, which is larger than the available KV cache memory|"
+                      # (an opening only where the rest of the message is not on its line: the whole message is read at its key phrase;
+                      # after the exception's name, whose "rror" is the pre-filter's literal: no slot is left for another)
+                      r"rror: (?:To serve at least one request with the models?'s? max seq len(?![^\n]*KV cache is needed, which is larger)|"
+                      r"The model's max seq len \(\d+\) is larger than the max(?![^\n]*that can be stored in KV cache))"),
     ("vllm_free_memory", r"Free memory on device .{0,80}is less than desired GPU memory utilization"),
     # Accelerate find_executable_batch_size / Lightning: every batch size down to 1 ran out of memory.
     ("batch_finder", r"No executable batch size found, reached zero"),
@@ -273,7 +280,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "cupy_oom": ("OutOfMemoryError", "Out of memory allocating"),
     "ort_oom": ("requested buffer of size",),
     "rmm_oom": ("rmm::", "RMM failure", "bad_alloc: "),
-    "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle"),
+    "vllm_capacity": ("No available memory", "KV cache", "Not enough memory to handle", "max seq len"),
     "vllm_free_memory": ("Free memory on device",),
     "batch_finder": ("No executable batch size found",),
     "cuda_driver_oom": ("out of memory", "Out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "cudaSuccess (2 "),

@@ -20,7 +20,14 @@ from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article, reads_as_prose
 from oomdoctor.explain.patterns import ENV_PATTERNS, MACHINE_HINTS, classify_line
-from oomdoctor.explain.recovery import bfc_crash, loop_went_on, recovered_events, retry_went_on, went_on
+from oomdoctor.explain.recovery import (
+    bfc_crash,
+    loop_went_on,
+    recovered_events,
+    retry_went_on,
+    stepped_down_before,
+    went_on,
+)
 from oomdoctor.explain.reported import LEANING_WORD, failure_statement
 from oomdoctor.explain.rules import Board
 from oomdoctor.explain.rules_by_kind import bundle_events, event_rules, fact_rules, leak_rules, prose_rules
@@ -300,8 +307,11 @@ def _documentation(scan: LogScan, events: list[OomEvent], model: TextModel | Non
         return False
     lines = [ln for _, _, t in scan.samples for ln in t.splitlines()]
     # a command's output pasted alone (`kubectl describe pod`: OOMKilled, exit code 137) is no page of
-    # documentation, whatever its words: a page explains in sentences
-    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and reads_as_prose(lines):
+    # documentation, whatever its words: a page explains in sentences. An error as a program prints it, that the
+    # scanner reads as a failure, is no sentence of the page's own (vLLM's KV-cache ValueErrors are sentences: a
+    # log of three of them read as documentation, no failure; a new user's walkthrough, session 26)
+    if DOCS_MIN_ANY < 1 and p >= DOCS_MIN_ANY and reads_as_prose(
+            ln for ln in lines if not (ERROR_LINE.match(ln) and classify_line(ln) is not None)):
         return True
     if cjk_article(lines):
         return True
@@ -423,7 +433,8 @@ def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEF
              for e in scan.events if (c := crashes.get(id(e))) is not None][:3]
     notes += collective_timeout_note(scan)
     recovered += [e for e in logged if all(e is not r for r in recovered) and (went_on(e, scan) or loop_went_on(e, scan)
-                                                                                     or retry_went_on(e, scan))]
+                                                                                     or retry_went_on(e, scan)
+                                                                                     or stepped_down_before(e, scan, logged))]
     rec_ids = {id(e) for e in recovered}
     events = [e for e in logged if id(e) not in rec_ids]
     # a test session whose runner said every test passed: the OOMs printed inside it were its tests' own

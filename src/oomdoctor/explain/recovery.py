@@ -93,7 +93,8 @@ def bfc_crash(e: OomEvent, scan: LogScan) -> tuple[int, str] | None:
 
 
 _DIGITS_RUN = re.compile(r"\d+")
-_LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy"})
+# (any framework's allocator: a loop that caught a JAX or CuPy OOM went on as one that caught PyTorch's; session 27)
+_LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy", "jax_oom", "cupy_oom"})
 LOOP_LINES = 20  # lines looked at on each side of a caught OOM
 
 
@@ -204,6 +205,42 @@ def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
     return (any(_FINISHED.search(ln) for ln in rest)
             and not any(_LOGGED_OR_ERROR.search(ln) or _GAVE_UP.search(ln) or MEMORY_WORD.search(ln)
                         or classify_line(ln) or _NOT_LOOP.search(ln) for ln in rest))
+
+
+# A program's own step down after an OOM it caught, said anywhere on the line ("batch size 256 does not fit; halving",
+# "trying per-device batch size 128", "retrying with batch_size=64"): a lower setting tried next.
+_STEPPED_DOWN = re.compile(r"(?i)\b(?:retry(?:ing)?|trying again|halving|fall(?:ing)? ?back to)\b|"
+                           r"\btry(?:ing)?\b[^\n]{0,40}\b(?:batch|chunk|micro[ _-]?batch)[ _-]?size\b|"
+                           r"\b(?:reduc|lower|decreas|shrink|halv)\w*\b[^\n]{0,30}\b(?:batch|chunk|micro[ _-]?batch)")
+# what an XLA OOM message goes on with (BufferAssignment's statistics and peak buffers: indented or headed lines)
+_MESSAGE_TAIL = re.compile(r"^\s*$|^\s|^(?:BufferAssignment|Peak buffers)")
+
+
+def stepped_down_before(e: OomEvent, scan: LogScan, events: list[OomEvent]) -> bool:
+    """An OOM, of any framework, after which the program said it stepped down (_STEPPED_DOWN: the first lines after
+    the message) and printed its own output with no error, before a later failure of the same log whose traceback
+    begins after it: the job caught this one and went on, the later one ended it (a new user's walkthrough, session
+    26: a JAX batch-size search's caught OOM, then a fatal PyTorch OOM, took the answer)."""
+    if e.kind in NEVER_RECOVERED or e.count != 1:
+        return False
+    later = [o.details.get("traceback_line") or o.line for o in events
+             if o is not e and o.source == e.source and o.line > e.line]
+    if not later:
+        return False
+    got = _around(e, scan, e.line, e.line)
+    if got is None:
+        return False
+    stop = min(later)  # the later failure (or its traceback) begins here
+    after = [ln for i, ln in enumerate(got[1], e.line + 1) if i < stop]
+    while after and _MESSAGE_TAIL.match(after[0]):
+        after = after[1:]
+    said = [ln for ln in after if ln.strip()]
+    at = next((i for i, ln in enumerate(said[:RETRY_LINES]) if _STEPPED_DOWN.search(ln[_prefix(ln)[1]:])), None)
+    if at is None or _prefix(said[at])[0] != _prefix(e.text)[0]:
+        return False
+    rest = said[at + 1:]  # the program's own output after the step down, and before it nothing that failed
+    return bool(rest) and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln)
+                                  for ln in said[:at] + rest)
 
 
 def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from oomdoctor.explain.events import OomEvent
+from oomdoctor.explain.events import EVAL_ACCUMULATION, OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
@@ -301,6 +301,15 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # 930 -> 932 right first, silver (5 folds, prior refitted without the fifth) 999 -> 1005
             b.add("true_capacity", 0.4, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
             b.add("unknown", 0.2, "the message does not say which memory ran out")
+    if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and d.get("call_site") == EVAL_ACCUMULATION:
+        # Trainer.evaluate()/predict() gather every step's logits on the GPU and concatenate them (trainer_pt_utils.py
+        # nested_concat) until eval_accumulation_steps moves them to the CPU: memory that grows step after step through
+        # the evaluation (dev: lo_transformers_7232, labelled leak_in_code; transformers#7232 added the argument)
+        b.add("leak_in_code", 3.0, "the OOM is raised in the Trainer's nested_concat: evaluate() keeps every step's "
+              "predictions on the GPU and concatenates them, so memory grows step after step through the evaluation",
+              "TrainingArguments(eval_accumulation_steps=N): the predictions move to the CPU every N steps; shrink them "
+              "first with preprocess_logits_for_metrics (e.g. the argmax of the logits), or prediction_loss_only=True "
+              "when no metric needs them")
     if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and str(d.get("call_site", "")).startswith("loading a checkpoint"):
         # torch.load puts each tensor back on the device it was saved from (cuda:0) unless map_location
         # says otherwise (torch.load docs): every rank of a multi-GPU job loads onto GPU 0.

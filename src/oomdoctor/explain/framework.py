@@ -1,0 +1,56 @@
+"""Whose allocator an XLA line is: JAX logs carry the BFC allocator's line as TensorFlow's do.
+
+XLA's BFC allocator (xla/tsl/framework/bfc_allocator.cc) logs "Allocator (GPU_0_bfc) ran out of memory trying to
+allocate ..." in a TensorFlow job and in a JAX job alike. The pattern table reads it as TensorFlow's (tf_oom), which
+a JAX user was then told: "TensorFlow ran out", with TensorFlow's deciding command (a new user's walkthrough,
+session 26). Read with the rest of its log: where the log is JAX's and not TensorFlow's, the line is JAX's (jax_oom).
+Pure: events and the scanner's samples in, events relabelled in place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from oomdoctor.explain import patterns as P
+
+BFC_LINE = re.compile(r"Allocator \(\w+\) ran out of memory trying to allocate")
+# TensorFlow's own paths for the allocator: TensorFlow >= 2.14 builds XLA as local_xla / local_tsl; before, the
+# allocator was tensorflow/core/common_runtime (which JAX built as external/org_tensorflow/tensorflow/...)
+_TF_PATH = re.compile(r"\blocal_(?:xla|tsl)/|(?<!org_tensorflow/)\btensorflow/core/common_runtime/bfc_allocator")
+# JAX's: its bazel workspaces (external/xla, external/tsl), jaxlib, XlaRuntimeError, frames of jax and its libraries
+_JAX = re.compile(r"\bexternal/(?:xla|tsl)/|\bjaxlib\b|XlaRuntimeError|[/\\](?:jax|flax|optax|equinox|haiku)[/\\]|"
+                  r"^\s*(?:import jax\b|from jax\b)|\bjax\.(?:numpy|random|jit|lax|devices)\b", re.M)
+# TensorFlow's failure: its errors and its Python frames (not its start-up lines: a JAX job that reads data with
+# tensorflow_datasets prints those too)
+_TF = re.compile(r"ResourceExhaustedError|OOM when allocating tensor|[/\\]tensorflow[/\\]python[/\\]|"
+                 r"[/\\]keras[/\\]|\btensorflow\.python\.|^\s*(?:import tensorflow\b|from tensorflow\b)", re.M)
+
+
+def jax_logs(events: Iterable[Any], samples: Iterable[tuple[str, int, str]]) -> set[str]:
+    """The sources whose text (head and tail samples, events) is JAX's and not TensorFlow's."""
+    texts: dict[str, list[str]] = {}
+    for source, _, text in samples:
+        texts.setdefault(source, []).append(text)
+    for e in events:
+        texts.setdefault(e.source, []).append(e.text)
+    out = set()
+    for source, parts in texts.items():
+        whole = "\n".join(parts)
+        if _JAX.search(whole) and not _TF.search(whole):
+            out.add(source)
+    return out
+
+
+def relabel_xla(events: list[Any], samples: list[tuple[str, int, str]]) -> None:
+    """BFC allocator lines (tf_oom) of a JAX log become jax_oom, with the numbers read as JAX's."""
+    heads = [e for e in events if e.kind == "tf_oom" and BFC_LINE.search(e.text) and not _TF_PATH.search(e.text)]
+    if not heads:
+        return
+    jax = jax_logs(events, samples)
+    for e in heads:
+        if e.source in jax:
+            e.kind = "jax_oom"
+            e.numbers, det = P.extract("jax_oom", e.text)
+            e.details.update(det)
