@@ -153,9 +153,11 @@ _USER_PASS = re.compile(r"(?<![\w\-])(?P<flag>-u|--user|--proxy-user)(?P<sep>[ \
 # `Authorization: Bearer x`; `Token` is also an English word (`token embeddings`), so after it only a word
 # with a digit or a symbol is a credential. Never across a line break (`max token\nTraceback`).
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,16}(?P<v>[A-Za-z0-9._~+/=\-]{8,4096})", re.IGNORECASE)
+# A URL's scheme and `://`, as group 1. One start per scheme word (the look-behind), so `a.a.a…://` stays linear.
+_URL_SCHEME = r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)"
 # `scheme://user:pass@host`: the password runs to the last `@` before the path (`p@ss` unencoded), the
-# user may be an e-mail address. One start per scheme word (the look-behind), so `a.a.a…://` stays linear.
-_URL_CREDS = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([^\s:/]{0,256}):([^\s/]{1,1024})@")
+# user may be an e-mail address.
+_URL_CREDS = re.compile(_URL_SCHEME + r"([^\s:/]{0,256}):([^\s/]{1,1024})@")
 # `.netrc` lines: `machine host login bob password SECRET`
 _NETRC = re.compile(r"(?<![\w\-])(login[ \t]{1,16}\S{1,256}[ \t]{1,16}(?:password|passwd)[ \t]{1,16})(\S{1,4096})")
 
@@ -279,7 +281,7 @@ _NETRC_LINE = re.compile(r"^(?P<head>[ \t]{0,64}(?:password|passwd)[ \t]{1,16})(
                          re.MULTILINE)
 # A token as a URL's user, no password (`https://<40 hex>@github.com/org/private.git`): 20 or more characters of
 # a token's alphabet with a digit; `https://alice@host`, `ssh://git@github.com`, `firstname.lastname@` stay.
-_URL_TOKEN_USER = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([A-Za-z0-9_\-]{20,256})@")
+_URL_TOKEN_USER = re.compile(_URL_SCHEME + r"([A-Za-z0-9_\-]{20,256})@")
 # `kubectl get secret -o json` pasted in a log: a JSON text with `"kind": "Secret"` hides every value of its
 # `"data"` and `"stringData"` objects (the YAML form is `_SECRET_KIND`)
 _SECRET_KIND_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']Secret[\"']")
