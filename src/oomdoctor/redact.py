@@ -330,17 +330,16 @@ def redact_text(text: str) -> str:
     if any(hint in out for hint in _LOGIN_HINTS):
         out = _redact_login_tools(out)
     if "pass:" in out:
-        out = _OPENSSL_PASS.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
+        out = _OPENSSL_PASS.sub(lambda m: _mask_word(m, "v"), out)
     if "passw" in out:
         out = _NETRC_LINE.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
     if "Secret" in out and "ata" in out and _SECRET_KIND_JSON.search(out):
         out = _JSON_DATA.sub(_json_secret_data, out)
     if "-u" in out:
-        out = _USER_PASS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{m.group('q')}{m.group('user')}:{MASK}"
-                             if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
-                             else m.group(0), out)  # `docker run -u 1000:1000` is a uid:gid
+        out = _USER_PASS.sub(lambda m: m.group(0) if (m.group("user") + m.group("value")).isdigit()
+                             else _mask_word(m, "value"), out)  # `docker run -u 1000:1000` is a uid:gid
     if "login" in out:
-        out = _NETRC.sub(lambda m: f"{m.group(1)}{MASK}", out)
+        out = _NETRC.sub(lambda m: _mask_word(m, 2), out)
     if "(" in out and ("get" in out or "pop" in out):
         out = _GETENV.sub(lambda m: f"{m.group(0)[:m.start('v') - m.start()]}{MASK}{m.group('vq')}"
                           if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
@@ -368,6 +367,15 @@ def redact_text(text: str) -> str:
             out = _FLAG_ITEM.sub(lambda m: f"{m.group('flag')}{m.group('mid')}{MASK}{m.group('q')}"
                                  if is_secret_flag(m.group("flag")) and m.group("v") != MASK else m.group(0), out)
     return out
+
+
+def _mask_word(m: re.Match[str], group: str | int) -> str:
+    """The match with its `group`, an unquoted word, masked up to the text's punctuation after it (`_value_end`)."""
+    start, end = m.start(group), m.end(group)
+    end = _value_end(m.string, start, end, words=True)
+    if end <= start or m.string[start:end] == MASK:
+        return m.group(0)
+    return f"{m.string[m.start():start]}{MASK}{m.string[end:m.end()]}"
 
 
 def _bearer(m: re.Match[str]) -> str:
@@ -478,10 +486,12 @@ def _xml_element(m: re.Match[str]) -> str:
 
 
 def _flag(m: re.Match[str]) -> str:
-    if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
-        quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+    if not is_secret_flag(m.group("flag")) or m.group("value") == MASK:
+        return m.group(0)
+    quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+    if quote:
         return f"{m.group('flag')}{m.group('sp')}{quote}{MASK}{quote}"
-    return m.group(0)
+    return _mask_word(m, "value")
 
 
 def _grep_context(m: re.Match[str]) -> str:
@@ -499,6 +509,39 @@ def _line_prefix(text: str, start: int) -> str | None:
     if newline < 0 and low > 0:
         return None
     return text[newline + 1:start]
+
+
+# A closing bracket and its opener: `f(token=abc)`
+_OPENER = {")": "(", "]": "[", "}": "{"}
+
+
+def _value_end(text: str, start: int, end: int, words: bool = False) -> int:
+    """The end of the unquoted secret value text[start:end] without the text's punctuation after it: closing
+    brackets whose openers stand before the value on its line and are not inside it (`f(token=abc)`,
+    `$(cmd --password abc)`, `[key=abc]`), and, where the value is a shell word (`words`), a `,` or `;` that ends it
+    (`cmd --password abc; ls`). A secret that itself ends in one of these shows that one character, only where the
+    text around it gives it that reading; the rest stays hidden."""
+    if start >= end or text[end - 1] not in (",;)]}" if words else ")]}"):
+        return end
+    low = max(0, start - 256)
+    low = max(low, text.rfind("\n", low, start) + 1)
+    # openers left open before the value (counted, not paired: `)(` counts none, never more than are open)
+    depth = {o: max(0, text.count(o, low, start) - text.count(c, low, start)) for c, o in _OPENER.items()}
+    if not any(depth.values()) and not words:
+        return end
+    # closers the value leaves open (`a(b))` has one): only those may be the text's
+    unmatched = {c: text.count(c, start, end) - text.count(o, start, end) for c, o in _OPENER.items()}
+    while end > start:
+        c = text[end - 1]
+        if words and c in ",;":
+            end -= 1
+        elif c in _OPENER and depth[_OPENER[c]] and unmatched[c] > 0:
+            depth[_OPENER[c]] -= 1
+            unmatched[c] -= 1
+            end -= 1
+        else:
+            break
+    return end
 
 
 def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
@@ -634,8 +677,8 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         value = v.group(0).rstrip()
         scheme = _SCHEME.match(value)
         vstart = end + (scheme.end() if scheme else 0)
-        rest = value[vstart - end:]
-        return None if not rest or rest == MASK else (vstart, end + len(value), None)
+        vend = _value_end(text, vstart, end + len(value))
+        return None if vend <= vstart or text[vstart:vend] == MASK else (vstart, vend, None)
     prefix = None
     if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
         prefix = _line_prefix(text, m.start())
@@ -647,11 +690,17 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         return None
     f = _V_FIELD.match(text, end)
     if f and f.group(0).strip() and f.group(0).strip() != MASK:
-        return end, end + len(f.group(0).rstrip()), None
+        vend = _value_end(text, end, end + len(f.group(0).rstrip()))
+        value = text[end:vend].strip()
+        return (end, vend, None) if value and value != MASK else None
     w = _V_WORD.match(text, end)
-    if not w or w.group("w") == MASK or w.group("w").startswith(MASK + "@"):
+    if not w:
         return None
-    return w.start("w"), w.end("w"), None
+    vend = _value_end(text, w.start("w"), w.end("w"))
+    value = text[w.start("w"):vend]
+    if not value or value == MASK or value.startswith(MASK + "@"):
+        return None
+    return w.start("w"), vend, None
 
 
 def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
