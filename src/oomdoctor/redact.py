@@ -20,12 +20,13 @@ MASK = "***"
 # these (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, `APIKEY`, `DB_PASSWORD`, `GITHUB_PAT`); `PATH` or
 # `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value. Short codes are words of
 # their own: `PIN` (`USER_PIN`, `PIN_CODE`, `pinCode`, but not `PINNED`, `SPINE` or DataLoader's
-# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`.
+# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`. A Secret's `.dockerconfigjson` and
+# `.dockercfg` hold registry credentials.
 _SECRET_NAME = re.compile(
     r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET"
     r"|[A-Z0-9]*PASS(?:WORD|WD|PHRASE|CODE)?[S]?"
     r"|[A-Z0-9]*PWD|PW(?![_\-.])|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
-    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?)(?:$|[_\-.])",
+    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?|DOCKERCONFIGJSON|DOCKERCFG)(?:$|[_\-.])",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are known not to hold secrets.
@@ -123,6 +124,9 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google API key
     re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
+    # a Docker config (`{"auths": …`, registry credentials) in base64, as a Secret's `.dockerconfigjson` holds it
+    re.compile(r"\b(?:eyJhdXRocyI6|ewogICJhdXRocyI6|ewogICAgImF1dGhzIj|ewoJImF1dGhzIj|eyAiYXV0aHMiO)"
+               r"[A-Za-z0-9+/]{0,1048576}={0,2}"),
     # Webhook URLs are credentials in their path: Slack, Discord, Microsoft Teams
     re.compile(r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+"),
     re.compile(r"(?<=discord\.com/api/webhooks/)[A-Za-z0-9_/\-]+|(?<=discordapp\.com/api/webhooks/)[A-Za-z0-9_/\-]+"),
@@ -143,6 +147,7 @@ _TOKEN_ANCHORS: tuple[tuple[str, ...], ...] = (
     ("AIza",),
     ("npm_",),
     ("eyJ",),
+    ("eyJhdXRocyI6", "ewogICJhdXRocyI6", "ewogICAgImF1dGhzIj", "ewoJImF1dGhzIj", "eyAiYXV0aHMiO"),
     ("hooks.slack.com/",),
     ("/api/webhooks/",),
     ("webhook.office.com/",),
@@ -286,6 +291,12 @@ _URL_TOKEN_USER = re.compile(_URL_SCHEME + r"([A-Za-z0-9_\-]{20,256})@")
 # `"data"` and `"stringData"` objects (the YAML form is `_SECRET_KIND`)
 _SECRET_KIND_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']Secret[\"']")
 _JSON_DATA = re.compile(r"[\"'](?:data|stringData)[\"'][ \t]{0,16}:[ \t\r\n]{0,256}\{(?P<body>[^{}]{0,8388608})\}")
+# A Secret's data pasted without its kind (`kubectl get secret -o jsonpath='{.data}'` quoted as `"data": {…}`, a
+# data block alone): a flat `"data"` object of base64 strings with a key of a strong secret name (`password`,
+# `tls.key`, `.dockerconfigjson`; not `key` alone) hides every value, as a Secret's; `"stringData"` (only a Secret
+# has it) always. Not in a text that holds a ConfigMap, whose `data` it is.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4}){1,1048576}|(?:[A-Za-z0-9+/]{4}){0,1048576}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)")
+_CONFIG_MAP_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']ConfigMap[\"']")
 _JSON_PAIR = re.compile(r"(?P<k>\"(?:[^\"\\\r\n]|\\[^\r\n]){0,1024}\"[ \t\r\n]{0,256}:[ \t\r\n]{0,256}\")"
                         r"(?P<v>(?:[^\"\\\r\n]|\\[^\r\n]){1,4194304})\"")
 # A YAML block list whose item is a secret option and whose next item is its value (a pod's `args:`):
@@ -335,6 +346,8 @@ def redact_text(text: str) -> str:
         out = _NETRC_LINE.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
     if "Secret" in out and "ata" in out and _SECRET_KIND_JSON.search(out):
         out = _JSON_DATA.sub(_json_secret_data, out)
+    elif ('"data"' in out or '"stringData"' in out) and not ("ConfigMap" in out and _CONFIG_MAP_JSON.search(out)):
+        out = _JSON_DATA.sub(_json_data_alone, out)
     if "-u" in out:
         out = _USER_PASS.sub(lambda m: m.group(0) if (m.group("user") + m.group("value")).isdigit()
                              else _mask_word(m, "value"), out)  # `docker run -u 1000:1000` is a uid:gid
@@ -388,6 +401,25 @@ def _json_secret_data(m: re.Match[str]) -> str:
     body = m.group("body")
     masked = _JSON_PAIR.sub(lambda p: f"{p.group('k')}{MASK}\"", body)
     return m.group(0) if masked == body else f"{m.group(0)[:m.start('body') - m.start()]}{masked}}}"
+
+
+def _json_data_alone(m: re.Match[str]) -> str:
+    """A `"data"`/`"stringData"` object with no `"kind"` to say whose: hidden as a Secret's when it is one by its
+    look (see `_BASE64`), else kept as it is."""
+    body = m.group("body")
+    pairs = list(_JSON_PAIR.finditer(body))
+    if not pairs or _JSON_PAIR.sub("", body).strip(" \t\r\n,"):
+        return m.group(0)  # not a flat object of strings
+    values = [p.group("v") for p in pairs]
+    if all(v == MASK for v in values):
+        return m.group(0)
+    if m.group(0)[1:11] != "stringData":
+        if not all(v == MASK or _BASE64.fullmatch(v) for v in values):
+            return m.group(0)
+        names = [p.group("k").rsplit(":", 1)[0].strip(" \t\r\n")[1:-1] for p in pairs]
+        if not any(is_secret_name(n) and n.strip("-.").lower() not in _WEAK_NAMES for n in names):
+            return m.group(0)
+    return _json_secret_data(m)
 
 
 def _redact_login_tools(text: str) -> str:
