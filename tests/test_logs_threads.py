@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from oomdoctor.explain import prefilter as PF
 from oomdoctor.explain.events import LogScanner
 from oomdoctor.explain.prefilter import index_block
-from oomdoctor.explain.read import HEAD, MAX_LINE, TAIL, iter_prepared
+from oomdoctor.explain.read import HEAD, MAX_LINE, TAIL, iter_prepared, iter_prepared_at
 
 INSTALLED = [e for e in PF.ENGINES if PF.engine_installed(e)]
 
@@ -27,17 +27,19 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 
 def _collect(path: str, workers: int, block: int):
-    """(absolute line number, candidate line text) per candidate; total lines; spans' offsets."""
-    cands, line, offs, offset = [], 0, [], 0
+    """(absolute line number, candidate line text) per candidate; total lines; spans' offsets (given, and the sums
+    of the spans' lengths before them); each span's offset and first bytes."""
+    cands, line, offs, offset, starts = [], 0, [], 0, []
     for buf, s, e, (idx, off) in iter_prepared(path, lambda b, s, e, o: (index_block(b, s, e, o), o),
                                                    workers=workers, block_size=block):
         offs.append((off, offset))
+        starts.append((off, bytes(buf[s:s + min(e - s, HEAD)])))
         for ls, before in idx.lines:
             le = buf.find(b"\n", ls, e)
             cands.append((line + before + 1, _as_read(bytes(buf[ls:e if le < 0 else le]))))
         line += idx.newlines + (0 if buf[e - 1:e] == b"\n" else 1)
         offset += e - s
-    return cands, line, offs
+    return cands, line, offs, starts
 
 
 def _as_read(line: bytes) -> bytes:
@@ -47,18 +49,17 @@ def _as_read(line: bytes) -> bytes:
 
 
 def _scan(path: str, workers: int, block: int):
+    """As explain reads: places in the log are its offsets (iter_prepared_at), whichever lines a reader shortened."""
     sc = LogScanner()
     sc.start_source("x")
-    for buf, start, end, index in iter_prepared(path, index_block, workers=workers, block_size=block):
-        sc.feed(buf, start, end, index)
+    for buf, start, end, index, offset, length in iter_prepared_at(path, index_block, workers=workers,
+                                                                   block_size=block):
+        sc.feed(buf, start, end, index, offset, length)
     scan = sc.finish()
-    long_line = False
     if os.path.isfile(path):  # not a named pipe: reopening one would wait for a writer
-        with open(path, "rb") as f:
-            long_line = any(len(line) > MAX_LINE for line in f)
-    # `bytes` counts what was scanned: with a line over MAX_LINE it depends on where blocks fall
-    return ([(e.kind, e.line, e.text, e.count) for e in scan.events], scan.lines,
-            None if long_line else scan.bytes, scan.env, scan.readings)
+        assert scan.bytes == os.path.getsize(path)
+    return ([(e.kind, e.line, e.text, e.count) for e in scan.events], scan.lines, scan.bytes, scan.env,
+            scan.readings)
 
 
 def _ref_lines(data: bytes) -> list[bytes]:
@@ -87,14 +88,15 @@ def test_candidates_line_numbers_and_offsets_match_a_plain_split(tmp_path, lines
     one = _collect(str(p), 1, block)
     many = _collect(str(p), workers, block)
     assert many[:2] == one[:2]  # spans differ (windows of a regular file vs one reader), lines do not
-    cands, nlines, offs = one
+    cands, nlines, offs, _ = one
     ref = _ref_lines(data)
     assert nlines == len(ref)
-    assert all(a == b for a, b in offs)
+    for off, head in one[3] + many[3]:  # an offset is where the span stands in the log, past a shortened line too
+        assert data[off:off + len(head)] == head
     if max(map(len, ref), default=0) < MAX_LINE:  # no skipped tail: offsets are the spans' sums
-        assert all(a == b for a, b in many[2])
+        assert all(a == b for a, b in offs + many[2])
     else:
-        assert all(a >= b for a, b in many[2])
+        assert all(a >= b for a, b in offs + many[2])
     for no, text in cands:
         assert _as_read(ref[no - 1]) == text
 

@@ -129,6 +129,8 @@ def test_every_token_pattern_has_anchors_that_every_match_contains():
         "AKIAABCDEFGHIJKLMNOP", "ASIAABCDEFGHIJKLMNOP", "ghp_" + "a" * 30, "ghs_" + "b" * 30,
         "github_pat_" + "c" * 30, "hf_" + "d" * 30, "xoxb-1234567890-abc", "glpat-" + "e" * 25,
         "sk-proj-" + "f" * 30, "AIza" + "g" * 35, "npm_" + "h" * 36, "eyJabcdefghij.eyJabcdefghij.abcdefghij",
+        *(prefix + "ZXhhbXBsZQ==" for prefix in ("eyJhdXRocyI6", "ewogICJhdXRocyI6", "ewogICAgImF1dGhzIj",
+                                                "ewoJImF1dGhzIj", "eyAiYXV0aHMiO")),
     ]
     for sample in samples:
         hits = [i for i, p in enumerate(r._TOKEN_PATTERNS) if p.search(sample)]

@@ -20,12 +20,13 @@ MASK = "***"
 # these (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, `APIKEY`, `DB_PASSWORD`, `GITHUB_PAT`); `PATH` or
 # `TOKENIZERS_PARALLELISM` are not. Over-matching only hides a harmless value. Short codes are words of
 # their own: `PIN` (`USER_PIN`, `PIN_CODE`, `pinCode`, but not `PINNED`, `SPINE` or DataLoader's
-# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`.
+# `pin_memory`/`--pin-mem`), `OTP`/`TOTP`/`HOTP`, `MFA`, `2FA`, `PASSCODE`. A Secret's `.dockerconfigjson` and
+# `.dockercfg` hold registry credentials.
 _SECRET_NAME = re.compile(
     r"(?:^|[_\-.])(?:[A-Z0-9]*TOKEN[S]?|[A-Z0-9]*KEY[S]?|SECRET[S]?|[A-Z0-9]*SECRET"
     r"|[A-Z0-9]*PASS(?:WORD|WD|PHRASE|CODE)?[S]?"
     r"|[A-Z0-9]*PWD|PW(?![_\-.])|CREDENTIAL[S]?|CREDS|AUTH|AUTHORIZATION|PRIVATE|SESSION|COOKIE|PAT|SIGNATURE|SIG|DSN"
-    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?)(?:$|[_\-.])",
+    r"|PIN(?:CODE)?(?![_\-.]MEM)|[A-Z0-9]*OTP(?:CODE)?|MFA(?:CODE)?|2FA(?:CODE)?|DOCKERCONFIGJSON|DOCKERCFG)(?:$|[_\-.])",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are known not to hold secrets.
@@ -123,6 +124,9 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google API key
     re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
+    # a Docker config (`{"auths": …`, registry credentials) in base64, as a Secret's `.dockerconfigjson` holds it
+    re.compile(r"\b(?:eyJhdXRocyI6|ewogICJhdXRocyI6|ewogICAgImF1dGhzIj|ewoJImF1dGhzIj|eyAiYXV0aHMiO)"
+               r"[A-Za-z0-9+/]{0,1048576}={0,2}"),
     # Webhook URLs are credentials in their path: Slack, Discord, Microsoft Teams
     re.compile(r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+"),
     re.compile(r"(?<=discord\.com/api/webhooks/)[A-Za-z0-9_/\-]+|(?<=discordapp\.com/api/webhooks/)[A-Za-z0-9_/\-]+"),
@@ -143,6 +147,7 @@ _TOKEN_ANCHORS: tuple[tuple[str, ...], ...] = (
     ("AIza",),
     ("npm_",),
     ("eyJ",),
+    ("eyJhdXRocyI6", "ewogICJhdXRocyI6", "ewogICAgImF1dGhzIj", "ewoJImF1dGhzIj", "eyAiYXV0aHMiO"),
     ("hooks.slack.com/",),
     ("/api/webhooks/",),
     ("webhook.office.com/",),
@@ -153,9 +158,11 @@ _USER_PASS = re.compile(r"(?<![\w\-])(?P<flag>-u|--user|--proxy-user)(?P<sep>[ \
 # `Authorization: Bearer x`; `Token` is also an English word (`token embeddings`), so after it only a word
 # with a digit or a symbol is a credential. Never across a line break (`max token\nTraceback`).
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,16}(?P<v>[A-Za-z0-9._~+/=\-]{8,4096})", re.IGNORECASE)
+# A URL's scheme and `://`, as group 1. One start per scheme word (the look-behind), so `a.a.a…://` stays linear.
+_URL_SCHEME = r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)"
 # `scheme://user:pass@host`: the password runs to the last `@` before the path (`p@ss` unencoded), the
-# user may be an e-mail address. One start per scheme word (the look-behind), so `a.a.a…://` stays linear.
-_URL_CREDS = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([^\s:/]{0,256}):([^\s/]{1,1024})@")
+# user may be an e-mail address.
+_URL_CREDS = re.compile(_URL_SCHEME + r"([^\s:/]{0,256}):([^\s/]{1,1024})@")
 # `.netrc` lines: `machine host login bob password SECRET`
 _NETRC = re.compile(r"(?<![\w\-])(login[ \t]{1,16}\S{1,256}[ \t]{1,16}(?:password|passwd)[ \t]{1,16})(\S{1,4096})")
 
@@ -279,11 +286,17 @@ _NETRC_LINE = re.compile(r"^(?P<head>[ \t]{0,64}(?:password|passwd)[ \t]{1,16})(
                          re.MULTILINE)
 # A token as a URL's user, no password (`https://<40 hex>@github.com/org/private.git`): 20 or more characters of
 # a token's alphabet with a digit; `https://alice@host`, `ssh://git@github.com`, `firstname.lastname@` stay.
-_URL_TOKEN_USER = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([A-Za-z0-9_\-]{20,256})@")
+_URL_TOKEN_USER = re.compile(_URL_SCHEME + r"([A-Za-z0-9_\-]{20,256})@")
 # `kubectl get secret -o json` pasted in a log: a JSON text with `"kind": "Secret"` hides every value of its
 # `"data"` and `"stringData"` objects (the YAML form is `_SECRET_KIND`)
 _SECRET_KIND_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']Secret[\"']")
 _JSON_DATA = re.compile(r"[\"'](?:data|stringData)[\"'][ \t]{0,16}:[ \t\r\n]{0,256}\{(?P<body>[^{}]{0,8388608})\}")
+# A Secret's data pasted without its kind (`kubectl get secret -o jsonpath='{.data}'` quoted as `"data": {…}`, a
+# data block alone): a flat `"data"` object of base64 strings with a key of a strong secret name (`password`,
+# `tls.key`, `.dockerconfigjson`; not `key` alone) hides every value, as a Secret's; `"stringData"` (only a Secret
+# has it) always. Not in a text that holds a ConfigMap, whose `data` it is.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4}){1,1048576}|(?:[A-Za-z0-9+/]{4}){0,1048576}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)")
+_CONFIG_MAP_JSON = re.compile(r"[\"']kind[\"'][ \t]{0,16}:[ \t]{0,16}[\"']ConfigMap[\"']")
 _JSON_PAIR = re.compile(r"(?P<k>\"(?:[^\"\\\r\n]|\\[^\r\n]){0,1024}\"[ \t\r\n]{0,256}:[ \t\r\n]{0,256}\")"
                         r"(?P<v>(?:[^\"\\\r\n]|\\[^\r\n]){1,4194304})\"")
 # A YAML block list whose item is a secret option and whose next item is its value (a pod's `args:`):
@@ -328,17 +341,18 @@ def redact_text(text: str) -> str:
     if any(hint in out for hint in _LOGIN_HINTS):
         out = _redact_login_tools(out)
     if "pass:" in out:
-        out = _OPENSSL_PASS.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
+        out = _OPENSSL_PASS.sub(lambda m: _mask_word(m, "v"), out)
     if "passw" in out:
         out = _NETRC_LINE.sub(lambda m: f"{m.group('head')}{MASK}" if m.group("v") != MASK else m.group(0), out)
     if "Secret" in out and "ata" in out and _SECRET_KIND_JSON.search(out):
         out = _JSON_DATA.sub(_json_secret_data, out)
+    elif ('"data"' in out or '"stringData"' in out) and not ("ConfigMap" in out and _CONFIG_MAP_JSON.search(out)):
+        out = _JSON_DATA.sub(_json_data_alone, out)
     if "-u" in out:
-        out = _USER_PASS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{m.group('q')}{m.group('user')}:{MASK}"
-                             if m.group("value") != MASK and not (m.group("user") + m.group("value")).isdigit()
-                             else m.group(0), out)  # `docker run -u 1000:1000` is a uid:gid
+        out = _USER_PASS.sub(lambda m: m.group(0) if (m.group("user") + m.group("value")).isdigit()
+                             else _mask_word(m, "value"), out)  # `docker run -u 1000:1000` is a uid:gid
     if "login" in out:
-        out = _NETRC.sub(lambda m: f"{m.group(1)}{MASK}", out)
+        out = _NETRC.sub(lambda m: _mask_word(m, 2), out)
     if "(" in out and ("get" in out or "pop" in out):
         out = _GETENV.sub(lambda m: f"{m.group(0)[:m.start('v') - m.start()]}{MASK}{m.group('vq')}"
                           if is_secret_name(m.group("n")) and m.group("v") != MASK else m.group(0), out)
@@ -368,6 +382,15 @@ def redact_text(text: str) -> str:
     return out
 
 
+def _mask_word(m: re.Match[str], group: str | int) -> str:
+    """The match with its `group`, an unquoted word, masked up to the text's punctuation after it (`_value_end`)."""
+    start, end = m.start(group), m.end(group)
+    end = _value_end(m.string, start, end, words=True)
+    if end <= start or m.string[start:end] == MASK:
+        return m.group(0)
+    return f"{m.string[m.start():start]}{MASK}{m.string[end:m.end()]}"
+
+
 def _bearer(m: re.Match[str]) -> str:
     if m.group(1).lower() == "token" and m.group("v").isalpha():  # `token embeddings`, not a credential
         return m.group(0)
@@ -378,6 +401,25 @@ def _json_secret_data(m: re.Match[str]) -> str:
     body = m.group("body")
     masked = _JSON_PAIR.sub(lambda p: f"{p.group('k')}{MASK}\"", body)
     return m.group(0) if masked == body else f"{m.group(0)[:m.start('body') - m.start()]}{masked}}}"
+
+
+def _json_data_alone(m: re.Match[str]) -> str:
+    """A `"data"`/`"stringData"` object with no `"kind"` to say whose: hidden as a Secret's when it is one by its
+    look (see `_BASE64`), else kept as it is."""
+    body = m.group("body")
+    pairs = list(_JSON_PAIR.finditer(body))
+    if not pairs or _JSON_PAIR.sub("", body).strip(" \t\r\n,"):
+        return m.group(0)  # not a flat object of strings
+    values = [p.group("v") for p in pairs]
+    if all(v == MASK for v in values):
+        return m.group(0)
+    if m.group(0)[1:11] != "stringData":
+        if not all(v == MASK or _BASE64.fullmatch(v) for v in values):
+            return m.group(0)
+        names = [p.group("k").rsplit(":", 1)[0].strip(" \t\r\n")[1:-1] for p in pairs]
+        if not any(is_secret_name(n) and n.strip("-.").lower() not in _WEAK_NAMES for n in names):
+            return m.group(0)
+    return _json_secret_data(m)
 
 
 def _redact_login_tools(text: str) -> str:
@@ -476,10 +518,12 @@ def _xml_element(m: re.Match[str]) -> str:
 
 
 def _flag(m: re.Match[str]) -> str:
-    if is_secret_flag(m.group("flag")) and m.group("value") != MASK:
-        quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+    if not is_secret_flag(m.group("flag")) or m.group("value") == MASK:
+        return m.group(0)
+    quote = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+    if quote:
         return f"{m.group('flag')}{m.group('sp')}{quote}{MASK}{quote}"
-    return m.group(0)
+    return _mask_word(m, "value")
 
 
 def _grep_context(m: re.Match[str]) -> str:
@@ -497,6 +541,39 @@ def _line_prefix(text: str, start: int) -> str | None:
     if newline < 0 and low > 0:
         return None
     return text[newline + 1:start]
+
+
+# A closing bracket and its opener: `f(token=abc)`
+_OPENER = {")": "(", "]": "[", "}": "{"}
+
+
+def _value_end(text: str, start: int, end: int, words: bool = False) -> int:
+    """The end of the unquoted secret value text[start:end] without the text's punctuation after it: closing
+    brackets whose openers stand before the value on its line and are not inside it (`f(token=abc)`,
+    `$(cmd --password abc)`, `[key=abc]`), and, where the value is a shell word (`words`), a `,` or `;` that ends it
+    (`cmd --password abc; ls`). A secret that itself ends in one of these shows that one character, only where the
+    text around it gives it that reading; the rest stays hidden."""
+    if start >= end or text[end - 1] not in (",;)]}" if words else ")]}"):
+        return end
+    low = max(0, start - 256)
+    low = max(low, text.rfind("\n", low, start) + 1)
+    # openers left open before the value (counted, not paired: `)(` counts none, never more than are open)
+    depth = {o: max(0, text.count(o, low, start) - text.count(c, low, start)) for c, o in _OPENER.items()}
+    if not any(depth.values()) and not words:
+        return end
+    # closers the value leaves open (`a(b))` has one): only those may be the text's
+    unmatched = {c: text.count(c, start, end) - text.count(o, start, end) for c, o in _OPENER.items()}
+    while end > start:
+        c = text[end - 1]
+        if words and c in ",;":
+            end -= 1
+        elif c in _OPENER and depth[_OPENER[c]] and unmatched[c] > 0:
+            depth[_OPENER[c]] -= 1
+            unmatched[c] -= 1
+            end -= 1
+        else:
+            break
+    return end
 
 
 def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
@@ -632,8 +709,8 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         value = v.group(0).rstrip()
         scheme = _SCHEME.match(value)
         vstart = end + (scheme.end() if scheme else 0)
-        rest = value[vstart - end:]
-        return None if not rest or rest == MASK else (vstart, end + len(value), None)
+        vend = _value_end(text, vstart, end + len(value))
+        return None if vend <= vstart or text[vstart:vend] == MASK else (vstart, vend, None)
     prefix = None
     if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
         prefix = _line_prefix(text, m.start())
@@ -645,11 +722,17 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         return None
     f = _V_FIELD.match(text, end)
     if f and f.group(0).strip() and f.group(0).strip() != MASK:
-        return end, end + len(f.group(0).rstrip()), None
+        vend = _value_end(text, end, end + len(f.group(0).rstrip()))
+        value = text[end:vend].strip()
+        return (end, vend, None) if value and value != MASK else None
     w = _V_WORD.match(text, end)
-    if not w or w.group("w") == MASK or w.group("w").startswith(MASK + "@"):
+    if not w:
         return None
-    return w.start("w"), w.end("w"), None
+    vend = _value_end(text, w.start("w"), w.end("w"))
+    value = text[w.start("w"):vend]
+    if not value or value == MASK or value.startswith(MASK + "@"):
+        return None
+    return w.start("w"), vend, None
 
 
 def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:

@@ -15,7 +15,7 @@ from oomdoctor.cli.common import add_output_options, emit, progress, terminal_wi
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from oomdoctor.explain.events import LogScanner, index_block
 from oomdoctor.explain.rank import Explanation, explain_scan
-from oomdoctor.explain.read import check_readable, iter_prepared, log_size
+from oomdoctor.explain.read import check_readable, iter_prepared_at, log_size
 from oomdoctor.render import explain as render
 
 NAME = "explain"
@@ -85,10 +85,10 @@ def _scan_files(scanner: LogScanner, paths: list[str], labels: list[str] | None,
     done, shown = 0, -1
     for i, path in enumerate(paths):
         scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
-        for buf, start, end, index in iter_prepared(path, index_block, workers=threads):  # indexed ahead
-            scanner.feed(buf, start, end, index)
+        for buf, start, end, index, offset, length in iter_prepared_at(path, index_block, workers=threads):
+            scanner.feed(buf, start, end, index, offset, length)  # indexed ahead; places are the log's offsets
             if update is not None:
-                done += end - start
+                done += length
                 pct = min(99, done * 100 // total)
                 if pct != shown:
                     shown = pct

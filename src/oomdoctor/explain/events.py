@@ -232,14 +232,24 @@ class LogScanner:
         self.source, self._line, self._tail, self._src_bytes, self._head = name, 0, b"", 0, b""
         self._next_sample, self._sample_end, self._env_rescanned = FULL_READING_BYTES, 0, 0
 
-    def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None) -> None:
+    def feed(self, block: bytes, start: int = 0, end: int | None = None, index: BlockIndex | None = None,
+             offset: int | None = None, length: int | None = None) -> None:
         """Scan the whole lines in block[start:end] (offsets avoid copying a reader's buffer).
 
-        `index` is `index_block(block, start, end, <bytes of this source fed so far>)`, computed ahead by a reader
-        thread; without it (or if it was made for another offset) it is computed here."""
+        `offset` is where block[start] stands in this source and `length` how many of its bytes the span stands
+        for (read.iter_prepared_at: more than end - start when its last line, over MAX_LINE, is handed on as its
+        head and tail). Without them the spans are taken as the source's bytes one after another. Places in the
+        log (where readings are sampled, where its head ends, LogScan.bytes) are counted in them, so that they do
+        not depend on which lines a reader shortened: the answer must not depend on --threads.
+        `index` is `index_block(block, start, end, offset)`, computed ahead by a reader thread; without it (or if
+        it was made for another offset) it is computed here."""
         end = len(block) if end is None else end
+        if offset is not None and offset > self._src_bytes:  # the middle of an over-long line, skipped
+            self._bytes += offset - self._src_bytes
+            self._src_bytes = offset
         if end <= start:
             return
+        length = end - start if length is None else max(length, end - start)
         if index is None or index.with_env != (self._src_bytes < P.ENV_BYTES):
             index = index_block(block, start, end, self._src_bytes)
         self._start, self._end = start, end
@@ -249,7 +259,7 @@ class LogScanner:
         elif self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
-            self._sample_readings(block, start, end, index)
+            self._sample_readings(block, start, end, index, length)
         for ls, before in index.lines:
             if ls < self._skip_to:
                 continue
@@ -261,8 +271,8 @@ class LogScanner:
         self._line += index.newlines
         if block[end - 1:end] != b"\n":
             self._line += 1
-        self._bytes += end - start
-        self._src_bytes += end - start
+        self._bytes += length
+        self._src_bytes += length
         if end - start >= LOOKBACK:
             self._tail = block[end - LOOKBACK:end]
         else:  # a short span (a pipe's short read): the tail is the stream's, whatever the spans
@@ -419,38 +429,40 @@ class LogScanner:
             self._dropped += 1
 
     # -- readings -------------------------------------------------------------------------------
-    def _sample_readings(self, block: bytes, start: int, end: int, index: BlockIndex) -> None:
+    def _sample_readings(self, block: bytes, start: int, end: int, index: BlockIndex, length: int) -> None:
         """Readings everywhere in the log's first FULL_READING_BYTES, then in SAMPLE_READING_BYTES from
         the first line start at or after each sample point. Points and windows are offsets in the
         log, so the same lines are sampled whatever spans the reader hands over (its threads, a pipe's
-        short reads): the answer must not depend on --threads.
+        short reads, the over-long lines it shortened): the answer must not depend on --threads.
 
         `index` already holds every line that can be an OOM message (the pre-filter's lines); only
         those are asked whether they are one, so that no OOM message counts as a reading."""
         src = self._src_bytes
+        places = _Places(block, start, end, src, length)
+        at, to = places.at, places.to
         if src < FULL_READING_BYTES:
-            hi = min(end, start + FULL_READING_BYTES - src)
+            hi = min(end, to(FULL_READING_BYTES))
             self._scan_readings(block, start, hi, self._line, index)
-        stop, cur = src + (end - start), src  # this span's end, and how far sampling has looked, in the log
+        stop, cur = src + length, src  # this span's end, and how far sampling has looked, in the log
         while True:
             if self._sample_end > cur:  # a window that began earlier goes on from here (a line start)
-                lo = start + (cur - src)
+                lo = to(cur)
             elif self._next_sample < stop:  # a sample point in this span: from its next line start
-                lo = start + max(0, self._next_sample - src, cur - src)
+                lo = to(max(self._next_sample, cur))
                 if lo > start and block[lo - 1:lo] != b"\n":
                     nl = block.find(b"\n", lo, end)
                     lo = end if nl < 0 else nl + 1
-                self._sample_end = src + (lo - start) + SAMPLE_READING_BYTES
+                self._sample_end = at(lo) + SAMPLE_READING_BYTES
                 step = SAMPLE_EVERY_BYTES if self._next_sample < DENSE_SAMPLING_BYTES else 8 * SAMPLE_EVERY_BYTES
                 self._next_sample = max(self._next_sample + step, self._sample_end)
             else:
                 return
-            hi = min(end, start + (self._sample_end - src))
+            hi = min(end, to(self._sample_end))
             if hi > lo:
                 self._scan_readings(block, lo, hi, self._line + _count_newlines(block, start, lo), index)
             if hi >= end:
                 return
-            cur = src + (hi - start)
+            cur = at(hi)
 
     def _scan_readings(self, block: bytes, lo: int, hi: int, line0: int, index: BlockIndex) -> None:
         """Memory figures printed per step in block[lo:hi], whose first line is line `line0 + 1` of
@@ -464,7 +476,11 @@ class LogScanner:
         base, pos = line0, 0  # lines of the log before `window`
         for ls in reading_line_starts(window):
             le = find(b"\n", ls)
-            line = window[ls:le if le >= 0 else len(window)].decode("utf-8", errors="replace")
+            le = len(window) if le < 0 else le
+            if le - ls > MAX_LINE:  # as the scanner reads it, whether or not the reader shortened it
+                line = (window[ls:ls + HEAD] + b"\r" + window[le - TAIL:le]).decode("utf-8", errors="replace")
+            else:
+                line = window[ls:le].decode("utf-8", errors="replace")
             if not P.has_reading_anchor(line):
                 continue
             r = P.parse_reading(line)
@@ -515,6 +531,33 @@ class LogScanner:
         if tail:
             n = tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
             self._samples.append((self.source, self._line - n + 1, tail.decode("utf-8", errors="replace")))
+
+
+class _Places:
+    """Between places in a span, block[start:end], and offsets in its log, where it starts at `src` and stands for
+    `length` bytes: more than end - start when its last line, over MAX_LINE, was handed on as its first HEAD bytes,
+    b"\\r" and its last TAIL bytes (read.py); the bytes after the b"\\r" stand `length - (end - start)` further on."""
+
+    __slots__ = ("start", "end", "src", "skip", "cut")
+
+    def __init__(self, block: bytes, start: int, end: int, src: int, length: int) -> None:
+        self.start, self.end, self.src, self.skip = start, end, src, max(0, length - (end - start))
+        self.cut = end
+        if self.skip:
+            last = block.rfind(b"\n", start, end - 1) + 1
+            self.cut = max(last, start) + HEAD  # the b"\r" in place of the line's middle
+
+    def at(self, pos: int) -> int:
+        """The log's offset of block[pos] (of the span's end for `end`)."""
+        return self.src + (pos - self.start) + (self.skip if pos > self.cut else 0)
+
+    def to(self, offset: int) -> int:
+        """Where the log's byte `offset` is in the span (past `end` for one after it); a byte of the skipped
+        middle of the last line is at the b"\\r" past its head."""
+        d = offset - self.src
+        if d <= self.cut - self.start:
+            return self.start + d
+        return max(self.cut + 1, self.start + d - self.skip)
 
 
 _DIGITS = re.compile(r"\d+")

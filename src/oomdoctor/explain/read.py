@@ -108,21 +108,32 @@ def iter_blocks(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterato
     Spans point into the reader's own buffers (a ring of `buffers`, see _spans), so a 1 GB log is
     not copied block by block; a line longer than MAX_LINE may come as its head and tail (see the module).
     """
+    blocks = _blocks_at(path, block_size, buffers)
+    try:
+        for buf, start, end, _, _ in blocks:
+            yield buf, start, end
+    finally:
+        blocks.close()  # the file closes when the consumer stops early
+
+
+def _blocks_at(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterator[tuple[bytes, int, int, int, int]]:
+    """As iter_blocks, each span with where it starts in the log and how many of the log's bytes it stands for
+    (see _spans_at)."""
     check_readable(path)
     try:
         if path == "-":
-            yield from _spans(sys.stdin.buffer, block_size, buffers)
+            yield from _spans_at(sys.stdin.buffer, block_size, buffers)
             return
         module = compression(path)
         if module is not None:
             d = _Decompressed(path, module)
             try:
-                yield from _spans(d, block_size, buffers)  # type: ignore[arg-type]
+                yield from _spans_at(d, block_size, buffers)  # type: ignore[arg-type]
             finally:
                 d.close()
             return
         with open(path, "rb") as f:
-            yield from _spans(f, block_size, buffers)
+            yield from _spans_at(f, block_size, buffers)
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
 
@@ -162,10 +173,24 @@ def aligned_buffer(size: int) -> tuple[bytearray, int]:
 def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, block_size: int = BLOCK,
                   ) -> Iterator[tuple[bytes, int, int, Any]]:
     """Like iter_blocks, plus `prepare(buf, start, end, offset)` for each span, computed ahead in
-    `workers` threads; `offset` is where the span starts in the log (the sum of the lengths of the
-    earlier spans, unless the tail of a line longer than MAX_LINE was skipped).
+    `workers` threads; `offset` is where the span starts in the log (past the middle of a line longer than
+    MAX_LINE, more than the sum of the lengths of the earlier spans).
 
     A span (and its buffer) stays valid until the consumer asks for the next one."""
+    spans = iter_prepared_at(path, prepare, workers=workers, block_size=block_size)
+    try:
+        for buf, start, end, prepared, _, _ in spans:
+            yield buf, start, end, prepared
+    finally:
+        spans.close()
+
+
+def iter_prepared_at(path: str, prepare: Prepare, *, workers: int | None = None, block_size: int = BLOCK,
+                     ) -> Iterator[tuple[bytes, int, int, Any, int, int]]:
+    """As iter_prepared, each span with its `offset` in the log and the `length` of the log it stands for: more
+    than end - start when its last line is over MAX_LINE and handed on as its head and tail. Which lines are
+    shortened depends on where reads fall (one reader's 8 MiB reads, the threads' windows); offsets and lengths
+    do not, so a consumer that counts in them answers the same for every thread count."""
     workers = workers if workers is not None else max(1, min(MAX_WORKERS, usable_cpus()))
     size = 0 if compression(path) else log_size(path)  # a compressed log is one stream: no windows
     if workers > 1 and 0 < size <= block_size:  # one block: threads would only cost start-up
@@ -174,12 +199,10 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
         yield from _iter_windows(path, size, prepare, workers, block_size)
         return
     if workers <= 1:
-        offset = 0
-        blocks = iter_blocks(path, block_size)
+        blocks = _blocks_at(path, block_size)
         try:
-            for buf, start, end in blocks:
-                yield buf, start, end, prepare(buf, start, end, offset)
-                offset += end - start
+            for buf, start, end, offset, length in blocks:
+                yield buf, start, end, prepare(buf, start, end, offset), offset, length
         finally:
             blocks.close()  # the file closes now when the consumer stops early, not when collected
         return
@@ -187,25 +210,23 @@ def iter_prepared(path: str, prepare: Prepare, *, workers: int | None = None, bl
     check_readable(path)
     with ThreadPoolExecutor(workers, thread_name_prefix="oomdoctor-log") as pool:
         pending: deque = deque()
-        offset = 0
         # depth + 2 buffers: `depth` in flight, one with the consumer, one being read. Read errors
         # become InputError in iter_blocks; an error of `prepare` (fut.result()) is raised as it
         # is, as on the one-thread path, even an OSError.
-        blocks = iter_blocks(path, block_size, buffers=depth + 2)
+        blocks = _blocks_at(path, block_size, buffers=depth + 2)
         try:
-            for buf, start, end in blocks:
-                pending.append((buf, start, end, pool.submit(prepare, buf, start, end, offset)))
-                offset += end - start
+            for buf, start, end, offset, length in blocks:
+                pending.append((buf, start, end, pool.submit(prepare, buf, start, end, offset), offset, length))
                 if len(pending) > depth:
-                    b, s, e, fut = pending.popleft()
-                    yield b, s, e, fut.result()
+                    b, s, e, fut, o, n = pending.popleft()
+                    yield b, s, e, fut.result(), o, n
             while pending:
-                b, s, e, fut = pending.popleft()
-                yield b, s, e, fut.result()
+                b, s, e, fut, o, n = pending.popleft()
+                yield b, s, e, fut.result(), o, n
         finally:
             blocks.close()  # closes the file (not stdin)
-            for *_, fut in pending:  # the consumer stopped early: drop what is queued
-                fut.cancel()
+            for item in pending:  # the consumer stopped early: drop what is queued
+                item[3].cancel()
 
 
 EXT = MAX_LINE + 1  # a window reaches this far past its block: the rest of the block's last line
@@ -265,14 +286,16 @@ def _iter_windows(path: str, size: int, prepare: Prepare, workers: int, block_si
             release()
             return None
         s, e = span
+        offset, length = w0 + s - base, e - s
         if e == base + wlen and w0 + wlen < size:  # the span's last line goes on past the window
             try:
-                e = _head_and_tail(fd, buf, s, e, w0 + wlen)
+                e, stop = _head_and_tail(fd, buf, s, e, w0 + wlen)
             except OSError as exc:
                 release()
                 raise _ReadError(exc.strerror or str(exc)) from exc
+            length = stop - offset
         try:
-            return buf, s, e, prepare(buf, s, e, w0 + s - base), release
+            return buf, s, e, prepare(buf, s, e, offset), release, offset, length
         except BaseException:
             release()
             raise
@@ -291,9 +314,9 @@ def _iter_windows(path: str, size: int, prepare: Prepare, workers: int, block_si
                     item = _read_result(pending.popleft(), path)
                     if item is None:
                         continue
-                    buf, s, e, prepared, release = item
+                    buf, s, e, prepared, release, offset, length = item
                     try:
-                        yield buf, s, e, prepared
+                        yield buf, s, e, prepared, offset, length
                     finally:
                         release()
             finally:
@@ -309,14 +332,15 @@ def _iter_windows(path: str, size: int, prepare: Prepare, workers: int, block_si
         os.close(fd)
 
 
-def _head_and_tail(fd: int, buf: bytearray, s: int, e: int, offset: int) -> int:
+def _head_and_tail(fd: int, buf: bytearray, s: int, e: int, offset: int) -> tuple[int, int]:
     """The span's last line, which goes on past the window at log byte `offset`, becomes its first HEAD bytes,
     b"\r" and its last TAIL bytes (read on from `offset` to its end, in bounded chunks), and a newline if it had
-    one; returns the span's new end. The blocks inside the line own no line start, so nobody else reads it."""
+    one; returns the span's new end, and where the line ends in the log (past its newline). The blocks inside the
+    line own no line start, so nobody else reads it."""
     nl = buf.rfind(b"\n", s, e)
     ls = nl + 1 if nl >= 0 else s
     if e - ls < MAX_LINE + 1:  # the window always holds more of it than this (EXT); never cut a short line
-        return e
+        return e, offset
     tail = bytes(buf[e - TAIL:e])
     ended = False
     while True:
@@ -326,12 +350,13 @@ def _head_and_tail(fd: int, buf: bytearray, s: int, e: int, offset: int) -> int:
         i = chunk.find(b"\n")
         if i >= 0:
             tail, ended = (tail + chunk[max(0, i - TAIL):i])[-TAIL:], True
+            offset += i + 1
             break
         tail = (tail + chunk[-TAIL:])[-TAIL:]
         offset += len(chunk)
     at = ls + HEAD
     buf[at:at + 1 + len(tail) + ended] = b"\r" + tail + (b"\n" if ended else b"")
-    return at + 1 + len(tail) + ended
+    return at + 1 + len(tail) + ended, offset
 
 
 def _pread(fd: int, buf: bytearray, base: int, w0: int, w1: int) -> int:
@@ -359,12 +384,23 @@ class _ReadError(Exception):
 
 
 def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[bytes, int, int]]:
-    """Reused buffers (no fresh 8 MiB allocation, and its page faults, per read), taken in turn; a
+    """(buffer, start, end) spans of whole lines read from `f` (see _spans_at)."""
+    for buf, start, end, _, _ in _spans_at(f, block_size, buffers):
+        yield buf, start, end
+
+
+def _spans_at(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[bytes, int, int, int, int]]:
+    """(buffer, start, end, offset, length): spans of whole lines, where each starts in the stream and how many of
+    its bytes it stands for (an over-long line, handed on as its head and tail, stands for all of its bytes).
+
+    Reused buffers (no fresh 8 MiB allocation, and its page faults, per read), taken in turn; a
     span is valid until `buffers - 1` more spans have been taken from the ring after it, which is how
     the scanner (one buffer) and iter_prepared (a ring) use them. A buffer moves on only when a span
     of it was handed out: reads inside one very long line (copied into `carry`) reuse the same
     buffer, or they would overwrite spans still waiting in iter_prepared's queue."""
     carry = b""  # the unfinished last line of the previous chunk
+    carry_at = 0  # where that line starts in the stream
+    read_at = 0  # where the next read starts in the stream
     skipping = False  # inside the middle of an over-long line
     head = tail = b""  # of the over-long line being skipped
     ring = [aligned_buffer(block_size) for _ in range(buffers)]
@@ -379,6 +415,8 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
                 view[:got] = data
         if not got:
             break
+        at = read_at - base  # buf[p] is the stream's byte p + at
+        read_at += got
         pos, end = base, base + got
         if skipping:
             nl = buf.find(b"\n", pos, end)
@@ -387,29 +425,31 @@ def _spans(f: BinaryIO, block_size: int, buffers: int = 1) -> Iterator[tuple[byt
                 continue
             tail = (tail + bytes(buf[max(pos, nl - TAIL):nl]))[-TAIL:]
             line = head + b"\r" + tail + b"\n"
-            yield line, 0, len(line)
+            yield line, 0, len(line), carry_at, nl + 1 + at - carry_at
             pos, skipping, head, tail = nl + 1, False, b"", b""
         first = buf.find(b"\n", pos, end)
         if first < 0:  # no newline: the line goes on
+            if not carry:
+                carry_at = pos + at
             carry += buf[pos:end]
             if len(carry) > MAX_LINE:
                 head, tail, carry, skipping = carry[:HEAD], carry[-TAIL:], b"", True
             continue
         if carry:  # finish the carried line: a small copy (the scanner reads a longer one as head and tail)
             line = carry + buf[pos:first + 1]
-            yield line, 0, len(line)
+            yield line, 0, len(line), carry_at, len(line)
             carry = b""
             pos = first + 1
         last = buf.rfind(b"\n", pos, end)
         if last >= pos:
             turn = (turn + 1) % buffers  # a span of this ring buffer is out: the next read takes the next one
-            yield buf, pos, last + 1
+            yield buf, pos, last + 1, pos + at, last + 1 - pos
             pos = last + 1
-        carry = bytes(buf[pos:end])
+        carry, carry_at = bytes(buf[pos:end]), pos + at
         if len(carry) > MAX_LINE:
             head, tail, carry, skipping = carry[:HEAD], carry[-TAIL:], b"", True
     if skipping:
         line = head + b"\r" + tail
-        yield line, 0, len(line)
+        yield line, 0, len(line), carry_at, read_at - carry_at
     elif carry:
-        yield carry, 0, len(carry)
+        yield carry, 0, len(carry), carry_at, len(carry)
