@@ -26,6 +26,7 @@ class ConfigFile:
     workloads: list[Workload]
     docs: list[YamlDoc] = field(default_factory=list)
     runs: list[DockerRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was left out (an unparseable `docker run` candidate)
 
 
 def parse_config(text: str, name: str) -> ConfigFile:
@@ -47,10 +48,11 @@ def parse_config(text: str, name: str) -> ConfigFile:
 
 
 def _script(text: str, name: str) -> ConfigFile:
-    runs = find_docker_runs(text, name)
+    notes: list[str] = []
+    runs = find_docker_runs(text, name, notes)
     if not runs:
         raise InputError(f"{name}: no `docker run` / `podman run` command found")
-    return ConfigFile(name, text, "docker-run", [r.workload for r in runs], runs=runs)
+    return ConfigFile(name, text, "docker-run", [r.workload for r in runs], runs=runs, notes=notes)
 
 
 def _yaml(text: str, name: str) -> ConfigFile:

@@ -1,0 +1,125 @@
+"""GIVEN the files of the session-27 new-user walkthrough WHEN audited THEN one file that audit cannot read
+does not stop the others, `docker run` inside an echo'd string is not a command, -o picks the format and
+refuses a directory, and the Kubernetes rules see every container the API server would check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.checks.audit import audit
+from oomdoctor.cli import main
+from oomdoctor.collectors.configs import load_config
+from oomdoctor.parsers.config_file import parse_config
+
+FIX = Path(__file__).parent / "fixtures" / "audit_s27"
+
+
+def _ids(name: str) -> list[str]:
+    return [a.finding.id for a in audit(load_config(str(FIX / name)))]
+
+
+# 1. one file audit cannot handle is skipped, the rest audited
+
+
+def test_an_unhandled_file_is_skipped_and_the_others_are_audited(capsys, tmp_path):
+    bad = tmp_path / "notes.sh"
+    bad.write_text("#!/bin/sh\necho hello\n")
+    files = [str(FIX / "pytorchjob.yaml"), str(bad), str(FIX / "hami-deploy.yaml")]
+    assert main(["audit", "--format", "json", *files]) == 1  # the findings decide, not the skipped file
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert [f["path"] for f in doc["files"]] == [files[0], files[2]]
+    assert any(f["findings"] for f in doc["files"])
+    assert doc["skipped"] == [{"path": str(bad), "reason": "no `docker run` / `podman run` command found"}]
+    assert f"skipped {bad}" in out.err and out.err.count("\n") == 1
+
+    assert main(["audit", *files]) == 1
+    text = capsys.readouterr().out
+    assert f"{bad}  (skipped: " in text and "1 file(s) skipped" in text and "pytorchjob.yaml  (kubernetes" in text
+
+
+def test_every_file_skipped_is_exit_2_in_one_line(capsys, tmp_path):
+    a, b = tmp_path / "a.sh", tmp_path / "b.yaml"
+    a.write_text("#!/bin/sh\necho hello\n")
+    b.write_text("just words\n")
+    assert main(["audit", "--format", "json", str(a), str(b)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and str(a) in out.err and str(b) in out.err
+
+
+# 2. `docker run` is found as a command, not inside a quoted string
+
+
+def test_a_docker_run_in_an_echoed_usage_string_is_not_a_command():
+    cfg = load_config(str(FIX / "echo-usage.sh"))
+    assert [w.line for w in cfg.workloads] == [3] and cfg.notes == []
+    assert cfg.workloads[0].containers[0].image == "myimage"
+    assert [w.line for w in load_config(str(FIX / "echo2.sh")).workloads] == [3]  # log "starting: docker run x"
+
+
+@pytest.mark.parametrize("script,lines", [
+    ('bash -lc "docker run --gpus all img python t.py"\n', [1]),
+    ("ssh node1 'cd /w && docker run --gpus all img python t.py'\n", [1]),
+    ("echo docker run --gpus all img\nsudo docker run --gpus all img python t.py\n", [2]),
+    ("X=1 nohup docker run --gpus all img python t.py &\nprintf '%s' \"docker run --gpus all\"\n", [1]),
+    ("if true; then docker run --gpus all img; fi\n", [1]),
+])
+def test_command_positions(script, lines):
+    cfg = parse_config("#!/bin/sh\n" + script, "x.sh")
+    assert [w.line - 1 for w in cfg.workloads] == lines
+    assert all(w.containers[0].image == "img" for w in cfg.workloads)
+
+
+def test_an_unparseable_candidate_is_skipped_with_a_note(capsys, tmp_path):
+    p = tmp_path / "x.sh"
+    p.write_text("#!/bin/sh\ndocker run --gpus all 'broken\ndocker run --gpus all img python t.py --num-workers 8\n")
+    assert main(["audit", "--format", "json", str(p)]) == 1
+    out = capsys.readouterr()
+    [f] = json.loads(out.out)["files"]
+    assert [a["id"] for a in f["findings"]] == ["AUD001"] and f["findings"][0]["line"] == 3
+    assert f["notes"] == ["line 2: cannot parse the docker run command (No closing quotation); skipped"]
+    assert "line 2: cannot parse" in out.err
+
+
+# 5. -o picks the format from its extension and refuses a directory
+
+
+@pytest.mark.parametrize("name,start", [("a.json", '{\n  "schema_version"'), ("a.html", "<!doctype html>"),
+                                         ("a.txt", str(FIX / "hami-deploy.yaml"))])
+def test_audit_output_format_follows_the_extension(tmp_path, capsys, name, start):
+    out = tmp_path / name
+    main(["audit", str(FIX / "hami-deploy.yaml"), "-o", str(out)])
+    assert out.read_text().startswith(start)
+
+
+def test_audit_fix_output_is_the_patched_copy_not_a_report(tmp_path, capsys):
+    src = tmp_path / "pod.yaml"
+    src.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n"
+                   "    image: nvcr.io/nvidia/pytorch:24.05-py3\n    command: [python, train.py, --num-workers, '4']\n"
+                   "    resources:\n      limits:\n        nvidia.com/gpu: 1\n        memory: 64Gi\n"
+                   "      requests:\n        memory: 64Gi\n")
+    out = tmp_path / "fixed.json"  # a name that would pick JSON for a report: here it is the patched copy
+    assert main(["audit", "--fix", "-o", str(out), str(src)]) == 0
+    report = capsys.readouterr().out
+    assert "AUD001" in report and "[fixed]" in report and not report.lstrip().startswith("{")
+    assert "/dev/shm" in out.read_text() and "schema_version" not in out.read_text()
+
+
+@pytest.mark.parametrize("argv", [
+    ["audit", str(FIX / "hami-deploy.yaml")],
+    ["fleet", str(Path(__file__).parent / "fixtures" / "reports")],
+    ["explain", str(Path(__file__).parent / "fixtures" / "audit_s27" / "cvd.sh")],
+])
+@pytest.mark.parametrize("existing", [False, True])
+def test_output_that_is_a_directory_is_refused(tmp_path, capsys, argv, existing):
+    target = tmp_path / "out"
+    if existing:
+        target.mkdir()
+    arg = str(target) if existing else str(target) + "/"
+    assert main([*argv, "-o", arg]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and err.count("\n") == 1
+    assert not target.is_file()
