@@ -123,3 +123,47 @@ def test_output_that_is_a_directory_is_refused(tmp_path, capsys, argv, existing)
     err = capsys.readouterr().err
     assert "is a directory" in err and err.count("\n") == 1
     assert not target.is_file()
+
+
+# 4. a request above its limit is refused by the API server; init containers are audited
+
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+
+
+def test_request_above_limit_is_an_error_not_a_qos_note():
+    [a] = audit(load_config(str(CONFIGS / "pod-request-over-limit.yaml")))
+    assert (a.finding.id, a.finding.severity.value) == ("AUD015", "error")
+    assert "32Gi > limits.memory 16Gi" in a.finding.title and a.line == 6
+    pod = ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: busybox\n"
+           "    resources: {requests: {cpu: '4', memory: 1Gi}, limits: {cpu: 2000m, memory: 1Gi}}\n")
+    assert [(a.finding.id, a.finding.evidence[0].fact) for a in audit(parse_config(pod, "p.yaml"))] == [
+        ("AUD015", "resources.requests.cpu")]
+    equal = pod.replace("cpu: '4'", "cpu: '2'")
+    assert audit(parse_config(equal, "p.yaml")) == []
+
+
+def test_init_containers_are_audited_like_containers():
+    found = audit(load_config(str(CONFIGS / "pod-gpu-init-container.yaml")))
+    assert {(a.finding.id, a.container) for a in found} == {
+        ("AUD001", "convert-ckpt"), ("AUD007", "convert-ckpt"), ("AUD005", "convert-ckpt")}
+
+
+# 6. NVIDIA_VISIBLE_DEVICES by hand is the plain-Docker way to pick GPUs; only a device plugin can be bypassed
+
+
+def test_nvidia_visible_devices_in_compose_and_docker_run_is_not_flagged():
+    assert _ids("compose-runtime.yml") == []
+    found = audit(load_config(str(FIX / "cvd.sh")))
+    assert [(a.finding.id, a.line) for a in found] == [("AUD013", 1)]  # the out-of-range index stays
+
+
+def test_nvidia_visible_devices_by_hand_in_a_pod_is_still_an_error():
+    assert {a.finding.id for a in audit(load_config(str(CONFIGS / "pod-nvidia-visible-all.yaml")))} == {"AUD013"}
+
+
+def test_cuda_visible_devices_indexes_the_gpus_nvidia_visible_devices_picked_under_the_nvidia_runtime():
+    run = "docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=1 -e CUDA_VISIBLE_DEVICES={} --shm-size=8g img python a.py\n"
+    [a] = audit(parse_config(run.format(1), "r.sh"))
+    assert a.finding.id == "AUD013" and "has 1 GPU(s)" in a.finding.title
+    assert audit(parse_config(run.format(0), "r.sh")) == []
