@@ -33,7 +33,8 @@ def test_an_unhandled_file_is_skipped_and_the_others_are_audited(capsys, tmp_pat
     doc = json.loads(out.out)
     assert [f["path"] for f in doc["files"]] == [files[0], files[2]]
     assert any(f["findings"] for f in doc["files"])
-    assert doc["skipped"] == [{"path": str(bad), "reason": "no `docker run` / `podman run` command found"}]
+    [skip] = doc["skipped"]
+    assert skip["path"] == str(bad) and skip["reason"].startswith("no `docker run` / `podman run` command found")
     assert f"skipped {bad}" in out.err and out.err.count("\n") == 1
 
     assert main(["audit", *files]) == 1
@@ -167,3 +168,48 @@ def test_cuda_visible_devices_indexes_the_gpus_nvidia_visible_devices_picked_und
     [a] = audit(parse_config(run.format(1), "r.sh"))
     assert a.finding.id == "AUD013" and "has 1 GPU(s)" in a.finding.title
     assert audit(parse_config(run.format(0), "r.sh")) == []
+
+
+# 3. Slurm batch scripts
+
+
+def test_a_slurm_batch_script_is_audited_for_its_gpus_and_memory(capsys):
+    cfg = load_config(str(FIX / "train.sbatch"))
+    assert cfg.type == "slurm"
+    [c] = cfg.workloads[0].containers
+    assert c.gpu_count == 8 and c.memory_limit == 64 * 2**30 and "--mem=64G" in c.memory_limit_source
+    [a] = audit(cfg)  # 8 GiB per GPU passes AUD005; /dev/shm is the host's: no AUD001
+    assert a.finding.id == "AUD013" and "names device 8" in a.finding.title and "per node" in a.finding.title
+    assert main(["audit", "--format", "json", str(FIX / "train.sbatch")]) == 1
+    out = capsys.readouterr().out
+    assert "hf_abcdEFGH" not in out and "S3cr3t" not in out
+
+
+@pytest.mark.parametrize("lines,mem,gpus", [
+    (["--gres=gpu:a100:4", "--mem-per-cpu=1G", "-c 2"], 2 * 2**30, 4),
+    (["--gpus-per-node=2", "--mem-per-gpu=1500"], 3000 * 2**20, 2),
+    (["--nodes=1", "-G 1", "--mem 2G"], 2 * 2**30, 1),
+])
+def test_slurm_memory_per_node_against_the_gpus(lines, mem, gpus):
+    text = "#!/bin/bash\n" + "".join(f"#SBATCH {ln}\n" for ln in lines) + "srun python train.py\n"
+    cfg = parse_config(text, "job.sbatch")
+    [c] = cfg.workloads[0].containers
+    assert (c.memory_limit, c.gpu_count) == (mem, gpus)
+    assert [a.finding.id for a in audit(cfg)] == (["AUD005"] if mem < gpus * 4 * 2**30 else [])
+
+
+def test_sbatch_mem_bounds_a_docker_run_without_a_limit_of_its_own():
+    [w] = load_config(str(FIX / "train-slurm-docker.sh")).workloads
+    c = w.containers[0]
+    assert c.memory_limit == 32 * 2**30 and c.memory_limit_source == "#SBATCH --mem=32G"
+    own = parse_config("#!/bin/bash\n#SBATCH --mem=32G\ndocker run -m 4g --gpus 2 --shm-size=1g img python t.py\n", "x.sh")
+    c = own.workloads[0].containers[0]
+    assert c.memory_limit == 4 * 2**30 and not c.memory_limit_source
+    assert [a.finding.id for a in audit(own)] == ["AUD005"]
+
+
+def test_a_script_with_neither_says_which_inputs_are_supported(tmp_path, capsys):
+    p = tmp_path / "x.sh"
+    p.write_text("#!/bin/sh\nsrun python train.py\n")
+    assert main(["audit", str(p)]) == 2
+    assert "Slurm batch scripts" in capsys.readouterr().err

@@ -162,6 +162,8 @@ def shm_bytes(w: Workload, c: ContainerSpec) -> tuple[Optional[int], str]:
     (None, why) means large or unbounded (host IPC, a hostPath, an unsized tmpfs); DEFAULT_SHM for the
     engine default.
     """
+    if w.source == "slurm":  # no container: the host's /dev/shm, which Slurm does not usually limit
+        return None, "the host's /dev/shm (a Slurm job runs in no container)"
     if w.host_ipc or c.ipc == "host":
         return None, "host IPC namespace (the host's /dev/shm)"
     if c.ipc.startswith("container:") or c.ipc.startswith("service:"):

@@ -76,7 +76,9 @@ def visible_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
     `NVIDIA_VISIBLE_DEVICES` is the toolkit's documented way to pick GPUs there [NCT], so that part applies
     to Kubernetes only (until session 27 it warned on compose and docker run too).
     `CUDA_VISIBLE_DEVICES` indexes the GPUs the container was given (0..n-1): an index >= n hides every
-    GPU or picks the wrong one [CUDAENV]; that part applies everywhere.
+    GPU or picks the wrong one [CUDAENV]; that part applies everywhere, Slurm batch scripts included (the
+    GPUs per node from `--gres=gpu:N`, `--gpus-per-node`; Slurm sets the variable to the GPUs it allocated,
+    https://slurm.schedmd.com/gres.html).
     """
     for c in main_containers(w):
         n = gpu_count(c)
@@ -103,15 +105,20 @@ def visible_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
         cvd = env_value(c, "CUDA_VISIBLE_DEVICES")
         if cvd is not None and given:
             items = [x.strip() for x in cvd.split(",") if x.strip()]
+            slurm = w.source == "slurm"
             ev = [("env CUDA_VISIBLE_DEVICES", shown_env("CUDA_VISIBLE_DEVICES", cvd)),
-                  ("GPUs given", "all" if n is None else str(n))]
+                  ("GPUs given", ("all" if n is None else str(n)) + (f" per node ({c.gpus})" if slurm else ""))]
             bad = [x for x in items if x.isdigit() and n is not None and int(x) >= n]
             uuids = [x for x in items if x.startswith(("GPU-", "MIG-"))]
             if bad:
+                top = str(max(0, (n or 1) - 1))
                 yield finding("AUD013", Layer.RUNTIME, Severity.ERROR, Confidence.HIGH,
-                              f"CUDA_VISIBLE_DEVICES={cvd} names device {bad[0]} but the container has {n} GPU(s) (0..{n - 1})",
-                              "CUDA_VISIBLE_DEVICES indexes the container's own GPUs; use 0.." + str(max(0, (n or 1) - 1))
-                              + " or remove it", w, c, path, ev, Category.CONTEXT_OR_DRIVER)
+                              f"CUDA_VISIBLE_DEVICES={cvd} names device {bad[0]} but the "
+                              f"{'job has' if slurm else 'container has'} {n} GPU(s){' per node' if slurm else ''} (0..{top})",
+                              ("CUDA_VISIBLE_DEVICES indexes the GPUs Slurm allocated (Slurm sets it for the job itself); "
+                               f"use 0..{top} or remove the export") if slurm else
+                              f"CUDA_VISIBLE_DEVICES indexes the container's own GPUs; use 0..{top} or remove it",
+                              w, c, path, ev, Category.CONTEXT_OR_DRIVER)
             elif uuids and w.source == "kubernetes":
                 yield finding("AUD013", Layer.RUNTIME, Severity.WARNING, Confidence.MEDIUM,
                               "CUDA_VISIBLE_DEVICES pins a GPU UUID the device plugin may not have allocated",

@@ -19,6 +19,9 @@ def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
     materialises a checkpoint in host memory before `.to("cuda")` (one copy per rank). A container
     limit under 4 GiB per GPU is OOM-killed during the model load, before training starts
     [OCPOOM][CGV2]. The floor is deliberately low: it flags limits that cannot work, not tight ones.
+    A Slurm batch script's limit is the job's memory on each node (`--mem`, `--mem-per-gpu` x GPUs,
+    `--mem-per-cpu` x CPUs; https://slurm.schedmd.com/sbatch.html) against its GPUs per node; a
+    `docker run` in such a script without `-m` is bounded by that `--mem` too.
     """
     for c in main_containers(w):
         limit = c.memory_limit
@@ -28,7 +31,9 @@ def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
         floor = FLOOR_PER_GPU * n
         if limit >= floor:
             continue
-        ev = [("memory limit", c.limits.get("memory") or c.memory_limit_raw), ("GPUs", str(n))]
+        shown = c.limits.get("memory") or c.memory_limit_raw
+        ev = [("memory limit", f"{shown} ({c.memory_limit_source})" if c.memory_limit_source else shown),
+              ("GPUs", f"{n} ({c.gpus})" if w.source == "slurm" and c.gpus else str(n))]
         if launcher(c):
             ev.append(("launcher", launcher(c)))
         yield finding("AUD005", Layer.RESOURCES, Severity.WARNING, Confidence.MEDIUM,
