@@ -1,4 +1,5 @@
-"""Find OOM risks in Kubernetes manifests, compose files and `docker run` lines; `--fix` writes a patched copy."""
+"""Find OOM risks in Kubernetes manifests, compose files, `docker run` lines and Slurm batch scripts; `--fix` writes
+a patched copy. A file that cannot be read is skipped (stderr, the report, JSON `skipped`); the others are audited."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError,
 from oomdoctor.redact import redact_rendered
 
 NAME = "audit"
-HELP = "find OOM risks in Kubernetes manifests, compose files and docker run lines"
+HELP = "find OOM risks in Kubernetes manifests, compose files, docker run lines and Slurm batch scripts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="manifests (multi-document, Helm output, List), compose files, scripts with `docker run`")
+                        help="manifests (multi-document, Helm output, List), compose files, scripts with `docker run`, "
+                             "Slurm batch scripts (#SBATCH)")
     parser.add_argument("--format", choices=("text", "json", "html"), default=None,
                         help="report format (default: html or json when -o's name ends so, else text)")
     parser.add_argument("-o", "--output", metavar="PATH", default=None,
