@@ -67,6 +67,7 @@ def test_a_docker_run_in_an_echoed_usage_string_is_not_a_command():
     ("echo docker run --gpus all img\nsudo docker run --gpus all img python t.py\n", [2]),
     ("X=1 nohup docker run --gpus all img python t.py &\nprintf '%s' \"docker run --gpus all\"\n", [1]),
     ("if true; then docker run --gpus all img; fi\n", [1]),
+    ('CMD="docker run --gpus all img python t.py"\n$CMD\nMSG="see: docker run --help"\n', [1]),
 ])
 def test_command_positions(script, lines):
     cfg = parse_config("#!/bin/sh\n" + script, "x.sh")

@@ -98,8 +98,10 @@ _PRINTERS = frozenset({"echo", "printf", "print", "cat", "log", "logger", "info"
                        "fail", "usage", "msg", "note", "debug", "say", "grep", "man", "read", ":", "true", "local",
                        "export", "declare", "readonly"})
 _SEPARATOR = re.compile(r"(?:;|&&|\|\||\||&|\(|\)|\{|\}|`|\$\(|\bthen\b|\bdo\b|\belse\b|\btime\b|!)\s*$")
-# A quoted string is itself a command when a shell (or ssh, eval, su -c) runs it: `bash -lc "docker run ..."`.
-_RUNS_STRING = re.compile(r"(?:\beval|\bssh\b.*|\b\w*sh\s+(?:-\w+\s+)*-\w*c|\bsu\b.*-c|\bwatch\b.*)\s*$")
+# A quoted string is itself a command when a shell (or ssh, eval, su -c) runs it: `bash -lc "docker run ..."`;
+# or a command kept for later, `CMD="docker run ..."` (then `$CMD` or `eval "$CMD"`).
+_RUNS_STRING = re.compile(r"(?:\beval|\bssh\b.*|\b\w*sh\s+(?:-\w+\s+)*-\w*c|\bsu\b.*-c|\bwatch\b.*)\s*$"
+                          r"|(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?[A-Za-z_]\w*=$")
 
 
 def _logical_start(text: str, line_start: int) -> int:
