@@ -32,7 +32,9 @@ EXPECTED = {
     "job-gpu-requests-mismatch.yaml": {"AUD007"},
     "list-kubectl-get.yaml": {"AUD001", "AUD006"},
     "mig-job.yaml": {"AUD010"},
+    "pod-gpu-init-container.yaml": {"AUD001", "AUD005", "AUD007"},  # init containers are audited (session 27)
     "pod-nvidia-visible-all.yaml": {"AUD013"},
+    "pod-request-over-limit.yaml": {"AUD015"},  # the API server rejects it; not an AUD006 QoS note
     "pytorchjob-ddp.yaml": {"AUD001"},
     "run-clean.sh": set(),
     "statefulset-4space-indent.yaml": {"AUD001", "AUD007"},

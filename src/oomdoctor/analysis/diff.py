@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from oomdoctor.analysis.diff_notes import explain, threshold_bonus
+from oomdoctor.analysis.diff_notes import brief, explain, explain_one_side, threshold_bonus
 from oomdoctor.facts import LAYERS, FactSet
 from oomdoctor.facts.keys import FACT_KEYS
 from oomdoctor.facts.report import DoctorReport
@@ -101,7 +101,9 @@ def _compare_lists(key: str, layer: str, weight: int, a: list, b: list) -> list[
                                   explain(key, a, b) or f"only in A: {only_a or '-'}; only in B: {only_b or '-'}"))
         return out
     # lists of records (Xid events, OOM kills): the count is what differs meaningfully
-    out.append(Difference(key, layer, a, b, weight, explain(key, a, b) or f"{len(a)} vs {len(b)} entries"))
+    counted = f"{len(a)} vs {len(b)} entries" if len(a) != len(b) else \
+        f"{len(a)} entr{'ies' if len(a) != 1 else 'y'} on each side, with different contents"
+    out.append(Difference(key, layer, a, b, weight, explain(key, a, b) or counted))
     return out
 
 
@@ -138,7 +140,7 @@ def diff_facts(a: FactSet, b: FactSet) -> tuple[list[Difference], int]:
                                         f"read on {'A' if pa else 'B'} only (empty there); not collected on the other side"))
                 continue
             diffs.append(Difference(key, spec.layer, va, vb, spec.weight * 0.6,
-                                    explain(key, va if pa else None, vb if pb else None)))
+                                    explain_one_side(key, known, "A" if pa else "B")))
         elif va != vb:
             continue  # unavailable on both sides, for different reasons: not a difference of the machines
         else:
@@ -168,6 +170,6 @@ def top_explanation(result: DiffResult) -> Optional[str]:
     for d in result.differences:
         if d.note and d.kind == "finding":  # the table's order: a finding on one side may rank first
             return f"{d.key} ({d.a if d.a is not None else d.b}): {d.note}"
-        if d.note and d.kind == "fact" and not d.note.startswith("read on "):
-            return f"{d.key}: {d.a!r} (A) vs {d.b!r} (B): {d.note}"
+        if d.note and d.kind == "fact" and not d.note.startswith(("read on ", "known on ")):
+            return f"{d.key}: {brief(d.a)} (A) vs {brief(d.b)} (B): {d.note}"  # a summary, never a repr of records
     return None

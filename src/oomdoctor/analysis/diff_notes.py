@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from oomdoctor.units import format_bytes
+
 # Driver branch -> highest CUDA it supports (the `CUDA Version` nvidia-smi prints) [RN132][RN12x]
 DRIVER_MAX_CUDA = {
     450: "11.0", 455: "11.1", 460: "11.2", 465: "11.3", 470: "11.4", 495: "11.5", 510: "11.6", 515: "11.7",
@@ -69,10 +71,9 @@ def explain(key: str, a: Any, b: Any) -> str:
     if key in ("cgroup.memory_limit_bytes", "cgroup.memory_high_bytes"):
         return "container memory limit differs: above it the job is OOMKilled (exit 137) [CGV2][OCPOOM]"
     if key == "workload.oom_events":
-        return (f"the logs' OOM-like events differ (A: {_event_kinds(a)}; B: {_event_kinds(b)}); kinds as "
-                "`oomdoctor explain` names them, with the cause each points to")
-    if key in ("cgroup.oom_kill", "cgroup.oom_events", "kernel.oom_kills", "k8s.terminations"):
-        return "host/cgroup OOM kills seen on one side: the job ran out of host RAM, not GPU memory [OOMKILLC]"
+        return _events(a, b)
+    if key in _OOM_KILL_KEYS:
+        return _kills(a, b)
     if key.startswith("sharing.") and key != "sharing.processes":
         return ("GPU sharing layer differs: HAMi/vcuda/cGPU/MPS/MIG limit or hook what the job may allocate "
                 "(seed case: gpu-manager interfered) [HAMICORE][TKEGM][MPSENV]")
@@ -118,6 +119,110 @@ def threshold_bonus(key: str, a: Any, b: Any) -> float:
     return 0.0
 
 
+_OOM_KILL_KEYS = ("cgroup.oom_kill", "cgroup.oom_events", "kernel.oom_kills", "k8s.terminations")
+# the figures an OOM message gives, in the order a reader compares them
+_EVENT_FIGURES = (("requested_bytes", "requested"), ("total_bytes", "GPU total"), ("free_bytes", "free"),
+                  ("allocated_bytes", "allocated by PyTorch"), ("reserved_bytes", "reserved by PyTorch"),
+                  ("reserved_unallocated_bytes", "reserved but unallocated"), ("process_bytes", "process"))
+
+
+def explain_one_side(key: str, known: Any, side: str) -> str:
+    """A fact read on one side only (`side`), unavailable on the other: nothing was compared, so no note may
+    claim a difference of the machines ("driver build differs within a branch" for 580.95.05 vs
+    unavailable, "OOM kills seen on one side" for 0 vs unavailable: session 27). Only evidence that stands
+    on its own (OOM kills or OOM-like events that were seen) is named."""
+    other = "B" if side == "A" else "A"
+    if key in _OOM_KILL_KEYS and _positive(known):
+        return (f"host/cgroup OOM kills seen on {side} ({brief(known)}); not read on {other}: "
+                "the job ran out of host RAM, not GPU memory [OOMKILLC]")
+    if key == "workload.oom_events" and isinstance(known, list) and known:
+        return f"OOM-like events in {side}'s logs ({brief(known)}); {other} has no logs to compare"
+    return f"known on {side} only; not read on {other}, so nothing to compare"
+
+
+def _kills(a: Any, b: Any) -> str:
+    pa, pb = _positive(a), _positive(b)
+    if pa and pb:
+        return (f"host/cgroup OOM kills on both sides, in different numbers (A: {brief(a)}; B: {brief(b)}): "
+                "the job ran out of host RAM, not GPU memory [OOMKILLC]")
+    if pa or pb:
+        return (f"host/cgroup OOM kills seen on {'A' if pa else 'B'} only: the job ran out of host RAM, not GPU "
+                "memory [OOMKILLC]")
+    return "host/cgroup OOM kill records differ, with no kill on either side"
+
+
+def _positive(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return v > 0
+    return isinstance(v, (list, dict)) and bool(v)
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """A value as a reader wants it in one line: OOM events summarised (count, kinds, causes), other lists
+    and records as their count or short JSON, never a Python repr of a structure."""
+    import json
+
+    from oomdoctor.units import cut_words
+
+    if isinstance(value, list) and value and all(isinstance(e, dict) and "kind" in e for e in value):
+        n = sum(_count(e) for e in value)
+        return f"{n} event{'s' if n != 1 else ''}: {_event_kinds(value)}"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+        if len(text) > limit:
+            return f"{len(value)} entr{'ies' if len(value) != 1 else 'y'}"
+        return text
+    if isinstance(value, str):
+        return cut_words(repr(value), limit)
+    return "-" if value is None else str(value)
+
+
+def _count(e: dict) -> int:
+    n = e.get("count")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def _events(a: Any, b: Any) -> str:
+    ka, kb = _event_kinds(a), _event_kinds(b)
+    if ka != kb:
+        return (f"the logs' OOM-like events differ (A: {ka}; B: {kb}); kinds as `oomdoctor explain` names them, "
+                "with the cause each points to")
+    # the same kinds and causes on both sides: say what does differ (the figures, the counts, the files)
+    la, lb = (v if isinstance(v, list) else [] for v in (a, b))
+    parts = []
+    for field, label in _EVENT_FIGURES:
+        fa, fb = _figure(la, field), _figure(lb, field)
+        if fa != fb and (fa is not None or fb is not None):
+            parts.append(f"{label} {format_bytes(fa) if fa is not None else '-'} vs "
+                         f"{format_bytes(fb) if fb is not None else '-'}")
+    files_a, files_b = _files(la), _files(lb)
+    if files_a != files_b:
+        parts.append(f"logs {', '.join(files_a) or '-'} vs {', '.join(files_b) or '-'}")
+    differs = "; ".join(parts[:4]) if parts else "the messages' text only"
+    return f"the same kinds and causes of OOM-like events on both sides ({ka}); what differs: {differs}"
+
+
+def _figure(events: list, field: str) -> Optional[int]:
+    """The first event's figure (the first OOM is the one that killed the job)."""
+    for e in events:
+        nums = e.get("numbers") if isinstance(e, dict) else None
+        v = nums.get(field) if isinstance(nums, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return None
+
+
+def _files(events: list) -> list[str]:
+    out: list[str] = []
+    for e in events:
+        f = e.get("file") if isinstance(e, dict) else None
+        if isinstance(f, str) and f not in out:
+            out.append(f)
+    return out[:3]
+
+
 def _event_kinds(v: Any) -> str:
     """'torch_oom -> fragmentation x3, shm_error -> shm_exhausted' for a workload.oom_events value."""
     counts: dict[str, int] = {}
@@ -127,3 +232,6 @@ def _event_kinds(v: Any) -> str:
             n = e.get("count")
             counts[name] = counts.get(name, 0) + (n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1)
     return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(counts.items())[:6]) or "none"
+
+
+event_kinds = _event_kinds  # for the renderers' table cells

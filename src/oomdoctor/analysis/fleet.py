@@ -47,7 +47,8 @@ class FleetResult:
     groups: list[tuple[str, list[str]]]
     outliers: list[tuple[str, list[str]]]
     finding_counts: dict[str, int]
-    finding_severity: dict[str, str] = field(default_factory=dict)
+    finding_severity: dict[str, str] = field(default_factory=dict)  # the worst severity a node had
+    finding_severity_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # id -> severity -> nodes
     group_values: dict[str, dict[str, Any]] = field(default_factory=dict)
     group_differs: dict[str, list[str]] = field(default_factory=dict)  # vs the nearest bigger group
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -62,6 +63,7 @@ class FleetResult:
             "outliers": [{"node": n, "differs_in": keys} for n, keys in self.outliers],
             "finding_counts": self.finding_counts,
             "finding_severity": self.finding_severity,
+            "finding_severity_counts": self.finding_severity_counts,
             "skipped": [{"source": s, "reason": r} for s, r in self.skipped],
             "duplicate_reports": self.duplicates,
         }
@@ -158,11 +160,13 @@ def aggregate(summaries: Iterable[NodeSummary], skipped: Iterable[tuple[str, str
     values: dict[str, dict[str, Any]] = {}
     counts: Counter[str] = Counter()
     severity: dict[str, str] = {}
+    per_severity: dict[str, Counter[str]] = {}
     for s in nodes.values():
         by_fp.setdefault(s.fingerprint, []).append(s.name)
         values.setdefault(s.fingerprint, s.values)
         counts.update(s.findings.keys())
         for fid, sev in s.findings.items():
+            per_severity.setdefault(fid, Counter())[sev] += 1
             if _SEVERITY_RANK.get(sev, 0) >= _SEVERITY_RANK.get(severity.get(fid, "info"), 0):
                 severity[fid] = sev
     groups = sorted(((fp, sorted(names)) for fp, names in by_fp.items()), key=lambda g: (-len(g[1]), g[0]))
@@ -187,4 +191,7 @@ def aggregate(summaries: Iterable[NodeSummary], skipped: Iterable[tuple[str, str
             outlier_keys.setdefault(s.name, set()).update(s.health)
     outliers = sorted((n, sorted(keys)) for n, keys in outlier_keys.items())
     finding_counts = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    return FleetResult(len(nodes), groups, outliers, finding_counts, severity, values, differs, list(skipped), duplicates)
+    by_sev = {fid: dict(sorted(per_severity[fid].items(), key=lambda kv: -_SEVERITY_RANK.get(kv[0], 0)))
+              for fid in finding_counts}
+    return FleetResult(len(nodes), groups, outliers, finding_counts, severity, by_sev, values, differs, list(skipped),
+                       duplicates)

@@ -68,12 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from oomdoctor.cli.common import settle_format
 
-    settle_format(args)
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help()
         return EXIT_USAGE
     try:
+        settle_format(args)  # may refuse -o (a directory): one line, exit 2, like every other usage error
         return int(module.run(args))
     except OomDoctorError as exc:
         print(f"oomdoctor {args.command}: {_one_line(exc.message)}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Find OOM risks in Kubernetes manifests, compose files and `docker run` lines; `--fix` writes a patched copy."""
+"""Find OOM risks in Kubernetes manifests, compose files, `docker run` lines and Slurm batch scripts; `--fix` writes
+a patched copy. A file that cannot be read is skipped (stderr, the report, JSON `skipped`); the others are audited."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, OomDoctorError,
 from oomdoctor.redact import redact_rendered
 
 NAME = "audit"
-HELP = "find OOM risks in Kubernetes manifests, compose files and docker run lines"
+HELP = "find OOM risks in Kubernetes manifests, compose files, docker run lines and Slurm batch scripts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="manifests (multi-document, Helm output, List), compose files, scripts with `docker run`")
-    parser.add_argument("--format", choices=("text", "json", "html"), default="text", help="report format (default: text)")
+                        help="manifests (multi-document, Helm output, List), compose files, scripts with `docker run`, "
+                             "Slurm batch scripts (#SBATCH)")
+    parser.add_argument("--format", choices=("text", "json", "html"), default=None,
+                        help="report format (default: html or json when -o's name ends so, else text)")
     parser.add_argument("-o", "--output", metavar="PATH", default=None,
                         help="report destination; with --fix: where the patched copy goes (a directory for several files)")
     parser.add_argument("--fix", action="store_true",
@@ -42,20 +45,40 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fix with {len(args.files)} files: -o must be an existing directory")
 
     results = []
+    skipped: list[tuple[str, str]] = []  # (path, why): one file audit cannot read does not stop the others
     for path in args.files:
-        cfg = load_config(path)
+        try:
+            cfg = load_config(path)
+        except InputError as exc:
+            skipped.append((path, _reason(path, exc.message)))
+            continue
         findings = audit(cfg)
-        entry = render.AuditedFile(cfg.path, cfg.type, len(cfg.workloads), findings)
+        entry = render.AuditedFile(cfg.path, cfg.type, len(cfg.workloads), findings, notes=list(cfg.notes))
+        for note in cfg.notes:
+            print(f"oomdoctor audit: {cfg.path}: {note}", file=sys.stderr)
         if args.fix:
             _fix(cfg, entry, args)
         results.append(entry)
 
-    content = {"json": render.to_json, "html": render.to_html}.get(args.format, render.to_text)(results)
+    if not results:  # nothing could be audited: the run failed (exit 2), one line naming the file(s)
+        raise InputError("; ".join(f"{p}: {why}" for p, why in skipped))
+    for path, why in skipped:
+        print(redact_rendered(f"oomdoctor audit: skipped {path}: {why}", "text"), file=sys.stderr)
+    fmt = args.format or "text"
+    content = {"json": render.to_json, "html": render.to_html}.get(fmt, render.to_text)(results, skipped)
     report_to = None if (args.fix and not args.in_place) else args.output
-    _emit(redact_rendered(content, args.format), report_to)  # the report only: fixed files keep their values
+    _emit(redact_rendered(content, fmt), report_to)  # the report only: fixed files keep their values
     worst = [a for f in results for a in f.findings
              if a.finding.severity.rank >= 1 and a.finding.id not in f.fixed_ids]
     return EXIT_FINDINGS if worst else EXIT_OK
+
+
+def _reason(path: str, message: str) -> str:
+    """The InputError's text without the file name it starts with (the skip line names the file)."""
+    for prefix in (f"{path}: ", "<stdin>: "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
 
 
 def _emit(content: str, output: str | None) -> None:

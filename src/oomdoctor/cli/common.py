@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from oomdoctor.errors import InputError
+from oomdoctor.errors import InputError, UsageError
 
 FORMATS = ("text", "json", "html")
 
@@ -23,10 +23,21 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def settle_format(args: argparse.Namespace) -> None:
     """No --format: the -o file's extension says it (`report RUN -o report.html`, as the README writes it, wrote
-    text into report.html), else text."""
+    text into report.html), else text. A report's -o must name a file: `-o out/` (or an existing directory)
+    wrote a file named `out` (session 27), so it is refused here, for every command, with one line.
+
+    `audit --fix -o OUT` names the patched copy (a directory for several files), not the report: left alone."""
+    patching = bool(getattr(args, "fix", False) or getattr(args, "in_place", False))
+    out = getattr(args, "output", None) or ""
+    if out and out != "-" and not patching:
+        from pathlib import Path  # lazily: ~5 ms of every command's start-up
+
+        if out.endswith(("/", os.sep)) or Path(out).is_dir():
+            raise UsageError(f"-o {out}: is a directory; -o takes a file name (e.g. -o {out.rstrip('/' + os.sep) or '.'}/"
+                             f"{'node.tar.gz' if not hasattr(args, 'format') else 'report.' + (args.format or 'txt')})")
     if getattr(args, "format", "") is None:
-        out = (getattr(args, "output", None) or "").lower()
-        args.format = "html" if out.endswith((".html", ".htm")) else "json" if out.endswith(".json") else "text"
+        low = "" if patching else out.lower()
+        args.format = "html" if low.endswith((".html", ".htm")) else "json" if low.endswith(".json") else "text"
 
 
 def wants_color(args: argparse.Namespace) -> bool:

@@ -5,16 +5,24 @@ Pure: takes the text and the name to quote in errors. The collector reads the by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from oomdoctor.errors import InputError
 from oomdoctor.parsers.compose import is_compose, workloads_from_compose
 from oomdoctor.parsers.config_model import Workload
 from oomdoctor.parsers.docker_run import DockerRun, find_docker_runs
 from oomdoctor.parsers.manifests import workloads_from_documents
+from oomdoctor.parsers.slurm import docker_size as slurm_docker_size
+from oomdoctor.parsers.slurm import (
+    gpus_per_node,
+    is_slurm_script,
+    memory_per_node,
+    sbatch_options,
+    slurm_workload,
+)
 from oomdoctor.parsers.yamldocs import YamlDoc, load_documents
 
-_SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".txt", ".cmd", ".run", ".md")
+_SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".txt", ".cmd", ".run", ".md", ".sbatch", ".slurm")
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -22,10 +30,11 @@ _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 class ConfigFile:
     path: str
     text: str
-    type: str  # kubernetes | compose | docker-run
+    type: str  # kubernetes | compose | docker-run | slurm
     workloads: list[Workload]
     docs: list[YamlDoc] = field(default_factory=list)
     runs: list[DockerRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was left out (an unparseable `docker run` candidate)
 
 
 def parse_config(text: str, name: str) -> ConfigFile:
@@ -47,10 +56,28 @@ def parse_config(text: str, name: str) -> ConfigFile:
 
 
 def _script(text: str, name: str) -> ConfigFile:
-    runs = find_docker_runs(text, name)
+    notes: list[str] = []
+    runs = find_docker_runs(text, name, notes)
+    slurm = is_slurm_script(text)
+    if not runs and slurm:
+        return ConfigFile(name, text, "slurm", [slurm_workload(text, name)], notes=notes)
     if not runs:
-        raise InputError(f"{name}: no `docker run` / `podman run` command found")
-    return ConfigFile(name, text, "docker-run", [r.workload for r in runs], runs=runs)
+        raise InputError(f"{name}: no `docker run` / `podman run` command found (audit reads Kubernetes manifests, "
+                         "compose files, scripts with `docker run`, and Slurm batch scripts with #SBATCH lines)")
+    workloads = [r.workload for r in runs]
+    if slurm:  # `srun docker run ...` in a batch script: the job's --mem bounds a container that sets no -m
+        workloads = [_with_slurm_memory(w, text) for w in workloads]
+    return ConfigFile(name, text, "docker-run", workloads, runs=runs, notes=notes)
+
+
+def _with_slurm_memory(w: Workload, text: str) -> Workload:
+    opts = sbatch_options(text)
+    mem, src = memory_per_node(opts, gpus_per_node(opts)[0])
+    c = w.containers[0]
+    if not mem or c.memory_limit_raw:
+        return w
+    c = replace(c, memory_limit_raw=slurm_docker_size(mem), memory_limit_source=f"#SBATCH {src}")
+    return replace(w, containers=(c,))
 
 
 def _yaml(text: str, name: str) -> ConfigFile:

@@ -104,6 +104,7 @@ class ContainerSpec:
     gpu_count: Optional[int] = None  # None = all / unknown
     runtime: str = ""
     memory_limit_raw: str = ""
+    memory_limit_source: str = ""  # where a limit not written on the container came from (`#SBATCH --mem=32G`)
     tmpfs: tuple[VolumeSpec, ...] = ()
     problems: tuple[str, ...] = ()  # GPU device-request mistakes the parser saw (compose/docker run)
 
@@ -144,8 +145,8 @@ def is_gpu_resource(name: str) -> bool:
 class Workload:
     """A pod template (Kubernetes), a service (compose) or one `docker run` (shell)."""
 
-    source: str  # kubernetes | compose | docker-run
-    kind: str  # Pod, Deployment, ..., ComposeService, DockerRun
+    source: str  # kubernetes | compose | docker-run | slurm
+    kind: str  # Pod, Deployment, ..., ComposeService, DockerRun, sbatch
     name: str
     containers: tuple[ContainerSpec, ...] = ()
     volumes: tuple[VolumeSpec, ...] = ()

@@ -60,22 +60,99 @@ def _tokens(line: str) -> list[str]:
     return list(lex)
 
 
-def find_docker_runs(text: str, name: str) -> list[DockerRun]:
+def find_docker_runs(text: str, name: str, notes: list[str] | None = None) -> list[DockerRun]:
+    """Every `docker run` that the shell would run. Words inside a quoted string (`echo "usage: docker run
+    --gpus all IMAGE"`) or handed to a command that prints them are not a command; a candidate that does
+    not tokenise is skipped with a note in `notes` (the others are still audited). Only when no candidate
+    parses at all is the file an input error."""
     runs: list[DockerRun] = []
+    failed: list[str] = []
     for m in _RUN.finditer(text):
         line_start = text.rfind("\n", 0, m.start()) + 1
         before = text[line_start:m.start()]
         if "#" in before and before.lstrip().startswith("#"):
             continue  # a commented-out command
+        quote = _command_quote(text[_logical_start(text, line_start):m.start()])
+        if quote is None:
+            continue
         lineno = text.count("\n", 0, m.start()) + 1
         logical = _logical_line(text, m.end())
+        if quote:  # `bash -c "docker run ..."`: the command ends where the string does
+            logical = _until_quote(logical, quote)
         try:
             tokens = _tokens(logical)
         except ValueError as exc:
-            raise InputError(f"{name}: line {lineno}: cannot parse the {m.group(1)} run command ({exc})") from None
+            failed.append(f"line {lineno}: cannot parse the {m.group(1)} run command ({exc})")
+            continue
         workload = _parse(tokens, lineno, m.group(1), len(runs))
         runs.append(DockerRun(workload, m.end()))
+    if failed and not runs:
+        raise InputError(f"{name}: {failed[0]}")
+    if notes is not None:
+        notes.extend(f"{f}; skipped" for f in failed)
     return runs
+
+
+# Commands whose arguments are text to show, not a command to run: `echo docker run ...`, `log "..."`.
+_PRINTERS = frozenset({"echo", "printf", "print", "cat", "log", "logger", "info", "warn", "warning", "error", "die",
+                       "fail", "usage", "msg", "note", "debug", "say", "grep", "man", "read", ":", "true", "local",
+                       "export", "declare", "readonly"})
+_SEPARATOR = re.compile(r"(?:;|&&|\|\||\||&|\(|\)|\{|\}|`|\$\(|\bthen\b|\bdo\b|\belse\b|\btime\b|!)\s*$")
+# A quoted string is itself a command when a shell (or ssh, eval, su -c) runs it: `bash -lc "docker run ..."`;
+# or a command kept for later, `CMD="docker run ..."` (then `$CMD` or `eval "$CMD"`).
+_RUNS_STRING = re.compile(r"(?:\beval|\bssh\b.*|\b\w*sh\s+(?:-\w+\s+)*-\w*c|\bsu\b.*-c|\bwatch\b.*)\s*$"
+                          r"|(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?[A-Za-z_]\w*=$")
+
+
+def _logical_start(text: str, line_start: int) -> int:
+    """The start of the logical shell line holding `line_start`: back over `\\<newline>` continuations."""
+    while line_start > 0:
+        prev = text.rfind("\n", 0, line_start - 1) + 1
+        seg = text[prev:line_start - 1].rstrip("\r")
+        if not (seg.endswith("\\") and not seg.endswith("\\\\")):
+            break
+        line_start = prev
+    return line_start
+
+
+def _until_quote(line: str, quote: str) -> str:
+    i = 0
+    while i < len(line):
+        if line[i] == "\\" and quote == '"':
+            i += 2
+            continue
+        if line[i] == quote:
+            return line[:i]
+        i += 1
+    return line
+
+
+def _command_quote(prefix: str) -> str | None:
+    """Whether what precedes `docker` on its shell line leaves it in a command's place: not inside a quoted
+    string (unless a shell runs that string), and not an argument of echo/printf/log. None: not a command;
+    '' a command; a quote character: a command inside a string of that quote that a shell runs."""
+    quote, opened, i = "", -1, 0
+    while i < len(prefix):
+        ch = prefix[i]
+        if quote == "'":
+            if ch == "'":
+                quote = ""
+        elif ch == "\\":
+            i += 1
+        elif quote == '"':
+            if ch == '"':
+                quote = ""
+        elif ch in "'\"":
+            quote, opened = ch, i
+        i += 1
+    if quote:
+        inside = prefix[opened + 1:]
+        runs = (not inside.strip() or bool(_SEPARATOR.search(inside))) and bool(_RUNS_STRING.search(prefix[:opened]))
+        return quote if runs else None
+    segment = re.split(r";|&&|\|\||\||&|\(|`|\$\(|\bthen\b|\bdo\b|\belse\b", prefix)[-1].split()
+    words = [w for w in segment if not re.match(r"^[A-Za-z_]\w*=", w) and w not in ("$", ">", "-", "*", "+", "sudo",
+                                                                                  "exec", "nohup", "command")]
+    return "" if not words or words[0] not in _PRINTERS else None
 
 
 def _gpu_count(value: str) -> int | None:

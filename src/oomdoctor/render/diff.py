@@ -5,15 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from oomdoctor.analysis.diff_notes import event_kinds
 from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
+from oomdoctor.units import cut_words
 
 
 def _short(value: Any, width: int = 34) -> str:
+    """A table cell: OOM events as their summary (count, kinds, causes), anything else cut after a whole
+    word (units.cut_words), never inside one where a space allows."""
     if value is None:
         return "-"
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if isinstance(value, list) and value and all(isinstance(e, dict) and "kind" in e for e in value):
+        text = event_kinds(value)  # 'torch_oom -> true_capacity x2'
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return cut_words(text, width)
 
 
 def to_json(result, headline: str | None) -> str:

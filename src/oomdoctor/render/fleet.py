@@ -29,6 +29,15 @@ def _describe(values: dict[str, Any]) -> str:
     return " ".join(parts[:2]) + (", " if len(parts) > 2 else "") + ", ".join(parts[2:]) if parts else "no fingerprint facts"
 
 
+def by_severity(result, fid: str) -> str:
+    """'error 1, warning 1, info 6': how many nodes had the finding at each severity (a check's severity
+    depends on the node: CUDA001 is info where the driver is new enough, an error where it is not)."""
+    counts = getattr(result, "finding_severity_counts", {}).get(fid) or {}
+    if not counts:
+        return result.finding_severity.get(fid, "")
+    return ", ".join(f"{sev} {counts[sev]}" for sev in _SEV_COLOR if counts.get(sev))
+
+
 def to_text(result, max_groups: int = 10, max_outliers: int = 50) -> str:
     lines = [f"{result.nodes} node(s), {len(result.groups)} configuration group(s), {len(result.outliers)} outlier(s)"]
     if result.duplicates:
@@ -49,13 +58,13 @@ def to_text(result, max_groups: int = 10, max_outliers: int = 50) -> str:
         lines.append(f"  {node:<32} {', '.join(keys)}")
     if len(result.outliers) > max_outliers:
         lines.append(f"  ... {len(result.outliers) - max_outliers} more (see --format json)")
-    lines += ["", "Findings across the fleet (nodes):"]
+    lines += ["", "Findings across the fleet (nodes, by severity on each node):"]
     if not result.finding_counts:
         lines.append("  none")
     top = max(result.finding_counts.values(), default=1)
     for fid, n in result.finding_counts.items():
         bar = "#" * max(1, round(30 * n / top))
-        lines.append(f"  {fid:<8} {result.finding_severity.get(fid, ''):<8} {n:>6}  {bar}")
+        lines.append(f"  {fid:<8} {n:>6}  {by_severity(result, fid):<34} {bar}")
     for src, why in result.skipped[:20]:
         lines.append(f"skipped {src}: {why}")
     if len(result.skipped) > 20:
@@ -69,4 +78,5 @@ def to_html(result) -> str:
     groups = [{"fp": fp, "n": len(names), "desc": _describe(result.group_values.get(fp, {})),
                "differs": ", ".join(result.group_differs.get(fp, [])), "sample": ", ".join(names[:5])}
               for fp, names in result.groups[:100]]
-    return render_page("fleet.html.j2", "oomdoctor fleet", result=result, groups=groups, chart=chart)
+    findings = [{"id": f, "n": n, "by_severity": by_severity(result, f)} for f, n in list(result.finding_counts.items())[:200]]
+    return render_page("fleet.html.j2", "oomdoctor fleet", result=result, groups=groups, chart=chart, findings=findings)

@@ -61,7 +61,10 @@ def finding(rule: str, layer: Layer, severity: Severity, confidence: Confidence,
 
 
 def main_containers(w: Workload) -> list[ContainerSpec]:
-    return [c for c in w.containers if not c.init]
+    """Every container the pod runs, init containers included: they get GPUs, /dev/shm and memory limits the
+    same way (a checkpoint-conversion init container with DataLoader workers hits the 64 MiB /dev/shm too),
+    and the API server validates their resources alike. They were left out until session 27."""
+    return list(w.containers)
 
 
 def command_text(c: ContainerSpec) -> str:
@@ -159,6 +162,8 @@ def shm_bytes(w: Workload, c: ContainerSpec) -> tuple[Optional[int], str]:
     (None, why) means large or unbounded (host IPC, a hostPath, an unsized tmpfs); DEFAULT_SHM for the
     engine default.
     """
+    if w.source == "slurm":  # no container: the host's /dev/shm, which Slurm does not usually limit
+        return None, "the host's /dev/shm (a Slurm job runs in no container)"
     if w.host_ipc or c.ipc == "host":
         return None, "host IPC namespace (the host's /dev/shm)"
     if c.ipc.startswith("container:") or c.ipc.startswith("service:"):

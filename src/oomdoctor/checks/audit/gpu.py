@@ -67,50 +67,74 @@ def gpu_requests(w: Workload, path: str) -> Iterator[AuditFinding]:
 
 @audit_check("AUD013", Layer.RUNTIME, "NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES fight the device allocation")
 def visible_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
-    """The NVIDIA device plugin (and `docker run --gpus`) choose the GPUs and pass them to the NVIDIA
-    Container Toolkit, with the envvar strategy through `NVIDIA_VISIBLE_DEVICES` [NCT][K8SDP]. Setting it
-    yourself overrides that choice: `all` in a pod exposes every GPU of the node outside the scheduler's
+    """On Kubernetes the NVIDIA device plugin chooses the GPUs and passes them to the NVIDIA Container
+    Toolkit, with the envvar strategy through `NVIDIA_VISIBLE_DEVICES` [NCT][K8SDP]. Setting it yourself
+    overrides that choice: `all` in a pod exposes every GPU of the node outside the scheduler's
     accounting, so the job shares memory with pods that were promised those GPUs (`other_process` OOMs).
     Containers without the `compute` driver capability cannot allocate GPU memory and are not flagged.
+    Plain Docker and Compose have no allocator to bypass: `runtime: nvidia` / `--runtime=nvidia` with
+    `NVIDIA_VISIBLE_DEVICES` is the toolkit's documented way to pick GPUs there [NCT], so that part applies
+    to Kubernetes only (until session 27 it warned on compose and docker run too).
     `CUDA_VISIBLE_DEVICES` indexes the GPUs the container was given (0..n-1): an index >= n hides every
-    GPU or picks the wrong one [CUDAENV].
+    GPU or picks the wrong one [CUDAENV]; that part applies everywhere, Slurm batch scripts included (the
+    GPUs per node from `--gres=gpu:N`, `--gpus-per-node`; Slurm sets the variable to the GPUs it allocated,
+    https://slurm.schedmd.com/gres.html).
     """
     for c in main_containers(w):
         n = gpu_count(c)
         given = bool(c.gpu_resources()) or bool(c.gpus)
         nvd = env_value(c, "NVIDIA_VISIBLE_DEVICES")
+        picked = _picked_by_env(c, nvd) if w.source != "kubernetes" else None
+        if picked is not None:  # docker/compose `runtime: nvidia` + NVIDIA_VISIBLE_DEVICES=0,1: those GPUs
+            given, n = True, picked
         caps = env_value(c, "NVIDIA_DRIVER_CAPABILITIES") or ""
         no_compute = caps and "compute" not in caps and "all" not in caps
-        if nvd is not None and nvd.strip() not in ("", "void", "none") and not no_compute:
+        if w.source == "kubernetes" and nvd is not None and nvd.strip() not in ("", "void", "none") and not no_compute:
             ev = [("env NVIDIA_VISIBLE_DEVICES", shown_env("NVIDIA_VISIBLE_DEVICES", nvd))]
             if given:
                 ev.append(("GPUs allocated", c.gpus or ", ".join(f"{k}={v[1]}" for k, v in c.gpu_resources().items())))
                 sev = Severity.ERROR if nvd.strip() == "all" else Severity.WARNING
-                title = "NVIDIA_VISIBLE_DEVICES overrides the GPUs the device plugin / --gpus allocated"
+                title = "NVIDIA_VISIBLE_DEVICES overrides the GPUs the device plugin allocated"
             else:
-                sev = Severity.ERROR if w.source == "kubernetes" else Severity.WARNING
+                sev = Severity.ERROR
                 title = "NVIDIA_VISIBLE_DEVICES exposes GPUs that were never allocated to this container"
             yield finding("AUD013", Layer.RUNTIME, sev, Confidence.HIGH, title,
-                          "remove NVIDIA_VISIBLE_DEVICES and request GPUs through resources.limits (k8s) or --gpus "
-                          "(docker); to restrict devices inside the job use CUDA_VISIBLE_DEVICES=0..n-1",
+                          "remove NVIDIA_VISIBLE_DEVICES and request GPUs through resources.limits (nvidia.com/gpu); "
+                          "to restrict devices inside the job use CUDA_VISIBLE_DEVICES=0..n-1",
                           w, c, path, ev, Category.OTHER_PROCESS)
         cvd = env_value(c, "CUDA_VISIBLE_DEVICES")
         if cvd is not None and given:
             items = [x.strip() for x in cvd.split(",") if x.strip()]
+            slurm = w.source == "slurm"
             ev = [("env CUDA_VISIBLE_DEVICES", shown_env("CUDA_VISIBLE_DEVICES", cvd)),
-                  ("GPUs given", "all" if n is None else str(n))]
+                  ("GPUs given", ("all" if n is None else str(n)) + (f" per node ({c.gpus})" if slurm else ""))]
             bad = [x for x in items if x.isdigit() and n is not None and int(x) >= n]
             uuids = [x for x in items if x.startswith(("GPU-", "MIG-"))]
             if bad:
+                top = str(max(0, (n or 1) - 1))
                 yield finding("AUD013", Layer.RUNTIME, Severity.ERROR, Confidence.HIGH,
-                              f"CUDA_VISIBLE_DEVICES={cvd} names device {bad[0]} but the container has {n} GPU(s) (0..{n - 1})",
-                              "CUDA_VISIBLE_DEVICES indexes the container's own GPUs; use 0.." + str(max(0, (n or 1) - 1))
-                              + " or remove it", w, c, path, ev, Category.CONTEXT_OR_DRIVER)
+                              f"CUDA_VISIBLE_DEVICES={cvd} names device {bad[0]} but the "
+                              f"{'job has' if slurm else 'container has'} {n} GPU(s){' per node' if slurm else ''} (0..{top})",
+                              ("CUDA_VISIBLE_DEVICES indexes the GPUs Slurm allocated (Slurm sets it for the job itself); "
+                               f"use 0..{top} or remove the export") if slurm else
+                              f"CUDA_VISIBLE_DEVICES indexes the container's own GPUs; use 0..{top} or remove it",
+                              w, c, path, ev, Category.CONTEXT_OR_DRIVER)
             elif uuids and w.source == "kubernetes":
                 yield finding("AUD013", Layer.RUNTIME, Severity.WARNING, Confidence.MEDIUM,
                               "CUDA_VISIBLE_DEVICES pins a GPU UUID the device plugin may not have allocated",
                               "remove it; the device plugin already restricts the container to its GPUs",
                               w, c, path, ev, Category.CONTEXT_OR_DRIVER)
+
+
+def _picked_by_env(c, nvd: str | None) -> int | None:
+    """GPUs a docker/compose container gets from `NVIDIA_VISIBLE_DEVICES` under the nvidia runtime, when no
+    `--gpus`/device request says otherwise: the number listed (None for `all` or when it does not apply)."""
+    if c.gpus or c.runtime != "nvidia" or nvd is None:
+        return None
+    items = [x.strip() for x in nvd.split(",") if x.strip()]
+    if not items or any(x in ("all", "none", "void") for x in items):
+        return None
+    return len(items)
 
 
 @audit_check("AUD014", Layer.RUNTIME, "compose / docker GPU device request that gives no (or the wrong) GPU")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from oomdoctor.checks.audit.base import AuditFinding, finding, gib, gpu_count, launcher, main_containers
 from oomdoctor.checks.registry import audit_check
 from oomdoctor.facts import Category, Confidence, Layer, Severity
-from oomdoctor.parsers.config_model import Workload
+from oomdoctor.parsers.config_model import Workload, is_gpu_resource, parse_quantity
 
 FLOOR_PER_GPU = 4 * 2**30
 
@@ -19,6 +19,9 @@ def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
     materialises a checkpoint in host memory before `.to("cuda")` (one copy per rank). A container
     limit under 4 GiB per GPU is OOM-killed during the model load, before training starts
     [OCPOOM][CGV2]. The floor is deliberately low: it flags limits that cannot work, not tight ones.
+    A Slurm batch script's limit is the job's memory on each node (`--mem`, `--mem-per-gpu` x GPUs,
+    `--mem-per-cpu` x CPUs; https://slurm.schedmd.com/sbatch.html) against its GPUs per node; a
+    `docker run` in such a script without `-m` is bounded by that `--mem` too.
     """
     for c in main_containers(w):
         limit = c.memory_limit
@@ -28,7 +31,9 @@ def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
         floor = FLOOR_PER_GPU * n
         if limit >= floor:
             continue
-        ev = [("memory limit", c.limits.get("memory") or c.memory_limit_raw), ("GPUs", str(n))]
+        shown = c.limits.get("memory") or c.memory_limit_raw
+        ev = [("memory limit", f"{shown} ({c.memory_limit_source})" if c.memory_limit_source else shown),
+              ("GPUs", f"{n} ({c.gpus})" if w.source == "slurm" and c.gpus else str(n))]
         if launcher(c):
             ev.append(("launcher", launcher(c)))
         yield finding("AUD005", Layer.RESOURCES, Severity.WARNING, Confidence.MEDIUM,
@@ -61,6 +66,8 @@ def not_guaranteed(w: Workload, path: str) -> Iterator[AuditFinding]:
                           "for the job's peak host RAM plus /dev/shm", w, c, path,
                           [("resources.requests.memory", c.requests.get("memory", "unset")),
                            ("resources.limits.memory", "unset")], Category.HOST_OOM)
+        elif request is not None and request > limit:
+            continue  # not a QoS question: the API server refuses the pod (AUD015)
         elif request is not None and request != limit:
             sev = Severity.WARNING if request * 2 < limit else Severity.INFO
             yield finding("AUD006", Layer.RESOURCES, sev, Confidence.MEDIUM,
@@ -69,3 +76,30 @@ def not_guaranteed(w: Workload, path: str) -> Iterator[AuditFinding]:
                           f"set resources.requests.memory to {c.limits.get('memory')} (equal to the limit)",
                           w, c, path, [("resources.requests.memory", c.requests.get("memory", "")),
                                        ("resources.limits.memory", c.limits.get("memory", ""))], Category.HOST_OOM)
+
+
+@audit_check("AUD015", Layer.RESOURCES, "a resource request above its limit: the API server rejects the pod")
+def request_over_limit(w: Workload, path: str) -> Iterator[AuditFinding]:
+    """A container's request may not exceed its limit for any resource. The API server's validation refuses
+    the object (`spec.containers[0].resources.requests: Invalid value: "32Gi": must be less than or equal to
+    memory limit`, Kubernetes `ValidateResourceRequirements`;
+    https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#requests-and-limits),
+    so the pod, or the Job's every pod, is never created. Checked for memory, cpu, ephemeral-storage and
+    hugepages; GPU and other extended resources must have requests equal to limits (AUD007).
+    """
+    if w.source != "kubernetes":
+        return
+    for c in main_containers(w):
+        for name in sorted(set(c.requests) & set(c.limits)):
+            if is_gpu_resource(name) or ("/" in name and not name.startswith("hugepages-")):
+                continue
+            req, lim = parse_quantity(c.requests[name]), parse_quantity(c.limits[name])
+            if req is None or lim is None or req <= lim:
+                continue
+            yield finding("AUD015", Layer.RESOURCES, Severity.ERROR, Confidence.HIGH,
+                          f"resources.requests.{name} {c.requests[name]} > limits.{name} {c.limits[name]}: the API "
+                          "server rejects the pod (a request must be less than or equal to its limit)",
+                          f"set resources.requests.{name} to at most {c.limits[name]} (equal to it for Guaranteed QoS), "
+                          f"or raise limits.{name}", w, c, path,
+                          [(f"resources.requests.{name}", c.requests[name]), (f"resources.limits.{name}", c.limits[name])],
+                          Category.HOST_OOM if name == "memory" else None)
