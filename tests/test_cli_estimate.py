@@ -234,3 +234,42 @@ def test_the_recipe_refuses_checkpointing_for_inference():
     from oomdoctor.estimate import hf
     with pytest.raises(UsageError, match="--gradient-checkpointing does not apply to --task generate"):
         hf.Recipe(task="generate", gradient_checkpointing=True).check()
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "workloads"
+
+
+def test_max_batch_searches_past_65536_to_the_memory_edge(capsys):
+    # a new user's walkthrough (session 27): 1 GiB, 8 GiB and 80 GiB all answered 65536, the search's old cap
+    wl = str(FIXTURES / "tiny_mlp.py")
+    assert main(["estimate", wl, "--max-batch", "--memory-limit", "1GiB", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["max_batch_size"]
+    assert best > 65536 and doc["max_batch_size_bound"] == "memory" and "search_stopped" not in doc
+    assert doc["trials"][str(best)] is True and doc["trials"][str(best + 1)] is False
+    assert main(["estimate", wl, "--batch-size", str(best + 1), "--memory-limit", "1GiB"]) == 1
+    assert main(["estimate", wl, "--max-batch", "--memory-limit", "8GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "at least" not in out
+    bigger = int(out.split("fits 8.00 GiB: ")[1].split()[0])
+    assert bigger > 7 * best
+
+
+def test_max_batch_at_the_search_cap_says_at_least(tmp_path, capsys):
+    # memory that does not grow with the batch: the search stops at its cap and says so, not "largest: N"
+    p = tmp_path / "flat.py"
+    p.write_text("import torch\ndef build(batch_size):\n"
+                 "    return {'model': torch.nn.Linear(4, 4), 'inputs': (torch.randn(2, 4),), 'optimizer': 'sgd'}\n")
+    from oomdoctor.estimate import estimator
+
+    found = estimator.max_batch(str(p), memory_limit=1 << 30, upper=1 << 10)
+    assert (found.max_batch_size, found.bound) == (1 << 10, "search_limit")
+    assert "does not grow with the batch size" in found.stopped
+    best, tried = found  # unpacks as before
+    assert best == 1 << 10 and all(tried.values())
+    assert main(["estimate", str(p), "--max-batch", "--memory-limit", "1GiB", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["max_batch_size"], doc["max_batch_size_bound"]) == (estimator.MAX_BATCH_CAP, "search_limit")
+    assert doc["search_stopped"]
+    assert main(["estimate", str(p), "--max-batch", "--memory-limit", "1GiB"]) == 0
+    assert f"at least {estimator.MAX_BATCH_CAP} (the search stopped at" in capsys.readouterr().out
