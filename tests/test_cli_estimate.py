@@ -234,3 +234,100 @@ def test_the_recipe_refuses_checkpointing_for_inference():
     from oomdoctor.estimate import hf
     with pytest.raises(UsageError, match="--gradient-checkpointing does not apply to --task generate"):
         hf.Recipe(task="generate", gradient_checkpointing=True).check()
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "workloads"
+
+
+def test_max_batch_searches_past_65536_to_the_memory_edge(capsys):
+    # a new user's walkthrough (session 27): 1 GiB, 8 GiB and 80 GiB all answered 65536, the search's old cap
+    wl = str(FIXTURES / "tiny_mlp.py")
+    assert main(["estimate", wl, "--max-batch", "--memory-limit", "1GiB", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["max_batch_size"]
+    assert best > 65536 and doc["max_batch_size_bound"] == "memory" and "search_stopped" not in doc
+    assert doc["trials"][str(best)] is True and doc["trials"][str(best + 1)] is False
+    assert main(["estimate", wl, "--batch-size", str(best + 1), "--memory-limit", "1GiB"]) == 1
+    assert main(["estimate", wl, "--max-batch", "--memory-limit", "8GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "at least" not in out
+    bigger = int(out.split("fits 8.00 GiB: ")[1].split()[0])
+    assert bigger > 7 * best
+
+
+def test_max_batch_at_the_search_cap_says_at_least(tmp_path, capsys):
+    # memory that does not grow with the batch: the search stops at its cap and says so, not "largest: N"
+    p = tmp_path / "flat.py"
+    p.write_text("import torch\ndef build(batch_size):\n"
+                 "    return {'model': torch.nn.Linear(4, 4), 'inputs': (torch.randn(2, 4),), 'optimizer': 'sgd'}\n")
+    from oomdoctor.estimate import estimator
+
+    found = estimator.max_batch(str(p), memory_limit=1 << 30, upper=1 << 10)
+    assert (found.max_batch_size, found.bound) == (1 << 10, "search_limit")
+    assert "does not grow with the batch size" in found.stopped
+    best, tried = found  # unpacks as before
+    assert best == 1 << 10 and all(tried.values())
+    assert main(["estimate", str(p), "--max-batch", "--memory-limit", "1GiB", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["max_batch_size"], doc["max_batch_size_bound"]) == (estimator.MAX_BATCH_CAP, "search_limit")
+    assert doc["search_stopped"]
+    assert main(["estimate", str(p), "--max-batch", "--memory-limit", "1GiB"]) == 0
+    assert f"at least {estimator.MAX_BATCH_CAP} (the search stopped at" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, argv, needles", [
+    # a new user's walkthrough (session 27): a shape bug was reported as "fake tensors cannot run aten.addmm"
+    ("shape_err.py", ["--batch-size", "4"], ["aten.addmm (in the model, a Linear)",
+                                             "mat1 and mat2 shapes cannot be multiplied (4x5 and 4x4)"]),
+    ("shape_err.py", ["--max-batch", "--memory-limit", "1GiB"], ["mat1 and mat2 shapes cannot be multiplied (1x5"]),
+    ("sub_shape.py", ["--batch-size", "4"], ["sub_shape.py:12: ", "(in model.head, a Linear)", "(4x16 and 32x2)"]),
+    ("raise_fwd.py", ["--batch-size", "4"], ["raise_fwd.py:11: the step raised ValueError (in model.1, a Block)",
+                                             "Block wants 4 features, got 3"]),
+    # the meta kernels let a float64 batch into a float32 Linear; a real run refuses it
+    ("dtype_err.py", ["--batch-size", "4"], ["mat1 and mat2 must have the same dtype"]),
+    ("dtype_err.py", ["--batch-size", "40000000"], ["mat1 and mat2 must have the same dtype"]),  # 1x1 stand-ins
+])
+def test_a_workload_bug_is_its_own_one_line_error(capfd, name, argv, needles):
+    wl = str(FIXTURES / name)
+    assert main(["estimate", wl, *argv]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err  # no torch log of the same error (E... fake_tensor.py)
+    assert "fake tensors cannot run" not in err and "under fake tensors" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def test_an_op_fake_tensors_cannot_run_is_still_said_so(capfd):
+    # a CUDA tensor made in forward: fake tensors refuse the device mix, a run on the GPU would not
+    assert main(["estimate", str(FIXTURES / "cuda_in_fwd.py"), "--batch-size", "4"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "which fake tensors cannot run" in err
+
+
+def test_the_fake_tensor_log_is_quiet_only_during_the_trace():
+    import logging
+
+    from oomdoctor.estimate import step_errors
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    before = list(logger.filters)
+    with step_errors.quiet_fake_tensor_log():
+        assert len(logger.filters) == len(before) + 1
+        try:
+            raise RuntimeError("x")
+        except RuntimeError:
+            rec = logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "failed", (), __import__("sys").exc_info())
+        assert not logger.filter(rec)
+        assert logger.filter(logger.makeRecord(logger.name, logging.WARNING, __file__, 1, "warn", (), None))
+    assert logger.filters == before
+
+
+def test_a_broken_build_is_named_with_its_line(tmp_path, capsys):
+    p = tmp_path / "b.py"
+    p.write_text("import torch\n\ndef build(batch_size):\n    x = torch.randn(batch_size, 5)\n"
+                 "    y = x @ torch.randn(4, 4)\n    return {'model': torch.nn.Linear(4, 4), 'inputs': (y,)}\n")
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 2
+    assert f"{p}:5: build(4) raised RuntimeError" in capsys.readouterr().err
+    p.write_text("import torch\nraise ValueError('top')\n")
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 2
+    assert f"{p}:2: importing it raised ValueError: top" in capsys.readouterr().err

@@ -625,3 +625,18 @@ def test_cli_search_on_a_tiny_model_says_the_context_length_caps_it(capsys, mode
     assert main(["estimate", "--model", str(model_dir), "--seq-len", "32", "--gpu", "l4"]) == 0
     out = capsys.readouterr().out
     assert "longest sequence that fits (batch 1): 256 (capped by the model's context length" in out
+
+
+def test_search_stops_on_its_time_budget_with_a_lower_bound():
+    from oomdoctor.estimate.estimator import search_largest
+
+    clock = iter(range(0, 10_000, 10))  # every call, 10 s later
+    found = search_largest(lambda n: True, 1 << 20, seconds=35, clock=lambda: next(clock))
+    assert found.bound == "search_limit" and found.best == 8 and "35 s of doubling" in found.stopped
+    # once a batch has not fitted, the bisection runs to the edge (a few traces more): the exact answer
+    clock = iter(range(0, 10_000, 10))
+    found = search_largest(lambda n: n <= 100, 1 << 20, seconds=75, clock=lambda: next(clock))
+    assert (found.best, found.bound, found.first_no) == (100, "memory", 101)
+    assert search_largest(lambda n: n <= 100, 1 << 20) == search_largest(lambda n: n <= 100, 1 << 20, seconds=1e9)
+    assert (search_largest(lambda n: n <= 100, 1 << 20).best, search_largest(lambda n: n <= 100, 1 << 20).bound) == \
+        (100, "memory")

@@ -285,3 +285,30 @@ def test_seq_needs_a_seq_len_argument(tmp_path):
     w.write_text(MLP)
     with pytest.raises(InputError, match="seq_len"):
         mb.find_max_batch(str(w), memory_limit=1 << 30, dim="seq")
+
+
+def test_a_trial_that_fails_in_the_workloads_code_names_its_line(tmp_path, monkeypatch, capsys):
+    # session 27: a broken workload file is named with its line (docs/max-batch.md), as `estimate` names it
+    from oomdoctor.trials import child
+    from oomdoctor.trials import max_batch as mb
+    from oomdoctor.workload.load import load_workload
+    from oomdoctor.workload.step import StepRunner
+
+    wl = str(Path(__file__).parent / "fixtures" / "workloads" / "raise_fwd.py")
+
+    def cpu_trial(path, batch, **kw):  # the trial's step, on the CPU: the error comes from the user's forward
+        StepRunner(load_workload(path).spec(batch), device_type="cpu").step()
+
+    monkeypatch.setattr(child, "run_trial", cpu_trial)
+    child.main([wl, "--batch", "2"])
+    out = json.loads(capsys.readouterr().out.split(child.RESULT_PREFIX, 1)[1])
+    assert out["outcome"] == "error" and out["line"] == ":11" and "Block wants 4 features" in out["detail"]
+
+    def fake_child(args, timeout):
+        if "--info" in args:
+            return {"outcome": "ok", "total_bytes": 1 << 34, "limit_bytes": 1 << 33, "gpu": "Fake", "torch": "x"}
+        return out
+
+    monkeypatch.setattr(mb, "run_child", fake_child)
+    with pytest.raises(InputError, match=r"raise_fwd\.py:11: the trial at batch \d+ failed: ValueError: Block"):
+        mb.find_max_batch(wl, memory_limit=1 << 33, use_estimator=False)

@@ -87,16 +87,18 @@ def run(args: argparse.Namespace) -> int:
         if limit is None and not args.gpu:
             raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
         with progress(f"searching the largest batch for {args.workload}", args) as update:
-            best, tried = estimator.max_batch(workload, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
-                                              progress=update)
+            found = estimator.max_batch(workload, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
+                                        progress=update)
         cap = limit if limit is not None else get_gpu(args.gpu).total_memory
         if args.format == "json":
             from oomdoctor.render.envelope import dumps
 
-            emit(dumps(render.max_batch_payload(best, cap, tried)), args)
+            emit(dumps(render.max_batch_payload(found.max_batch_size, cap, found.tried, found.bound,
+                                                found.stopped)), args)
         else:
-            emit(render.max_batch_text(best, cap, args.workload, tried), args)
-        return EXIT_OK if best > 0 else EXIT_FINDINGS
+            emit(render.max_batch_text(found.max_batch_size, cap, args.workload, found.tried, found.bound,
+                                       found.stopped), args)
+        return EXIT_OK if found.max_batch_size > 0 else EXIT_FINDINGS
     if args.batch_size is None:
         raise UsageError("give --batch-size N (or --max-batch with --memory-limit)")
     with progress(f"tracing {args.workload} at batch size {args.batch_size}", args):

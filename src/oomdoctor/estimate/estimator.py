@@ -110,37 +110,94 @@ def _from_trace(trace: MemTrace, info: Mapping[str, Any], batch_size: int, conf:
     )
 
 
+# --max-batch keeps doubling while the step fits: a tiny model fits millions of samples, and a fake-tensor trace
+# at any batch costs the same (no data is made). The search stops at these bounds on its cost: a batch past
+# MAX_BATCH_CAP (31 doublings, at most ~62 traces), or SEARCH_SECONDS of doubling (a large, slow model whose
+# memory does not grow with the batch); the answer then says "at least N" (max_batch_size_bound "search_limit").
+# The bisection that follows a batch that does not fit is not timed: it is at most 31 traces and makes the answer.
+MAX_BATCH_CAP = 1 << 31
+SEARCH_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a search for the largest n that fits found: `best` (0: not even 1 fits), what bounds it (`bound`:
+    "memory" when best + 1 was seen not to fit, "search_limit" when the search stopped first) and, then, why
+    (`stopped`, a phrase for the text) and the smallest n seen not to fit, if any (`first_no`)."""
+    best: int
+    bound: str = "memory"
+    stopped: str = ""
+    first_no: int | None = None
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    """estimate --max-batch's answer; unpacks as (max_batch_size, tried), as max_batch() returned before."""
+    max_batch_size: int
+    tried: dict[int, bool]
+    bound: str = "memory"
+    stopped: str = ""
+
+    def __iter__(self):
+        return iter((self.max_batch_size, self.tried))
+
+
 def max_batch(workload_or_spec_factory: SpecSource, *, memory_limit: int | None = None, gpu: str | None = None,
-              alloc_conf: str | AllocConf | None = None, upper: int = 1 << 16,
-              progress: Callable[[str], None] | None = None) -> tuple[int, dict[int, bool]]:
-    """Largest batch whose traced step fits: exponential search from 1, then bisection. 0 if even 1 does not."""
+              alloc_conf: str | AllocConf | None = None, upper: int = MAX_BATCH_CAP,
+              seconds: float | None = SEARCH_SECONDS, progress: Callable[[str], None] | None = None) -> MaxBatch:
+    """Largest batch whose traced step fits: doubling from 1 until one does not fit (or `upper`, or `seconds` of
+    doubling), then bisection. 0 if even 1 does not fit."""
     if memory_limit is None and gpu is None:
         raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
     conf = alloc_conf if isinstance(alloc_conf, AllocConf) else parse_alloc_conf(alloc_conf)
     spec_gpu = get_gpu(gpu) if gpu else None
     tried: dict[int, bool] = {}
+    peaks: dict[int, int] = {}
 
     def fits(b: int) -> bool:
         if b not in tried:
             if progress:
-                progress(f"tracing batch size {b}")
+                ok = [k for k, v in tried.items() if v]
+                progress(f"tracing batch size {b}" + (f" ({max(ok)} fits)" if ok else ""))
             trace, info = trace_for(workload_or_spec_factory, b, spec_gpu)
-            tried[b] = bool(_from_trace(trace, info, b, conf, memory_limit, spec_gpu, True).fits)
+            est = _from_trace(trace, info, b, conf, memory_limit, spec_gpu, True)
+            tried[b], peaks[b] = bool(est.fits), est.peak_reserved_bytes
         return tried[b]
 
-    return largest_that_fits(fits, upper), tried
+    found = search_largest(fits, upper, seconds=seconds)
+    stopped = found.stopped
+    if found.bound == "search_limit" and found.best > 1 and peaks.get(found.best) == peaks.get(1):
+        stopped += "; the step's memory does not grow with the batch size: does build() use batch_size?"
+    return MaxBatch(found.best, tried, found.bound, stopped)
 
 
 def largest_that_fits(fits: Callable[[int], bool], upper: int) -> int:
-    """The largest n in 1..upper with fits(n), for a monotone `fits`: doubling from 1 (capped at
-    upper), then bisection. 0 if even 1 does not fit. Shared by --max-batch and `estimate --model`."""
+    """The largest n in 1..upper with fits(n), for a monotone `fits` (search_largest without a time limit).
+    Shared by --max-batch and `estimate --model`."""
+    return search_largest(fits, upper).best
+
+
+def search_largest(fits: Callable[[int], bool], upper: int, *, seconds: float | None = None,
+                   clock: Callable[[], float] | None = None) -> Found:
+    """The largest n in 1..upper with fits(n), for a monotone `fits`: doubling from 1 (capped at upper), then
+    bisection. Doubling for more than `seconds`: the n that fits so far, bound "search_limit"."""
+    import time
+
+    now = clock or time.monotonic
+    start = now()
+
+    def out_of_time() -> bool:
+        return seconds is not None and now() - start > seconds
+
     if not fits(1):
-        return 0
+        return Found(0)
     lo, hi = 1, None
     while hi is None:
         nxt = min(lo * 2, upper)
         if nxt == lo:
-            return lo
+            return Found(lo, "search_limit", "the largest batch it traces; memory was not reached")
+        if out_of_time():
+            return Found(lo, "search_limit", f"{seconds:.0f} s of doubling the batch, each one fitting")
         if fits(nxt):
             lo = nxt
         else:
@@ -151,7 +208,7 @@ def largest_that_fits(fits: Callable[[int], bool], upper: int) -> int:
             lo = mid
         else:
             hi = mid
-    return lo
+    return Found(lo, first_no=hi)
 
 
 def estimate_module(model: Any, make_inputs: Callable[[int], Any], batch_size: int, *,

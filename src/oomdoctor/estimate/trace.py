@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.errors import InputError
-from oomdoctor.estimate import periodic
+from oomdoctor.estimate import periodic, step_errors
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
 from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import MemTrace
@@ -46,6 +46,60 @@ class OpNotTraceable(Exception):
     def __init__(self, op: str, exc: BaseException):
         super().__init__(f"{op}: {type(exc).__name__}: {_one_line(exc)}")
         self.op, self.exc = op, exc
+
+
+class OpRejected(OpNotTraceable):
+    """The op rejects its inputs outside fake tensors too (a shape or dtype mismatch): the workload's error.
+    `exc` is the error as a real run raises it, where it could be run for real (estimate/step_errors.py)."""
+
+
+def _classified(func: Any, args: tuple, kwargs: dict, exc: BaseException) -> OpNotTraceable:
+    """An op that raised under fake tensors: OpRejected when it rejects the same inputs outside them."""
+    try:
+        if step_errors.fake_tensor_limit(exc):
+            return OpNotTraceable(str(func), exc)
+        real = step_errors.outside_fake(func, args, kwargs)
+    except RuntimeError:  # no stand-ins could be made: an op's own check (not a fake tensor "cannot")
+        return OpRejected(str(func), exc)
+    except Exception:  # noqa: BLE001 - the second run is a courtesy: the op's first error stands
+        return OpNotTraceable(str(func), exc)
+    return OpNotTraceable(str(func), exc) if real is None else OpRejected(str(func), real)
+
+
+def _mixed_dtypes(func: Any, args: tuple, kwargs: dict, tensors: list) -> OpRejected:
+    """A matrix product of different dtypes, which the meta kernels let through (a float64 batch into a float32
+    Linear traced as float64) and CUDA and the CPU refuse: the error of a real run, on 1x1 stand-ins."""
+    try:
+        real = step_errors.rerun(func, args, kwargs, "cpu", shrink=True)
+    except RuntimeError:
+        real = None
+    if real is None:
+        names = " and ".join(sorted({str(t.dtype).replace("torch.", "") for t in tensors}))
+        real = RuntimeError(f"its inputs have different dtypes ({names}); a real run refuses them")
+    return OpRejected(str(func), real)
+
+
+def _op_name(op: str) -> str:
+    """aten.addmm.default -> aten.addmm: what a user can look up."""
+    return op[: -len(".default")] if op.endswith(".default") else op
+
+
+def _users_error(exc: BaseException, source: str) -> bool:
+    """Whether an error raised outside any op is the workload's: raised in the workload file, or a Python
+    check (ValueError, TypeError, IndexError...) in the code it calls; not one raised in oomdoctor's own
+    code, nor a RuntimeError (what fake tensors raise when Python asks a value of them)."""
+    import os
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    where = os.path.realpath(tb.tb_frame.f_code.co_filename)
+    if not source.startswith("<") and where == os.path.realpath(source):
+        return True
+    ours = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return not where.startswith(ours + os.sep) and not isinstance(exc, RuntimeError)
 
 
 def _local_storage(t: Any) -> Any:
@@ -175,6 +229,8 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             tensors = _tensors(args, kwargs)
             live = self.live
             on_dev = kwargs.get("device") is not None or any(id(_storage(t)) in live for t in tensors)
+            if func in gemm and len({t.dtype for t in tensors}) > 1:
+                raise _mixed_dtypes(func, args, kwargs, tensors)
             if on_dev and func in gemm:
                 self._gemm_workspace(func, args)
             if on_dev and func in conv:
@@ -184,7 +240,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             except OpNotTraceable:
                 raise
             except Exception as exc:
-                raise OpNotTraceable(str(func), exc) from exc
+                raise _classified(func, args, kwargs, exc) from exc
             if func in uniform:
                 out = _draw_that_keeps(out)
             if on_dev:
@@ -307,14 +363,15 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS).
     `parallel` (an estimate.parallel_trace.Plan): trace rank 0 of a DDP / FSDP2 job over a fake process
     group; the model is wrapped after it is loaded, as a training script does."""
-    if parallel is not None:
-        from oomdoctor.estimate import parallel_trace
+    with step_errors.quiet_fake_tensor_log():  # an op's error is reported once, in one line, not logged too
+        if parallel is not None:
+            from oomdoctor.estimate import parallel_trace
 
-        with parallel_trace.fake_world(parallel) as mesh:
-            return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                               decode_traced=decode_traced, parallel=parallel, mesh=mesh)
-    return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                       decode_traced=decode_traced)
+            with parallel_trace.fake_world(parallel) as mesh:
+                return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                                   decode_traced=decode_traced, parallel=parallel, mesh=mesh)
+        return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                           decode_traced=decode_traced)
 
 
 def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: str, workspaces: Workspaces | None,
@@ -372,12 +429,20 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
                         _label_state(runner, rec, trace)
                 runner.on_phase = mark
                 runner.step()
+    except OpRejected as exc:
+        at, module = step_errors.where(exc, spec.model, source)
+        raise InputError(f"{source}{f':{at}' if at else ''}: the step fails at {_op_name(exc.op)}"
+                         f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}") from exc
     except OpNotTraceable as exc:
         raise InputError(f"{source}: the model uses {exc.op}, which fake tensors cannot run "
                          f"({type(exc.exc).__name__})") from exc
     except InputError:
         raise
     except Exception as exc:
+        at, module = step_errors.where(exc, spec.model, source)
+        if _users_error(exc, source):  # a check in the workload's forward, or in torch's Python
+            raise InputError(f"{source}{f':{at}' if at else ''}: the step raised {type(exc).__name__}"
+                             f"{f' (in {module})' if module else ''}: {_one_line(exc)}") from exc
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
     finally:

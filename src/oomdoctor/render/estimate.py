@@ -28,9 +28,15 @@ def estimate_payload(est: Any) -> dict[str, Any]:
     }
 
 
-def max_batch_payload(max_batch_size: int, limit: int, tried: dict[int, bool]) -> dict[str, Any]:
-    return {"max_batch_size": max_batch_size, "memory_limit_bytes": limit,
-            "trials": {str(k): v for k, v in sorted(tried.items())}}
+def max_batch_payload(max_batch_size: int, limit: int, tried: dict[int, bool], bound: str = "memory",
+                      stopped: str = "") -> dict[str, Any]:
+    """`max_batch_size_bound` as for --model (docs/contracts.md §4): "memory", or "search_limit" when the search
+    stopped before a batch that does not fit (the answer is then a lower bound; `search_stopped` says why)."""
+    out: dict[str, Any] = {"max_batch_size": max_batch_size, "max_batch_size_bound": bound,
+                           "memory_limit_bytes": limit, "trials": {str(k): v for k, v in sorted(tried.items())}}
+    if bound == "search_limit":
+        out["search_stopped"] = stopped
+    return out
 
 
 def _bar(used: int, limit: int, width: int = 40) -> str:
@@ -58,10 +64,14 @@ def estimate_text(est: Any, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def max_batch_text(max_batch_size: int, limit: int, source: str, tried: dict[int, bool]) -> str:
+def max_batch_text(max_batch_size: int, limit: int, source: str, tried: dict[int, bool], bound: str = "memory",
+                   stopped: str = "") -> str:
     trials = ", ".join(f"{b}{'' if ok else ' (no)'}" for b, ok in sorted(tried.items()))
+    answer = str(max_batch_size)
+    if bound == "search_limit":  # the search ended before memory did: a lower bound, not the edge
+        answer = f"at least {max_batch_size} (the search stopped at {max_batch_size}: {stopped})"
     return (f"oomdoctor estimate --max-batch: {source}\n\n  largest batch size that fits "
-            f"{format_bytes(limit)}: {max_batch_size}\n  traced: {trials}\n")
+            f"{format_bytes(limit)}: {answer}\n  traced: {trials}\n")
 
 
 def estimate_json(est: Any) -> str:

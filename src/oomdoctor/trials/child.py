@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     except OomDoctorError as exc:  # the workload file is broken: its own one-line message
         result = {"outcome": "error", "detail": exc.message[:500]}
     except Exception as exc:  # the user's workload failed for another reason: report it, one line
-        result = {"outcome": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
+        from oomdoctor.workload.load import line_in
+
+        result = {"outcome": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                  "line": line_in(exc, args.workload)}  # ":N" where the workload's own code raised it
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0

@@ -173,7 +173,7 @@ def find_max_batch(workload: str, *, memory_limit: int | None = None, fraction: 
         out = run_child([workload, *args, "--steps", str(steps), *cap], trial_timeout)
         what = f"batch {size}" if dim == "batch" else f"sequence length {size}"
         if out["outcome"] == "error":
-            raise InputError(f"{workload}: the trial at {what} failed: {out.get('detail')}")
+            raise InputError(f"{workload}{out.get('line') or ''}: the trial at {what} failed: {out.get('detail')}")
         if out["outcome"] == "nogpu":
             raise NoGpuError(f"no CUDA GPU ({out.get('detail')}): {NO_GPU_HINT}")
         return probe_result(out, dim)

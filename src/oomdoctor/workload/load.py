@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,6 +24,18 @@ def _first_line(exc: BaseException) -> str:
     """A user's exception text can span lines; the CLI reports one."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[0][:300] if lines else ""
+
+
+def line_in(exc: BaseException, path: str | Path) -> str:
+    """":LINE" of the deepest frame of exc's traceback in the file at `path`, "" when none is: a broken workload
+    file is named with its line (docs/max-batch.md)."""
+    want = os.path.realpath(path)
+    line, tb = "", exc.__traceback__
+    while tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) == want:
+            line = f":{tb.tb_lineno}"
+        tb = tb.tb_next
+    return line
 
 
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
@@ -56,7 +69,8 @@ class Workload:
         except SystemExit as exc:  # sys.exit() in build() must not become oomdoctor's exit status
             raise InputError(f"{self.path}: build({batch_size}) called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the user's code: report it, naming the file
-            raise InputError(f"{self.path}: build({batch_size}) raised {type(exc).__name__}: {_first_line(exc)}") from exc
+            raise InputError(f"{self.path}{line_in(exc, self.path)}: build({batch_size}) raised {type(exc).__name__}: "
+                             f"{_first_line(exc)}") from exc
         return WorkloadSpec.from_dict(raw, self.path)
 
 
@@ -136,7 +150,7 @@ def load_workload(path: str | Path) -> Workload:
         raise InputError(f"{path}: importing it called sys.exit({exc.code!r}); a workload file must only "
                          "define build(batch_size), with no top-level script code") from None
     except Exception as exc:
-        raise InputError(f"{path}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise InputError(f"{path}{line_in(exc, p)}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
         sys.modules.pop(name, None)
     build = getattr(module, "build", None)

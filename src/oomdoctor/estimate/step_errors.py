@@ -1,0 +1,132 @@
+"""Why a traced step failed: the workload's own bug, or an op that fake tensors cannot run.
+
+A walkthrough's `Linear(4, 4)` fed `randn(batch, 5)` was reported as "the model uses aten.addmm.default,
+which fake tensors cannot run", after twenty lines of torch's log of the same error: a user's shape bug
+presented as a tool limitation. An op that raises under fake tensors is run once more, outside them, on
+the meta device: failing there too, it is the workload's error (then, when its inputs are small, once
+more on zero-filled CPU tensors, for the error as a real run words it: "mat1 and mat2 shapes cannot be
+multiplied (4x5 and 4x4)"); running there, the fake tensors are at fault. Errors of fake
+tensors' own kinds (no meta kernel, data-dependent output) are limitations without a second run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+REAL_RERUN_BYTES = 64 << 20  # inputs up to this size are made for real, on the CPU; larger ones on meta
+_FAKE_TENSOR_LOG = "torch._subclasses.fake_tensor"
+
+
+def fake_tensor_limit(exc: BaseException) -> bool:
+    """Whether `exc` is one of fake tensors' own "cannot" errors rather than an op rejecting its inputs."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = tuple(getattr(ft, n) for n in ("UnsupportedOperatorException", "DynamicOutputShapeException",
+                                           "DataDependentOutputException", "UnsupportedFakeTensorException",
+                                           "UnsupportedMutationAliasingException") if hasattr(ft, n))
+    return isinstance(exc, (NotImplementedError, *kinds))
+
+
+def outside_fake(func: Any, args: tuple, kwargs: dict) -> BaseException | None:
+    """The error the op raises outside fake tensors, or None if it runs there. First on the meta device (no
+    data, no cost); when that fails too and the inputs are small, on zero-filled CPU tensors, for the error
+    as a real run words it. Raises RuntimeError("no stand-ins") when the inputs cannot be remade."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    meta = rerun(func, args, kwargs, "meta")
+    if meta is None:
+        return None
+    leaves = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    if sum(t.numel() * t.element_size() for t in leaves) > REAL_RERUN_BYTES:
+        return meta
+    try:
+        return rerun(func, args, kwargs, "cpu") or meta
+    except RuntimeError:
+        return meta
+
+
+def rerun(func: Any, args: tuple, kwargs: dict, device: str, shrink: bool = False) -> BaseException | None:
+    """Run the op outside fake tensors on zero-filled stand-ins of its inputs on `device` (`shrink`: every
+    dimension 1, for a check that does not look at shapes): the error it raises there, or None if it runs.
+    Raises RuntimeError("no stand-ins") when they cannot be made or the op has no kernel there."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._mode_utils import no_dispatch
+    from torch.utils._pytree import tree_map
+
+    def stand_in(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            shape = (1,) * x.dim() if shrink else tuple(x.shape)
+            return torch.zeros(shape, dtype=x.dtype, device=device)
+        if isinstance(x, torch.device):
+            return torch.device(device)
+        return x
+
+    with unset_fake_temporarily(), no_dispatch(), torch.no_grad():
+        try:
+            real_args, real_kwargs = tree_map(stand_in, (args, kwargs))
+            if "device" in real_kwargs:
+                real_kwargs["device"] = torch.device(device)
+        except Exception as exc:  # noqa: BLE001 - symbolic sizes, odd dtypes: nothing to compare
+            raise RuntimeError("no stand-ins") from exc
+        try:
+            func(*real_args, **real_kwargs)
+        except NotImplementedError:
+            raise RuntimeError("no stand-ins") from None
+        except Exception as exc:  # noqa: BLE001 - the op's own error is the answer
+            return exc
+    return None
+
+
+def where(exc: BaseException, model: Any, source: str) -> tuple[int | None, str]:
+    """The workload file's line nearest the error (the deepest frame in it; None if it is not on the
+    stack), and the module whose forward raised it ("model.encoder.0, a Linear"), "" if none did."""
+    import torch
+
+    want = os.path.realpath(source) if source and not source.startswith("<") else None
+    line, module = None, None
+    tb = exc.__traceback__
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # the chain too: OpNotTraceable wraps the op's error
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if want and os.path.realpath(frame.f_code.co_filename) == want:
+                line = tb.tb_lineno
+            owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+            if isinstance(owner, torch.nn.Module):
+                module = owner
+            tb = tb.tb_next
+        exc = exc.__cause__
+    if module is None:
+        return line, ""
+    names = {id(m): n for n, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
+    name = names.get(id(module))
+    if name is None:
+        return line, f"a {type(module).__name__}"
+    return line, (f"model.{name}, a {type(module).__name__}" if name else f"the model, a {type(module).__name__}")
+
+
+class _DropReraised(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        # fake tensors log the traceback of an op that failed and raise it again: the error reaches us, and
+        # is reported in one line; its log is twenty lines of torch internals
+        return not (record.levelno >= logging.ERROR and record.exc_info)
+
+
+@contextlib.contextmanager
+def quiet_fake_tensor_log() -> Iterator[None]:
+    """Within the block, fake tensors' log of errors it raises again is dropped (removed after)."""
+    logger = logging.getLogger(_FAKE_TENSOR_LOG)
+    f = _DropReraised()
+    logger.addFilter(f)
+    try:
+        yield
+    finally:
+        logger.removeFilter(f)
