@@ -114,3 +114,8 @@ def test_a_tail_that_starts_inside_a_private_key_starts_after_it(tmp_path, small
     add_log(w, str(log))
     kept = w.files["logs/k.log"].decode()
     assert "KEYBODY" not in kept and kept.rstrip("\n").endswith(OOM)
+
+
+def test_a_head_cap_over_the_limit_leaves_the_tail_at_least_half():
+    cut = read_head_and_tail(io.BytesIO(b"\0" * 5000), 1000, 8000)  # no line end at all, head cap > limit
+    assert len(cut.head) == 500 and len(cut.tail) == 500 and cut.omitted_bytes == 4000

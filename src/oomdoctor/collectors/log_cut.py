@@ -61,6 +61,7 @@ def read_head_and_tail(fh: BinaryIO, limit: int, head_limit: int) -> LogCut:
     first = fh.read(limit + 1)
     if len(first) <= limit:
         return LogCut(first, b"", len(first), 0, 0)
+    head_limit = min(head_limit, limit // 2)  # the tail is what matters most: never less than half
     end = first.rfind(b"\n", 0, head_limit) + 1 or head_limit
     head = first[:end]
     budget = limit - len(head)
@@ -90,7 +91,7 @@ def read_head_and_tail(fh: BinaryIO, limit: int, head_limit: int) -> LogCut:
         read += len(chunk)
         chunks.append(chunk)
         held += len(chunk)
-        while held - len(chunks[0]) >= budget:
+        while chunks and held - len(chunks[0]) >= budget:
             gone = chunks.popleft()
             held -= len(gone)
             omitted_bytes += len(gone)
