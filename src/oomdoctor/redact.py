@@ -709,6 +709,21 @@ _YAML_LINE_LEAD = re.compile(r"[ \t]*(?:-[ \t]+){0,16}[\"']?\Z")
 _FLOW_OPEN = re.compile(r"\{[^{}\r\n]{0,1024}\Z")
 
 
+def _plain_end(text: str, column: int, end: int) -> int:
+    """The end of a YAML plain scalar at `end` of its key's line: its next lines, more indented than the key at
+    `column` (`password: two\\n    words`, wrapped by a YAML writer), go on with it; at most 64 lines."""
+    for _ in range(64):
+        newline = end + len(text[end:end + 64]) - len(text[end:end + 64].lstrip(" \t\r"))
+        if not text.startswith("\n", newline):
+            break
+        line = text[newline + 1:_ahead(text, newline + 1)].rstrip("\r")
+        body = line.lstrip(" \t")
+        if not body or len(line) - len(body) <= column or body.startswith("#"):
+            break
+        end = newline + 1 + len(line.rstrip(" \t"))
+    return end
+
+
 def _flow_end(text: str, start: int, line_end: int) -> int:
     """The end of a flow collection that starts at `start` (`{password: \\n  x}` goes on to the next lines): its
     closing bracket, within 64 KiB, else the line's end."""
@@ -815,6 +830,8 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         if value and value != MASK and value not in _QUOTED_MASKS and not value.startswith(MASK + "@"):
             if ":" in sep and value[0] in "{[":
                 return end, _flow_end(text, end, end + len(value)), None
+            if ":" in sep and sep[-1] in " \t" and _YAML_LINE_LEAD.match(prefix):
+                return end, _plain_end(text, len(prefix), end + len(value)), None
             return end, end + len(value) - _open_flow_closers(text, m.start(), value), None
         return None
     if sep.strip() == ":" and prefix is not None and (_FLOW_OPEN.search(prefix) or _open_flow(text, m.start())):
