@@ -275,11 +275,21 @@ _FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(
 # (also `-pX`, only before the command it runs: `ssh -p 2222` is a port), `redis-cli -a X`, `wandb login KEY`.
 # Elsewhere `-p` is a port or `mkdir -p`, so only these tools' options are read. One start per tool word; the
 # scan of its arguments stops at the line's end, `|`, `;`, `&`, `)`, `]` or a backquote, and the next search starts after it.
-_LOGIN_TOOL = re.compile(r"(?<![\w\-.])(?P<tool>docker|podman|nerdctl|buildah|skopeo|sshpass|redis-cli|wandb)"
+_LOGIN_TOOL = re.compile(r"(?<![\w\-.])(?P<tool>docker|podman|nerdctl|buildah|skopeo|sshpass|redis-cli|wandb|"
+                         r"mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|"
+                         r"mariadb|mariadb-dump|mariadb-admin|mariadb-import|mariadb-check|mariadb-show)"
                          r"(?![\w\-.])[\"']?")
 _TOOL_ARG = re.compile(r"[ \t,]{1,16}(?:\"(?P<dq>[^\"\r\n]{0,1024})\"|'(?P<sq>[^'\r\n]{0,1024})'"
                        r"|(?P<w>[^\s\"',\[\]|;&()<>`]{1,1024}))")
-_LOGIN_HINTS = ("login", "sshpass", "redis-cli")
+_LOGIN_HINTS = ("login", "sshpass", "redis-cli", "mysql", "mariadb")
+# MySQL's and MariaDB's clients take the password glued to `-p` (`mysql -u root -pS3cret`, `-p'S3cret'`); `-p` alone
+# asks for it, and the word after it is the database. Other tools' `-p` (a port, `mkdir -p`) is not read.
+_MYSQL_TOOLS = frozenset({"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlpump",
+                          "mysqlsh", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check",
+                          "mariadb-show"})
+# `.pgpass` lines (`host:port:database:user:password`, `\:` escapes a colon), in a text that names the file
+_PGPASS_LINE = re.compile(r"^(?P<head>(?:[^\s:]{0,1024}\.pgpass:(?:\d{1,9}:)?)?[ \t]*(?:[^\s:#]{1,256}):(?:\d{1,5}|\*)"
+                          r":(?:[^\s:]{1,256}):(?:[^\s:]{1,256}):)(?P<v>(?:[^\s\\]|\\\S){1,4096})[ \t]*\r?$", re.MULTILINE)
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo"})
 _WANDB_VALUED = frozenset({"--host", "--anonymously", "--base-url"})  # `wandb login` options with a value
 # openssl's password arguments: `-passin pass:X`, `-passout pass:X`, `-pass pass:X` (`env:VAR`, `file:PATH` kept)
@@ -345,6 +355,8 @@ def redact_text(text: str) -> str:
                                   else m.group(0), out)
     if any(hint in out for hint in _LOGIN_HINTS):
         out = _redact_login_tools(out)
+    if "pgpass" in out:
+        out = _PGPASS_LINE.sub(lambda p: f"{p.group('head')}{MASK}" if p.group("v") != MASK else p.group(0), out)
     if "pass:" in out:
         out = _OPENSSL_PASS.sub(lambda m: _mask_word(m, "v"), out)
     if "passw" in out:
@@ -450,6 +462,8 @@ def _redact_login_tools(text: str) -> str:
             args.append((a.group(group), a.start(group), a.end(group)))
             pos = a.end()
         spans.extend(_login_secrets(m.group("tool"), args))
+        if m.group("tool") in _MYSQL_TOOLS:
+            spans.extend(_mysql_quoted_password(text, args))
         pos = max(pos, m.end())
     if not spans:
         return text
@@ -463,6 +477,16 @@ def _redact_login_tools(text: str) -> str:
         copied = end
     out.append(text[copied:])
     return "".join(out)
+
+
+def _mysql_quoted_password(text: str, args: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """`mysql -p'S3cret'` / `-p"S3cret"`: the quoted password glued to `-p` (the argument scan stops at its quote)."""
+    for word, _, end in args:
+        if word == "-p" and text[end:end + 1] in ("'", '"'):
+            close = text.find(text[end], end + 1, _ahead(text, end + 1))
+            if close > end + 1:
+                return [(end + 1, close)]
+    return []
 
 
 def _login_secrets(tool: str, args: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
@@ -494,6 +518,12 @@ def _login_secrets(tool: str, args: list[tuple[str, int, int]]) -> list[tuple[in
             elif not word.startswith("-"):
                 break  # the command sshpass runs: `ssh -p 2222` is a port
             i += 1
+    elif tool in _MYSQL_TOOLS:
+        for word, start, end in args:
+            if word.startswith("-p") and not word.startswith("--") and len(word) > 2:
+                spans.append((start + 2, end))  # `-pS3cret`; `-p` alone prompts
+            elif word.startswith("--password="):
+                spans.append((start + len("--password="), end))
     elif tool == "redis-cli":
         for i, word in enumerate(words[:-1]):
             if word == "-a":
