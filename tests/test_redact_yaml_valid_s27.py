@@ -117,6 +117,7 @@ def test_a_message_naming_a_secret_named_file_stays_readable():
     # the other side: grep's line of a secret file, and a Secret's data entry named as a file, stay hidden
     assert redact_text("db_password.txt:hunter2") == "db_password.txt:***"
     assert "eyJabc123" not in redact_text("credentials.json: eyJabc123")
+    assert "Zq9planted0" not in redact_text("password.txt: Zq9planted0 0")  # a token first: the file's content
     assert "hunter2" not in redact_text("secrets.yaml: password: hunter2 (in the file)")
 
 

@@ -63,6 +63,8 @@ _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
 _COUNT_VALUE = re.compile(r"[ \t]{0,8}\d{1,15}(?:\.\d{1,15})?(?![\w.])")
 
 
+# A word that looks like a token: letters and digits mixed (`Zq9planted0`, `a1b2c3d4`), no prose or code around it
+_TOKEN_WORD = re.compile(r"[A-Za-z0-9_\-+/=]{8,4096}")
 _BARE_WORDS = frozenset({"PASS", "XPASS", "KEY", "SESSION"})
 # Weak names: a switch or a small count after them is no secret (`auth: enabled`, `private: false`, `session: 3`,
 # automake's `# PASS:  2`); `password: 1234`, `pass: 1234`, `PASS=1234` and `key: 12345678` stay hidden.
@@ -695,7 +697,10 @@ def _file_message(name: str, text: str, m: re.Match[str]) -> bool:
     if m.group("nq") or not sep.startswith(":") or sep == ":" or not _FILE_LINE.search(name):
         return False
     rest = text[m.end():_ahead(text, m.end())]
-    return rest[:1] not in ("\"", "'") and len(rest.split(None, 2)) >= 2
+    if rest[:1] in ("\"", "'") or len(rest.split(None, 2)) < 2:
+        return False
+    word = _TOKEN_WORD.match(rest)  # `password.txt: Zq9planted0 0`: the file's content starts with a token
+    return word is None or not (any(c.isdigit() for c in word.group(0)) and any(c.isalpha() for c in word.group(0)))
 
 
 def _redact_assignments(text: str) -> str:
