@@ -86,7 +86,7 @@ def test_multi_line_yaml_and_env_lists_hide_the_secret_value(text):
 
 def test_separators_do_not_cross_a_line_break():
     # `db:` must not take the next line as its value, and a harmless next line stays as it was
-    assert redact_text(f"db:\n  password: {S}") == f"db:\n  password: {MASK}"
+    assert redact_text(f"db:\n  password: {S}") == f"db:\n  password: '{MASK}'"  # quoted: still YAML
     assert redact_text("mode:\n  train") == "mode:\n  train"
     assert redact_text("step 12:\nloss 3.4") == "step 12:\nloss 3.4"
     assert redact_text("a=\nb") == "a=\nb"
@@ -100,13 +100,13 @@ def test_env_entries_with_harmless_names_keep_their_values():
 
 def test_a_yaml_block_under_a_secret_key_ends_at_the_next_key():
     text = f"token: |\n  {S}\nmode: train\n"
-    assert redact_text(text) == f"token: {MASK}\n  {MASK}\nmode: train\n"
+    assert redact_text(text) == f"token: |\n  {MASK}\nmode: train\n"  # the block's text, still YAML
 
 
 def test_a_mapping_under_a_secret_key_is_hidden_keys_and_all():
-    # a map keyed by its tokens: the keys are the secrets
+    # a map keyed by its tokens: the keys are the secrets (a key that may be a token becomes a comment)
     text = f"api_keys:\n  {S}: service-a\n  - {S}2\n\n  {S}3:\nbatch_size: 8"
-    assert redact_text(text) == f"api_keys:\n  {MASK}\n  - {MASK}\n\n  {MASK}\nbatch_size: 8"
+    assert redact_text(text) == f"api_keys:\n  # {MASK}\n  - '{MASK}'\n\n  # {MASK}\nbatch_size: 8"
 
 
 # --- 3. PINs, passcodes, one-time passwords, MFA codes ------------------------------------------------
@@ -242,7 +242,7 @@ def test_pwd_keeps_a_working_directory_readable():
 def test_authorization_keeps_the_scheme_and_hides_the_rest():
     assert redact_text("Authorization: Basic Zm9v") == f"Authorization: Basic {MASK}"
     assert redact_text("Authorization: Bearer abc.def") == f"Authorization: Bearer {MASK}"
-    assert redact_text(f"Authorization: {S} more") == f"Authorization: {MASK}"  # no scheme: all of it
+    assert redact_text(f"Authorization: {S} more") == f"Authorization: '{MASK}'"  # no scheme: all of it
 
 
 @pytest.mark.parametrize("line", [

@@ -25,7 +25,7 @@ S = "Zq9planted"  # a planted value: it occurs nowhere else in the texts below
     (f"x(password={S});", "x(password=***);"),
     (f"x(password={S}) ;", "x(password=***) ;"),
     (f"a, (token: {S}) b", "a, (token: ***) b"),
-    (f"{{'k': 1, token: {S}}}", "{'k': 1, token: ***}"),
+    (f"{{'k': 1, token: {S}}}", "{'k': 1, token: '***'}"),  # a flow mapping's value: quoted, still YAML
     (f"run(HF_TOKEN={S}), ok", "run(HF_TOKEN=***), ok"),
     (f"d = dict(Authorization=Bearer {S})", "d = dict(Authorization=Bearer ***)"),
     (f"$(cmd --password {S})", "$(cmd --password ***)"),

@@ -63,6 +63,8 @@ _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
 _COUNT_VALUE = re.compile(r"[ \t]{0,8}\d{1,15}(?:\.\d{1,15})?(?![\w.])")
 
 
+# A word that looks like a token: letters and digits mixed (`Zq9planted0`, `a1b2c3d4`), no prose or code around it
+_TOKEN_WORD = re.compile(r"[A-Za-z0-9_\-+/=]{8,4096}")
 _BARE_WORDS = frozenset({"PASS", "XPASS", "KEY", "SESSION"})
 # Weak names: a switch or a small count after them is no secret (`auth: enabled`, `private: false`, `session: 3`,
 # automake's `# PASS:  2`); `password: 1234`, `pass: 1234`, `PASS=1234` and `key: 12345678` stay hidden.
@@ -183,6 +185,8 @@ _V_QUOTED = re.compile(r"[bBrRuUfF$]{0,2}(?:\"(?P<dq>(?:[^\"\\\r\n]|\\[^\r\n]){0
 _V_LINE = re.compile(r"[^\r\n]{1,4096}")
 _V_HEADER = {"": re.compile(r"[^\r\n]{1,4096}"), '"': re.compile(r'[^\r\n"]{1,4096}'),
              "'": re.compile(r"[^\r\n']{1,4096}")}  # to the line's end, or to the quote around the header
+_V_FLOW = re.compile(r"[^\s,{}\[\]][^,{}\[\]]{0,4095}?(?=[ \t\r\n]*[,}\]])")  # may go on to the next line
+_V_FLOW_LINE = re.compile(r"[^\s,{}\[\]][^,{}\[\]\r\n]{0,4095}?(?=[ \t]*[,}\]])")
 _V_FIELD = re.compile(r"[^;\r\n\"'=]{1,1024}(?=;)")
 _V_WORD = re.compile(r"(?P<q>[\"']?)(?P<w>(?:[^\s\"',;&\\\x00]|\\[^\r\n]){1,4096})")
 # An HTTP header whose whole value is a credential; its scheme (`Basic`, `Bearer`, `Digest`) stays readable.
@@ -192,7 +196,7 @@ _SCHEME = re.compile(r"(?:basic|bearer|digest|token|negotiate|ntlm|aws4-hmac-sha
                      re.IGNORECASE)  # only a known scheme: `Authorization: s3cr3t more` may start with the secret
 # Where a name stands at the start of a YAML/ini line (after indentation, a list's `- `, an opening quote, or
 # grep's `FILE:LINE:` / `FILE-LINE-` / `LINE:`), its value runs to the end of the line (`password: two words`).
-_LINE_START = re.compile(r"(?:(?:[^\s:]{0,1024}[:\-])?\d{1,9}[:\-])?[ \t]*(?:-[ \t]+)?[\"']?\Z")
+_LINE_START = re.compile(r"(?:(?:[^\s:]{0,1024}[:\-])?\d{1,9}[:\-])?[ \t]*(?:-[ \t]+){0,16}[\"']?\Z")
 # grep's `FILE:` at the start of a line (`secrets/db_password.txt:hunter2`): a path, or nothing
 _PATH_ONLY = re.compile(r"[^\s:\"']{0,1024}/\Z|\Z")
 # `PWD` and `OLDPWD` are the shell's directories (kept), but `Pwd=` in an ODBC connection string is a password
@@ -257,7 +261,10 @@ _GREP_CONTEXT_HINT = re.compile(r"\.[A-Za-z0-9_]{1,8}-\d{1,9}-")
 # lines below it.
 _YAML_PARENT = re.compile(r"^(?P<ind>[ \t]*)(?P<dash>-[ \t]+)?(?P<q>[\"']?)(?P<name>[A-Za-z0-9_.\-]+)(?P=q)[ \t]*:"
                           r"[ \t]*(?:[!&][^\s]{0,64}[ \t]+)?(?P<block>[|>][+\-1-9]{0,2})?[ \t]*(?:#[^\r\n]*)?\r?$", re.MULTILINE)
-_YAML_LEAD = re.compile(r"[ \t]*(?:-[ \t]+)?")
+_YAML_LEAD = re.compile(r"[ \t]*(?:-[ \t]+){0,16}")  # `- - x`: a list in a list
+# A Secret's data as a flow mapping on its key's line: `data: {token: aGZf}`
+_YAML_FLOW_DATA = re.compile(r"^(?P<head>[ \t]*(?:-[ \t]+)?[\"']?(?:data|stringData)[\"']?[ \t]*:[ \t]*)"
+                             r"(?P<v>\{[^\r\n]{0,1048576}\})(?=[ \t]*\r?$)", re.MULTILINE)
 
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
 # the next word. Values that start with `-` are the next option, not a value.
@@ -270,11 +277,21 @@ _FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(
 # (also `-pX`, only before the command it runs: `ssh -p 2222` is a port), `redis-cli -a X`, `wandb login KEY`.
 # Elsewhere `-p` is a port or `mkdir -p`, so only these tools' options are read. One start per tool word; the
 # scan of its arguments stops at the line's end, `|`, `;`, `&`, `)`, `]` or a backquote, and the next search starts after it.
-_LOGIN_TOOL = re.compile(r"(?<![\w\-.])(?P<tool>docker|podman|nerdctl|buildah|skopeo|sshpass|redis-cli|wandb)"
+_LOGIN_TOOL = re.compile(r"(?<![\w\-.])(?P<tool>docker|podman|nerdctl|buildah|skopeo|sshpass|redis-cli|wandb|"
+                         r"mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|"
+                         r"mariadb|mariadb-dump|mariadb-admin|mariadb-import|mariadb-check|mariadb-show)"
                          r"(?![\w\-.])[\"']?")
 _TOOL_ARG = re.compile(r"[ \t,]{1,16}(?:\"(?P<dq>[^\"\r\n]{0,1024})\"|'(?P<sq>[^'\r\n]{0,1024})'"
                        r"|(?P<w>[^\s\"',\[\]|;&()<>`]{1,1024}))")
-_LOGIN_HINTS = ("login", "sshpass", "redis-cli")
+_LOGIN_HINTS = ("login", "sshpass", "redis-cli", "mysql", "mariadb")
+# MySQL's and MariaDB's clients take the password glued to `-p` (`mysql -u root -pS3cret`, `-p'S3cret'`); `-p` alone
+# asks for it, and the word after it is the database. Other tools' `-p` (a port, `mkdir -p`) is not read.
+_MYSQL_TOOLS = frozenset({"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlpump",
+                          "mysqlsh", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check",
+                          "mariadb-show"})
+# `.pgpass` lines (`host:port:database:user:password`, `\:` escapes a colon), in a text that names the file
+_PGPASS_LINE = re.compile(r"^(?P<head>(?:[^\s:]{0,1024}\.pgpass:(?:\d{1,9}:)?)?[ \t]*(?:[^\s:#]{1,256}):(?:\d{1,5}|\*)"
+                          r":(?:[^\s:]{1,256}):(?:[^\s:]{1,256}):)(?P<v>(?:[^\s\\]|\\\S){1,4096})[ \t]*\r?$", re.MULTILINE)
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo"})
 _WANDB_VALUED = frozenset({"--host", "--anonymously", "--base-url"})  # `wandb login` options with a value
 # openssl's password arguments: `-passin pass:X`, `-passout pass:X`, `-pass pass:X` (`env:VAR`, `file:PATH` kept)
@@ -340,6 +357,8 @@ def redact_text(text: str) -> str:
                                   else m.group(0), out)
     if any(hint in out for hint in _LOGIN_HINTS):
         out = _redact_login_tools(out)
+    if "pgpass" in out:
+        out = _PGPASS_LINE.sub(lambda p: f"{p.group('head')}{MASK}" if p.group("v") != MASK else p.group(0), out)
     if "pass:" in out:
         out = _OPENSSL_PASS.sub(lambda m: _mask_word(m, "v"), out)
     if "passw" in out:
@@ -365,7 +384,11 @@ def redact_text(text: str) -> str:
         out = _SQL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}{m.group('q')}" if m.group("v") != MASK
                                 else m.group(0), out)
     if "\n" in out and ":" in out:
-        out = _redact_yaml_blocks(out, secret_kind=bool(_SECRET_KIND.search(out)))
+        secret_kind = bool(_SECRET_KIND.search(out))
+        out = _redact_yaml_blocks(out, secret_kind=secret_kind)
+        if secret_kind and "ata" in out:
+            out = _YAML_FLOW_DATA.sub(lambda d: d.group("head") + (_mask_flow(d.group("v"), True) or _quoted_mask("")),
+                                      out)
     if "- " in out and "\n" in out:
         out = _YAML_FLAG_ITEM.sub(lambda m: f"{m.group('head')}{MASK}{m.group('q2')}"
                                   if is_secret_flag(m.group("flag")) and m.group("v").strip() != MASK
@@ -441,6 +464,8 @@ def _redact_login_tools(text: str) -> str:
             args.append((a.group(group), a.start(group), a.end(group)))
             pos = a.end()
         spans.extend(_login_secrets(m.group("tool"), args))
+        if m.group("tool") in _MYSQL_TOOLS:
+            spans.extend(_mysql_quoted_password(text, args))
         pos = max(pos, m.end())
     if not spans:
         return text
@@ -454,6 +479,16 @@ def _redact_login_tools(text: str) -> str:
         copied = end
     out.append(text[copied:])
     return "".join(out)
+
+
+def _mysql_quoted_password(text: str, args: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """`mysql -p'S3cret'` / `-p"S3cret"`: the quoted password glued to `-p` (the argument scan stops at its quote)."""
+    for word, _, end in args:
+        if word == "-p" and text[end:end + 1] in ("'", '"'):
+            close = text.find(text[end], end + 1, _ahead(text, end + 1))
+            if close > end + 1:
+                return [(end + 1, close)]
+    return []
 
 
 def _login_secrets(tool: str, args: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
@@ -485,6 +520,12 @@ def _login_secrets(tool: str, args: list[tuple[str, int, int]]) -> list[tuple[in
             elif not word.startswith("-"):
                 break  # the command sshpass runs: `ssh -p 2222` is a port
             i += 1
+    elif tool in _MYSQL_TOOLS:
+        for word, start, end in args:
+            if word.startswith("-p") and not word.startswith("--") and len(word) > 2:
+                spans.append((start + 2, end))  # `-pS3cret`; `-p` alone prompts
+            elif word.startswith("--password="):
+                spans.append((start + len("--password="), end))
     elif tool == "redis-cli":
         for i, word in enumerate(words[:-1]):
             if word == "-a":
@@ -618,6 +659,8 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
+        if _file_message(name, text, m):
+            return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
         if key.upper() in _PLURAL_COUNTS and _COUNT_VALUE.match(text, m.end()):
             return False  # `tokens: 131072`, `keys: 1024`
         weak = key.lower()  # the whole name: `api.key:123`, `private.key:9` (a file's grep line) stay hidden
@@ -646,6 +689,20 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     return key.upper() in _DIRECTORY_NAMES and not _DIRECTORY_VALUE.match(text, m.end())
 
 
+def _file_message(name: str, text: str, m: re.Match[str]) -> bool:
+    """`FILE: message` (`pod-and-secret.yaml: invalid YAML: found ...`, `db_password.txt: Permission denied`): a file
+    named with a secret word, a colon, a space and words, as an error message names its file. Not grep's
+    `db_password.txt:hunter2` (no space), nor a Secret's data entry `credentials.json: eyJ...` (one word)."""
+    sep = m.group("sep")
+    if m.group("nq") or not sep.startswith(":") or sep == ":" or not _FILE_LINE.search(name):
+        return False
+    rest = text[m.end():_ahead(text, m.end())]
+    if rest[:1] in ("\"", "'") or len(rest.split(None, 2)) < 2:
+        return False
+    word = _TOKEN_WORD.match(rest)  # `password.txt: Zq9planted0 0`: the file's content starts with a token
+    return word is None or not (any(c.isdigit() for c in word.group(0)) and any(c.isalpha() for c in word.group(0)))
+
+
 def _redact_assignments(text: str) -> str:
     """Mask the value after every secret name. A harmless name's value is not skipped: the scan goes on right
     after its separator, so `A= PGPASSWORD=x`, `db = connect(password="x")` and `config.ini:3:password = x`
@@ -671,12 +728,98 @@ def _redact_assignments(text: str) -> str:
             pos = keep_to
             continue
         out.append(text[copied:vstart])
-        out.append(MASK)
+        mask = (_yaml_mask(text[vstart:vend], m.group("nq")) if vstart == m.end() and _yaml_value(text, m, vend)
+                else MASK)
+        out.append(mask + "\n" * (text.count("\n", vstart, vend) - mask.count("\n")))  # a value over lines keeps them
         copied = pos = vend
     if not out:
         return text
     out.append(text[copied:])
     return "".join(out)
+
+
+_QUOTED_MASKS = (f"'{MASK}'", f'"{MASK}"')
+# A YAML flow mapping's entry before the value: `{reason: OOMKilled, token: ` (an unclosed `{` on the line)
+_YAML_LINE_LEAD = re.compile(r"[ \t]*(?:-[ \t]+){0,16}[\"']?\Z")
+_FLOW_OPEN = re.compile(r"\{[^{}\r\n]{0,1024}\Z")
+
+
+def _plain_end(text: str, column: int, end: int) -> int:
+    """The end of a YAML plain scalar at `end` of its key's line: its next lines, more indented than the key at
+    `column` (`password: two\\n    words`, wrapped by a YAML writer), go on with it; at most 64 lines."""
+    for _ in range(64):
+        newline = end + len(text[end:end + 64]) - len(text[end:end + 64].lstrip(" \t\r"))
+        if not text.startswith("\n", newline):
+            break
+        line = text[newline + 1:_ahead(text, newline + 1)].rstrip("\r")
+        body = line.lstrip(" \t")
+        if not body or len(line) - len(body) <= column or body.startswith("#"):
+            break
+        end = newline + 1 + len(line.rstrip(" \t"))
+    return end
+
+
+def _flow_end(text: str, start: int, line_end: int) -> int:
+    """The end of a flow collection that starts at `start` (`{password: \\n  x}` goes on to the next lines): its
+    closing bracket, within 64 KiB, else the line's end."""
+    depth = 0
+    quote = ""
+    for i in range(start, min(len(text), start + (1 << 16))):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return max(i + 1, line_end)
+    return line_end
+
+
+def _open_flow_closers(text: str, start: int, value: str) -> int:
+    """How many characters at the end of a YAML line's value close a flow collection opened on a line before it
+    (`{api_key: x,\\npassword: y}`: the `}`), not the value's own."""
+    n = len(value) - len(value.rstrip("}] \t"))
+    if n == 0 or value.count("{") + value.count("[") >= value.count("}") + value.count("]"):
+        return 0
+    before = text[max(0, start - 4096):start]
+    if before.count("{") + before.count("[") <= before.count("}") + before.count("]"):
+        return 0
+    return n
+
+
+def _yaml_mask(value: str, quote: str) -> str:
+    """A whole YAML value hidden: a one-line flow collection keeps its shape (`{name: '***', key: '***'}`)."""
+    return _mask_flow(value, False) or _quoted_mask(quote)
+
+
+def _yaml_value(text: str, m: re.Match[str], vend: int) -> bool:
+    """Whether the unquoted value masked after `name:` is a whole YAML (or JSON) value, which `***` alone would
+    make invalid (an alias): on a YAML line (`password: x`, `- token: x`, `"pin": 1234,`) to its end, or in a
+    flow mapping (`{token: x, ...}`) to its `,` or `}`."""
+    sep = m.group("sep")
+    if sep.strip() != ":" or not (sep[-1] in " \t" or m.group("nq").startswith('"')):
+        return False  # YAML's `key:value` is one word, no mapping (grep's `db_password.txt:hunter2`)
+    prefix = _line_prefix(text, m.start())
+    if prefix is None:
+        return False
+    after = text[vend:_ahead(text, vend)].lstrip(" \t").rstrip("\r")
+    if _YAML_LINE_LEAD.match(prefix):  # not grep's `FILE:LINE:` before it: that line is no YAML
+        return after[:1] in ("", ",", "}", "]", "#")
+    if after[:1] not in (",", "}", "]", ""):
+        return False
+    if _FLOW_OPEN.search(prefix):
+        return True
+    return _open_flow(text, m.start())
+
+
+def _open_flow(text: str, start: int) -> bool:
+    """Whether a flow collection opened before `start` (up to 4 KiB back, a wrapped `{a: 1,\\nb: 2}`) is still open."""
+    before = text[max(0, start - 4096):start]
+    return before.count("{") + before.count("[") > before.count("}") + before.count("]")
 
 
 def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | None:
@@ -717,9 +860,23 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if prefix is not None and _LINE_START.match(prefix):
         v = _V_LINE.match(text, end)
         value = v.group(0).rstrip(" \t,") if v else ""  # a JSON line's `12345,` keeps its comma
-        if value and value != MASK and not value.startswith(MASK + "@"):
-            return end, end + len(value), None
+        if ":" in sep and _YAML_BLOCK_INDICATOR.match(value):
+            return None  # `token: |`: its lines are the block's (`_redact_yaml_blocks`), the indicator no secret
+        if value and value != MASK and value not in _QUOTED_MASKS and not value.startswith(MASK + "@"):
+            if ":" in sep and value[0] in "{[":
+                return end, _flow_end(text, end, end + len(value)), None
+            if ":" in sep and sep[-1] in " \t" and _YAML_LINE_LEAD.match(prefix):
+                return end, _plain_end(text, len(prefix), end + len(value)), None
+            return end, end + len(value) - _open_flow_closers(text, m.start(), value), None
         return None
+    if sep.strip() == ":" and prefix is not None and (_FLOW_OPEN.search(prefix) or _open_flow(text, m.start())):
+        # `{password: two words, ...}`: a flow mapping's value runs to its `,` or `}` (on the next line only where
+        # the mapping opened on this one)
+        v = (_V_FLOW if _FLOW_OPEN.search(prefix) else _V_FLOW_LINE).match(text, end)
+        after = text[v.end():_ahead(text, v.end())].lstrip("}] \t\r") if v else ""
+        v = v if after[:1] in ("", ",") else None  # `{token: 0}Zq9}`: the value goes on past the `}`
+        if v and v.group(0) != MASK and v.group(0) not in _QUOTED_MASKS:
+            return end, end + len(v.group(0)), None
     f = _V_FIELD.match(text, end)
     if f and f.group(0).strip() and f.group(0).strip() != MASK:
         vend = _value_end(text, end, end + len(f.group(0).rstrip()))
@@ -736,11 +893,12 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
 
 
 def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
-    """A secret-named YAML key alone on its line hides the more indented lines below it, whole: a block
-    scalar's lines (`token: |`), a plain scalar continued on the next line (`password:\\n  hunter2`), a mapping or
-    a list under it (`api_keys:\\n  abc123: service-a`: a map keyed by its tokens). Indentation and a list's
-    `- ` stay, so the shape of the file is still readable. In a text that holds a `kind: Secret`, its
-    `data:`/`stringData:` blocks too."""
+    """A secret-named YAML key alone on its line hides the more indented lines below it: a block scalar's lines
+    (`token: |`), a plain scalar continued on the next line (`password:\n  hunter2`), a mapping or a list under it.
+    In a text that holds a `kind: Secret`, its `data:`/`stringData:` blocks too. The text stays valid YAML, with
+    the same keys (a manifest in a bundle is read back; `***` alone would be an alias): a value becomes `'***'`, a
+    block scalar's line `***`, a key that may itself be the secret (`api_keys:\n  abc123: service-a`, a map keyed
+    by its tokens; not a Secret's data keys, which are file names) a comment `# ***` with its lines below."""
     out: list[str] = []
     copied = 0
     pos = 0
@@ -751,9 +909,11 @@ def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
             break
         pos = m.end()
         name = m.group("name").strip("-.")
-        if pos >= n or not (is_secret_name(name) or (secret_kind and name in _SECRET_DATA)):
+        data_block = secret_kind and name in _SECRET_DATA
+        if pos >= n or not (data_block or is_secret_name(name)):
             continue
         column = len(m.group("ind")) + len(m.group("dash") or "")
+        block = _BlockMask(column if m.group("block") else None, keep_keys=data_block)
         i = pos + 1  # past the parent line's "\n"
         while i < n:
             j = text.find("\n", i)
@@ -761,12 +921,13 @@ def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
             body = text[i:j].rstrip("\r")
             stripped = body.lstrip(" \t")
             if stripped:
-                if len(body) - len(stripped) <= column:
-                    break
-                lead = _YAML_LEAD.match(body).group(0)
-                if body[len(lead):] != MASK:
+                indent = len(body) - len(stripped)
+                if indent < column or (indent == column and not (stripped.startswith("- ") or stripped == "-")):
+                    break  # (`token:\n- x`: a list at its key's indentation is the key's value)
+                new = block.line(body, indent)
+                if new != body:
                     out.append(text[copied:i])
-                    out.append(lead + MASK)
+                    out.append(new)
                     copied = i + len(body)
             i = j + 1
         pos = max(pos, min(i, n))
@@ -774,6 +935,89 @@ def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
         return text
     out.append(text[copied:])
     return "".join(out)
+
+
+# A block mapping's entry as `_BlockMask` reads it: a key (plain, or quoted), `:`, and what follows on the line
+_YAML_ENTRY = re.compile(r"(?P<k>\"(?:[^\"\\]|\\.){0,256}\"|'(?:[^']|''){0,256}'|[^\s#'\"{}\[\],&*!|>%@`][^:#]{0,255}?)"
+                         r"[ \t]*:(?:[ \t]+(?P<v>.*))?\Z")
+_YAML_BLOCK_INDICATOR = re.compile(r"[|>][+\-1-9]{0,2}(?:[ \t]+#.*)?\Z")
+_NAME_KEY = re.compile(r"[\"']?[A-Za-z_.\-/][A-Za-z_.\-/ ]{0,63}[\"']?\Z")  # no digit: a word, not a token
+
+
+class _BlockMask:
+    """The lines of one hidden YAML block, masked one after another so that the block stays valid YAML."""
+
+    def __init__(self, scalar_indent: int | None, keep_keys: bool) -> None:
+        self.scalar = scalar_indent  # inside a block scalar (`key: |`): lines more indented than this are its text
+        self.outer_scalar = scalar_indent is not None
+        self.commented: int | None = None  # under a key hidden as a comment: lines more indented than this
+        self.value: int | None = None  # a value just masked: lines more indented than this go on with it (blank)
+        self.keep_keys = keep_keys
+
+    def line(self, body: str, indent: int) -> str:
+        ws = body[:indent]
+        if self.scalar is not None:
+            if indent > self.scalar or self.outer_scalar:
+                return ws + MASK
+            self.scalar = None
+        if self.commented is not None:
+            if indent > self.commented:
+                return ws + "# " + MASK
+            self.commented = None
+        if self.value is not None:
+            if indent > self.value:
+                return ""  # a plain, quoted or flow value's next line: its text is hidden on the first line
+            self.value = None
+        if body.startswith("#", indent):
+            return ws + "# " + MASK
+        lead = _YAML_LEAD.match(body).group(0)
+        item = body[len(lead):]
+        if item in ("", "-"):
+            return body
+        entry = _YAML_ENTRY.match(item)
+        if entry is None:
+            # `- - abc123`: its next lines are indented past its last dash; a bare value goes on to the block's end
+            self.value = len(lead.rstrip(" \t")) - 1 if len(lead) > indent else -1
+            return lead + (_mask_flow(item.rstrip(" \t"), self.keep_keys) or _quoted_mask(""))
+        key, value = entry.group("k"), (entry.group("v") or "").strip()
+        if not (self.keep_keys or _NAME_KEY.match(key)):
+            self.commented = indent
+            return ws + "# " + MASK
+        if not value or value.startswith("#"):
+            return f"{lead}{key}:"  # a mapping or a list below it, masked line by line
+        if _YAML_BLOCK_INDICATOR.match(value):
+            self.scalar = indent
+            return f"{lead}{key}: {value.split()[0]}"
+        self.value = len(lead)
+        return f"{lead}{key}: {_mask_flow(value, self.keep_keys) or _quoted_mask(key)}"
+
+
+# A flow collection's scalar (quoted or plain) and what follows it: `: ` after a key
+_FLOW_SCALAR = re.compile(r"(?P<s>\"(?:[^\"\\]|\\.){0,4096}\"|'(?:[^']|''){0,4096}'|[^\s,:{}\[\]#'\"][^,{}\[\]]{0,4095}?)"
+                          r"(?P<after>[ \t]*(?::(?=[ \t])|(?=[,}\]])))")
+
+
+def _mask_flow(value: str, keep_keys: bool) -> str | None:
+    """A one-line flow collection (`{name: hf, token: x}`, `[a, b]`) with every value `'***'` and its keys kept;
+    None for anything else (a scalar; a collection that goes on to the next line, or whose key may be a token)."""
+    if value[:1] not in ("{", "[") or {"{": "}", "[": "]"}[value[0]] != value[-1:] or "#" in value:
+        return None
+    bad = False
+
+    def one(f: re.Match[str]) -> str:
+        nonlocal bad
+        if f.group("after").endswith(":"):
+            bad = bad or not (keep_keys or _NAME_KEY.match(f.group("s")))
+            return f.group(0)
+        return _quoted_mask("") + f.group("after")
+
+    masked = _FLOW_SCALAR.sub(one, value)
+    return None if bad else masked
+
+
+def _quoted_mask(key: str) -> str:
+    """MASK as a YAML (or JSON, after a `"key"`) string: `***` alone is an alias to YAML."""
+    return f'"{MASK}"' if key.startswith('"') else f"'{MASK}'"
 
 
 def redact_value(name: str, value: str) -> str:

@@ -18,7 +18,8 @@ HELP = "write a redacted bundle of this machine (.tar.gz) for offline diagnosis"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE.tar.gz", required=True, help="where to write the bundle")
     parser.add_argument("--log", metavar="FILE", action="append", default=[],
-                        help="add a log (e.g. the OOM traceback) under logs/, redacted; repeatable")
+                        help="add a log (e.g. the OOM traceback) under logs/, redacted; over 32 MiB, its first 8 MiB and "
+                             "last 24 MiB are kept; repeatable")
     parser.add_argument("--manifest", metavar="FILE", action="append", default=[],
                         help="add a Kubernetes manifest (kubectl get pod -o yaml) under k8s/, Secrets blanked; repeatable")
     parser.add_argument("--probe", action="store_true",
@@ -36,5 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {args.output}: the bundle is a .tar.gz (e.g. -o node.tar.gz)")
     writer = write_bundle(args.output, logs=args.log, manifests=args.manifest, probe=args.probe,
                           probe_attempts=args.probe_attempts)
+    for note in writer.notes:  # a log cut to its head and tail: say so, it is not what was given
+        print(f"oomdoctor bundle: warning: {note}", file=sys.stderr)
     print(f"wrote {args.output} ({len(writer.files)} files; secrets redacted; see docs/bundle.md)", file=sys.stderr)
     return 0

@@ -26,6 +26,7 @@ from oomdoctor._version import __version__
 from oomdoctor.collectors.container import SA_DIR, list_dev_nodes
 from oomdoctor.collectors.context import CollectContext
 from oomdoctor.collectors.kernel_log import read_kernel_log
+from oomdoctor.collectors.log_cut import read_head_and_tail
 from oomdoctor.collectors.machine import live_context
 from oomdoctor.collectors.nvml import SMI_TIMEOUT_S
 from oomdoctor.collectors.probe import run_probes
@@ -50,7 +51,8 @@ CGROUP_V1 = (("memory", "memory.limit_in_bytes"), ("memory", "memory.usage_in_by
              ("memory", "memory.max_usage_in_bytes"), ("memory", "memory.oom_control"),
              ("cpu,cpuacct", "cpu.cfs_quota_us"), ("cpu,cpuacct", "cpu.cfs_period_us"),
              ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"))
-MAX_LOG_BYTES = 32 * 1024 * 1024
+MAX_LOG_BYTES = 32 * 1024 * 1024  # kept of one log: its head and its tail
+LOG_HEAD_BYTES = 8 * 1024 * 1024  # of which the head (how the job started); the rest is the tail (how it ended)
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
@@ -60,6 +62,8 @@ class BundleWriter:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.dirs: set[str] = set()
+        self.log_cuts: dict[str, dict[str, Any]] = {}  # bundle path -> what of the log was left out (meta.json)
+        self.notes: list[str] = []  # what the user should know about the bundle (the CLI prints them)
 
     def add(self, rel: str, data: bytes | str) -> None:
         """Every file of a bundle passes here, redacted (what its producer redacted is redacted again)."""
@@ -133,11 +137,33 @@ def _read_capped(path: str, limit: int, what: str) -> bytes:
 
 
 def add_log(w: BundleWriter, path: str) -> None:
+    """A log under logs/, redacted. A log over MAX_LOG_BYTES keeps its head and its tail (where a crash is),
+    cut at line ends, with a marker line between them; the cut is noted on the writer and in meta.json."""
     p = Path(path)
-    data = _read_capped(path, MAX_LOG_BYTES, "log")[:MAX_LOG_BYTES]  # the first 32 MiB
-    text = data.decode("utf-8", errors="replace")
-    # The whole text at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
-    w.add(f"logs/{_unique(w, 'logs', p.name)}", redact_text(text).rstrip("\n") + "\n")
+    if os.path.isdir(path):
+        raise InputError(f"log {path}: is a directory")
+    try:
+        with open(path, "rb") as fh:
+            cut = read_head_and_tail(fh, MAX_LOG_BYTES, LOG_HEAD_BYTES)
+    except OSError as exc:
+        raise InputError(f"log {path}: {exc.strerror or exc}") from None
+    rel = f"logs/{_unique(w, 'logs', p.name)}"
+    # Each part whole at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
+    head = redact_text(cut.head.decode("utf-8", errors="replace"))
+    if cut.omitted_bytes == 0 and not cut.tail:
+        w.add(rel, head.rstrip("\n") + "\n")
+        return
+    tail = redact_text(cut.tail.decode("utf-8", errors="replace"))
+    head = head if head.endswith("\n") or not head else head + "\n"
+    marker_line = head.count("\n") + 1
+    w.add(rel, head + cut.marker(marker_line) + "\n" + tail.rstrip("\n") + "\n")
+    w.log_cuts[rel] = cut.note(marker_line)
+    w.notes.append(f"{path}: {cut.summary()}; the first {_mib(len(cut.head))} and the last {_mib(len(cut.tail))} "
+                   f"are in {rel}, a marker line between them (line {marker_line})")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def add_manifest(w: BundleWriter, path: str) -> None:
@@ -225,6 +251,8 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "pid": os.getpid(), "nvml_error": snap.nvml_error or (snap.error if snap.source == "NVML" else None),
     }
+    if w.log_cuts:
+        meta["log_cuts"] = w.log_cuts
     w.add("meta.json", json.dumps(meta, indent=1))
     return w
 
