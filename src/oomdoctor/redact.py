@@ -682,7 +682,8 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
             # `key = torch.randn(B, H, S)`, `self._session = tf_session.TF_NewDeprecatedSession(opts, status)`: a
             # bare word with words after it; a secret under it is one word, or quoted
             rest = text[m.end():m.end() + 256].split("\n", 1)[0].strip()
-            return rest[:1] in ("'", '"') or (bool(rest) and " " not in rest and any(c.isalnum() for c in rest))
+            return (rest[:1] in ("'", '"') or (bool(rest) and " " not in rest and any(c.isalnum() for c in rest))
+                    or _looks_like_token(rest.split(" ", 1)[0]))
         return True
     if key.lower() == "value":
         return _entry_name_is_secret(text, m.start(), m.end())
@@ -701,6 +702,14 @@ def _file_message(name: str, text: str, m: re.Match[str]) -> bool:
         return False
     word = _TOKEN_WORD.match(rest)  # `password.txt: Zq9planted0 0`: the file's content starts with a token
     return word is None or not (any(c.isdigit() for c in word.group(0)) and any(c.isalpha() for c in word.group(0)))
+
+
+def _looks_like_token(word: str) -> bool:
+    """A word no prose starts with: 8 characters or more mixing digits, upper and lower case (`session: Zq9x7Kf2a
+    then words` is a session id, while `Key: avg_train_loss, ...` and `PASS: in-quota ...` read as prose)."""
+    w = word.rstrip(",;.")
+    return (len(w) >= 8 and any(c.isdigit() for c in w) and any(c.isupper() for c in w)
+            and any(c.islower() for c in w))
 
 
 def _redact_assignments(text: str) -> str:
@@ -777,6 +786,22 @@ def _flow_end(text: str, start: int, line_end: int) -> int:
             if depth == 0:
                 return max(i + 1, line_end)
     return line_end
+
+
+def _nests(value: str) -> bool:
+    """Whether the brackets of `value` (outside quotes) close in the order they opened: `[a, {b: c}]`, not `[}`."""
+    stack: list[str] = []
+    quote = ""
+    for c in value:
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{":
+            stack.append("]" if c == "[" else "}")
+        elif c in "]}" and (not stack or stack.pop() != c):
+            return False
+    return not stack
 
 
 def _open_flow_closers(text: str, start: int, value: str) -> int:
@@ -872,6 +897,12 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if sep.strip() == ":" and prefix is not None and (_FLOW_OPEN.search(prefix) or _open_flow(text, m.start())):
         # `{password: two words, ...}`: a flow mapping's value runs to its `,` or `}` (on the next line only where
         # the mapping opened on this one)
+        if text[end:end + 1] in ("[", "{"):  # `{token: [a, b]}`: the nested collection whole (its `, b` leaked)
+            line_end = text.find("\n", end)
+            close = _flow_end(text, end, end + 1)
+            if close <= end + 1 or not _nests(text[end:close]):  # `{token: [}x}`: no collection, hide the line's rest
+                close = len(text) if line_end < 0 else line_end
+            return end, close, None
         v = (_V_FLOW if _FLOW_OPEN.search(prefix) else _V_FLOW_LINE).match(text, end)
         after = text[v.end():_ahead(text, v.end())].lstrip("}] \t\r") if v else ""
         v = v if after[:1] in ("", ",") else None  # `{token: 0}Zq9}`: the value goes on past the `}`
@@ -1002,6 +1033,8 @@ def _mask_flow(value: str, keep_keys: bool) -> str | None:
     None for anything else (a scalar; a collection that goes on to the next line, or whose key may be a token)."""
     if value[:1] not in ("{", "[") or {"{": "}", "[": "]"}[value[0]] != value[-1:] or "#" in value:
         return None
+    if value.count("{") != value.count("}") or value.count("[") != value.count("]"):
+        return None  # `{Zq9x{}`: no collection YAML would read, a scalar to hide whole (a hypothesis find)
     bad = False
 
     def one(f: re.Match[str]) -> str:
@@ -1012,6 +1045,8 @@ def _mask_flow(value: str, keep_keys: bool) -> str | None:
         return _quoted_mask("") + f.group("after")
 
     masked = _FLOW_SCALAR.sub(one, value)
+    if masked == value and MASK not in value and value.strip("{}[], \t"):
+        return None  # something in it, but no value found to hide (and none hidden before): hide it whole
     return None if bad else masked
 
 
