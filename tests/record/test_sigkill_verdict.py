@@ -124,7 +124,7 @@ def test_a_summed_rss_above_the_cgroups_use_is_not_proof():
     v = _analyse({"kernel_oom_kill": False}, _outside(rss=46 * GiB / (0.5 + 9 / 18), current=30 * GiB / (0.5 + 9 / 18),
                                                       limit=48 * GiB))["verdict"]
     assert v["confidence"] == "low", v["evidence"]
-    assert any("RSS peaked at 30.00 GiB of the cgroup's 48.00 GiB limit" in e and e.startswith("not seen")
+    assert any("peaked at 30.00 GiB of the cgroup's 48.00 GiB limit" in e and e.startswith("not seen")
                for e in v["evidence"]), v["evidence"]
 
 
@@ -189,3 +189,10 @@ def test_a_recording_cut_short_without_evidence_says_the_end_is_unknown():
 def test_the_end_is_in_the_analysis_for_json():
     doc = _analyse({"kernel_oom_kill": False}, _outside())
     assert doc["ended"] == "killed by SIGKILL (exit 137 in a shell)"
+
+
+def test_a_summed_rss_is_named_as_a_sum_where_it_is_shown():
+    v = _analyse({"kernel_oom_kill": False}, _outside(rss=46 * GiB, current=30 * GiB, limit=64 * GiB))["verdict"]
+    line = next(e for e in v["evidence"] if e.startswith("host memory of the job"))
+    assert "summed over its processes" in line and "an overcount" in line, line
+    assert any("cut to the cgroup's use" in e for e in v["evidence"]), v["evidence"]

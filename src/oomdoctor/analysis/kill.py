@@ -59,8 +59,8 @@ def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
     return [v for r in samples if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
 
 
-def _job_memory(r: dict[str, Any]) -> float | None:
-    """The job's memory at one reading, for "near the cgroup's limit": never more than the cgroup's own use.
+def _job_memory(r: dict[str, Any]) -> tuple[float, bool] | None:
+    """(the job's memory at one reading, cut to the cgroup's use?), for "near the cgroup's limit".
 
     `tree_rss` sums RSS over the job's processes, and forked DataLoader workers share their parent's pages, so
     the sum counts those pages once per worker: a review saw 46 GiB summed in a cgroup using 30 GiB. RSS of one
@@ -69,10 +69,10 @@ def _job_memory(r: dict[str, Any]) -> float | None:
     vals = [v for k in ("tree_rss", "rss") if isinstance(v := r.get(k), (int, float)) and not isinstance(v, bool)]
     if not vals:
         return None
-    current = r.get("cgroup_current")
-    if isinstance(current, (int, float)) and not isinstance(current, bool):
-        return min(max(vals), current)
-    return max(vals)
+    top, current = max(vals), r.get("cgroup_current")
+    if isinstance(current, (int, float)) and not isinstance(current, bool) and current < top:
+        return float(current), True
+    return float(top), False
 
 
 def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -132,14 +132,16 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, lis
     else:
         unread.append("the cgroup's oom_kill count was not recorded")
     current, limits = _values(every, "cgroup_current"), _values(every, "cgroup_limit")
-    mem = [v for r in every if (v := _job_memory(r)) is not None]
+    readings = [m for r in every if (m := _job_memory(r)) is not None]
+    mem = [v for v, _ in readings]
     if limits:
         limit = min(limits)
         if mem:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
-            peak = max(mem)
+            peak, cut = max(readings)
             near = peak >= NEAR_CGROUP_LIMIT * limit
-            line = (f"the job's RSS peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit "
-                    f"({peak / limit:.0%})")
+            what = ("the job's memory (its processes' summed RSS, cut to the cgroup's use: pages forked workers "
+                    "share count once per process in the sum)" if cut else "the job's RSS")
+            line = f"{what} peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
             (found if near else against).append(line + ("" if near else " at the samples (a spike between samples "
                                                                          "is not seen)"))
         if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (mem and max(mem) >= NEAR_CGROUP_LIMIT * limit):

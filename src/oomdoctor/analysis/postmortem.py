@@ -252,8 +252,12 @@ def _memory_lines(processes: list[dict[str, Any]], host_leaks: list[dict[str, An
     rss = [p["peaks"]["rss"] for p in processes if (p.get("peaks") or {}).get("rss")]
     if rss or (tree and tree[1] > 0):  # the whole tree from outside, each process from inside: the larger
         top = max(rss + ([tree[1]] if tree else []))
-        lines.append(f"host memory of the job (RSS, shared pages counted once per process): at most "
-                     f"{format_bytes(top)} at the samples")
+        summed = bool(tree) and top == tree[1] and top > max(rss, default=0)
+        cgroup = _series_last_peak(outside.get("cgroup_current"))
+        over = f", more than the cgroup's use ({format_bytes(cgroup[1])}): an overcount" if (
+            summed and cgroup and cgroup[1] < top) else ""
+        lines.append(f"host memory of the job (RSS): at most {format_bytes(top)} at the samples" + (
+            f" (summed over its processes: pages that forked workers share count once in each{over})" if summed else ""))
     return lines + [host_growth_line(p) for p in host_leaks]
 
 
