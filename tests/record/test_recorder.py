@@ -219,6 +219,8 @@ def test_cgroup_readings_follow_the_path_in_proc_self_cgroup(tmp_path):
     (tmp_path / "sys/fs/cgroup/memory.max").write_text("max\n")
     assert probes.cgroup_memory(str(tmp_path)) == {"cgroup_current": 1 << 30, "cgroup_limit": 3 << 30,
                                                    "cgroup_oom_kill": 1}
+    (job / "step_0/memory.stat").write_text(f"anon {600 << 20}\nfile {400 << 20}\nkernel 1\nshmem {24 << 20}\n")
+    assert probes.cgroup_memory(str(tmp_path))["cgroup_anon"] == 624 << 20  # what the kernel cannot take back
     v1 = tmp_path / "v1"
     (v1 / "proc/self").mkdir(parents=True)
     (v1 / "proc/self/cgroup").write_text("5:memory:/kubepods/pod1/c1\n0::/\n")
@@ -227,7 +229,8 @@ def test_cgroup_readings_follow_the_path_in_proc_self_cgroup(tmp_path):
     (mem / "memory.usage_in_bytes").write_text("4096\n")
     (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     (mem.parent / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
-    assert probes.cgroup_memory(str(v1)) == {"cgroup_current": 4096, "cgroup_limit": 1 << 30}
+    (mem / "memory.stat").write_text("cache 10\nrss 1\nshmem 0\ntotal_cache 10\ntotal_rss 2048\ntotal_shmem 0\n")
+    assert probes.cgroup_memory(str(v1)) == {"cgroup_current": 4096, "cgroup_limit": 1 << 30, "cgroup_anon": 2048}
 
 
 def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):

@@ -196,3 +196,15 @@ def test_a_summed_rss_is_named_as_a_sum_where_it_is_shown():
     line = next(e for e in v["evidence"] if e.startswith("host memory of the job"))
     assert "summed over its processes" in line and "an overcount" in line, line
     assert any("cut to the cgroup's use" in e for e in v["evidence"]), v["evidence"]
+
+
+@pytest.mark.parametrize(("anon", "confidence"), [(15.2 * GiB, "high"), (4 * GiB, "low")])
+def test_the_cgroups_memory_not_backed_by_files_decides_where_recorded(anon, confidence):
+    """memory.stat's anon + shmem counts each page once and leaves out the page cache: better than any RSS sum."""
+    rows = [{"kind": "header", "label": "outside", "t": 0}] + [
+        {"kind": "sample", "t": i + 0.2, "tree_rss": 40 * GiB, "cgroup_current": 15.9 * GiB, "cgroup_limit": 16 * GiB,
+         "cgroup_anon": anon, "cgroup_oom_kill": 0} for i in range(5)]
+    v = _analyse({"kernel_oom_kill": False}, _jsonl(rows))["verdict"]
+    assert v["confidence"] == confidence, v["evidence"]
+    assert any(f"not backed by files (anonymous and shared) peaked at {format_bytes(anon)}" in e
+               for e in v["evidence"]), v["evidence"]

@@ -59,20 +59,32 @@ def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
     return [v for r in samples if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
 
 
-def _job_memory(r: dict[str, Any]) -> tuple[float, bool] | None:
-    """(the job's memory at one reading, cut to the cgroup's use?), for "near the cgroup's limit".
+def _job_memory(r: dict[str, Any]) -> tuple[float, str] | None:
+    """(the job's memory at one reading, what it is: "rss", "cut" or "anon"), for "near the cgroup's limit".
 
     `tree_rss` sums RSS over the job's processes, and forked DataLoader workers share their parent's pages, so
     the sum counts those pages once per worker: a review saw 46 GiB summed in a cgroup using 30 GiB. RSS of one
     process (`rss`, read inside it) is not summed. The cgroup's use counts each page once (page cache included),
-    so a figure above it is cut to it; the cgroup's own anonymous memory is not recorded."""
+    so a figure above it is cut to it ("cut"). Best is the cgroup's own memory not backed by files
+    (`cgroup_anon`, anonymous + shared, recorded from memory.stat by newer recorders): used where recorded."""
+    anon = r.get("cgroup_anon")
+    if isinstance(anon, (int, float)) and not isinstance(anon, bool):
+        return float(anon), "anon"
     vals = [v for k in ("tree_rss", "rss") if isinstance(v := r.get(k), (int, float)) and not isinstance(v, bool)]
     if not vals:
         return None
     top, current = max(vals), r.get("cgroup_current")
     if isinstance(current, (int, float)) and not isinstance(current, bool) and current < top:
-        return float(current), True
-    return float(top), False
+        return float(current), "cut"
+    return float(top), "rss"
+
+
+_MEMORY_WHAT = {
+    "rss": "the job's RSS",
+    "cut": "the job's memory (its processes' summed RSS, cut to the cgroup's use: pages forked workers share count "
+           "once per process in the sum)",
+    "anon": "the cgroup's memory not backed by files (anonymous and shared)",
+}
 
 
 def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -133,15 +145,15 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, lis
         unread.append("the cgroup's oom_kill count was not recorded")
     current, limits = _values(every, "cgroup_current"), _values(every, "cgroup_limit")
     readings = [m for r in every if (m := _job_memory(r)) is not None]
+    if any(how == "anon" for _, how in readings):  # the cgroup's own count, where recorded, over any RSS figure
+        readings = [m for m in readings if m[1] == "anon"]
     mem = [v for v, _ in readings]
     if limits:
         limit = min(limits)
         if mem:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
-            peak, cut = max(readings)
+            peak, how = max(readings)
             near = peak >= NEAR_CGROUP_LIMIT * limit
-            what = ("the job's memory (its processes' summed RSS, cut to the cgroup's use: pages forked workers "
-                    "share count once per process in the sum)" if cut else "the job's RSS")
-            line = f"{what} peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
+            line = f"{_MEMORY_WHAT[how]} peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
             (found if near else against).append(line + ("" if near else " at the samples (a spike between samples "
                                                                          "is not seen)"))
         if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (mem and max(mem) >= NEAR_CGROUP_LIMIT * limit):
