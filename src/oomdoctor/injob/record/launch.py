@@ -85,7 +85,8 @@ class OutsideSampler(threading.Thread):
 
     def _note_name(self, proc: Any) -> None:
         names = self.seen_names.setdefault(proc.pid, set())
-        if len(names) < 8:  # an exec changes it (the shell, then python); a few are enough
+        if len(names) < 8:  # read at every sample: an exec changes it (the shell, then python), and so does
+            # a rename (PyTorch may name its main thread pt_main_thread: the name the kernel log then prints)
             try:
                 names.add(proc.name())
             except Exception:
