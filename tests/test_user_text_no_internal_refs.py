@@ -5,6 +5,7 @@ users of the package do not have), and explain's deciding commands point into th
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -39,3 +40,26 @@ def test_explain_bundle_points_the_deciding_facts_into_the_bundle(capsys):
     text = capsys.readouterr().out
     what = text.split("What decides:")[1].split("Events")[0]
     assert "oomdoctor doctor --probe" not in what and "--bundle" in what
+
+
+SESSION = re.compile(r"\bsession \d+", re.IGNORECASE)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, kinds) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def test_no_internal_session_names_in_user_text():
+    """Strings of the code that can reach a user (not docstrings, not comments) never name an internal work session
+    ("a recording made before session 27" was printed in a report)."""
+    src = Path(__file__).resolve().parents[1] / "src" / "oomdoctor"
+    found = []
+    for f in sorted(src.rglob("*.py")):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        found += [f"{f.relative_to(src)}:{n.lineno}: {n.value[:80]}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                  and SESSION.search(n.value)]
+    assert not found, found

@@ -221,3 +221,43 @@ def test_prometheus_endpoint_while_the_job_runs(tmp_path):
     finally:
         proc.communicate(b"\n", timeout=60)
     assert proc.returncode == 0
+
+
+KILLED_CHILD = """
+import os, signal, sys, time
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()}")
+time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel log and /proc are Linux's")
+@pytest.mark.parametrize(("when", "oom"), [("now", True), ("before the start", False)])
+def test_a_shell_reporting_137_asks_the_kernel_log_about_the_jobs_process(tmp_path, when, oom):
+    """`sh -c 'python child.py'` reports the child's SIGKILL as exit 137; the kernel log's kill of that child (by pid,
+    name and a time after the start) makes the OOM firm; the same pid killed before the job started does not."""
+    (tmp_path / "child.py").write_text(KILLED_CHILD)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stamp = "time.monotonic()" if when == "now" else "1.0"
+    (bin_dir / "dmesg").write_text(
+        f"#!{sys.executable}\nimport time\npid, comm = open({str(tmp_path / 'childpid')!r}).read().split()\n"
+        f"print(f'[{{{stamp}:12.6f}}] Memory cgroup out of memory: Killed process {{pid}} ({{comm}}) total-vm:1kB, "
+        "anon-rss:2kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0')\n")
+    (bin_dir / "dmesg").chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "50", "--", "sh", "-c", f"{sys.executable} child.py childpid; exit $?"],
+                          capture_output=True, cwd=tmp_path, timeout=120,
+                          env=_env(PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"))
+    assert proc.returncode == 137, proc.stderr
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    if meta.get("pid_namespace") == "other":
+        pytest.skip("run inside a container's own pid namespace: pids are not matched there")
+    assert meta["kernel_oom_kill"] is oom, meta
+    assert len(meta["kernel_oom_kills"]) == (1 if oom else 0)
+    report = subprocess.run([sys.executable, "-m", "oomdoctor", "report", "--format", "json", str(tmp_path / "run")],
+                            capture_output=True, env=_env(), timeout=120)
+    doc = json.loads(report.stdout)
+    assert doc["verdict"]["confidence"] == ("high" if oom else "low"), doc["verdict"]
+    assert doc["ended"].startswith("exit 137")

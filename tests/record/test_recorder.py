@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,8 @@ def test_cgroup_readings_follow_the_path_in_proc_self_cgroup(tmp_path):
     (tmp_path / "sys/fs/cgroup/memory.max").write_text("max\n")
     assert probes.cgroup_memory(str(tmp_path)) == {"cgroup_current": 1 << 30, "cgroup_limit": 3 << 30,
                                                    "cgroup_oom_kill": 1}
+    (job / "step_0/memory.stat").write_text(f"anon {600 << 20}\nfile {400 << 20}\nkernel 1\nshmem {24 << 20}\n")
+    assert probes.cgroup_memory(str(tmp_path))["cgroup_anon"] == 624 << 20  # what the kernel cannot take back
     v1 = tmp_path / "v1"
     (v1 / "proc/self").mkdir(parents=True)
     (v1 / "proc/self/cgroup").write_text("5:memory:/kubepods/pod1/c1\n0::/\n")
@@ -226,7 +229,8 @@ def test_cgroup_readings_follow_the_path_in_proc_self_cgroup(tmp_path):
     (mem / "memory.usage_in_bytes").write_text("4096\n")
     (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     (mem.parent / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
-    assert probes.cgroup_memory(str(v1)) == {"cgroup_current": 4096, "cgroup_limit": 1 << 30}
+    (mem / "memory.stat").write_text("cache 10\nrss 1\nshmem 0\ntotal_cache 10\ntotal_rss 2048\ntotal_shmem 0\n")
+    assert probes.cgroup_memory(str(v1)) == {"cgroup_current": 4096, "cgroup_limit": 1 << 30, "cgroup_anon": 2048}
 
 
 def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):
@@ -250,21 +254,93 @@ def test_cgroup_oom_kill_count_and_host_meminfo_are_read(tmp_path):
     assert probes.host_meminfo(str(tmp_path / "nothing")) == {}
 
 
-def test_the_kernel_log_is_asked_about_the_jobs_pids(monkeypatch):
-    """After a SIGKILL, `dmesg` decides whether the OOM killer killed one of the job's processes (session 27)."""
-    import subprocess as sp
+def _fake_dmesg(tmp_path, monkeypatch, body: str) -> None:
+    """A `dmesg` first on PATH: a Python script whose body prints (or sleeps, or fails)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "dmesg"
+    exe.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
-    from oomdoctor.injob.record import launch
 
-    log = ("[ 10.0] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB, anon-rss:2kB, "
-           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0\n")
+def _kill_line(t: float, pid: int, comm: str = "python") -> str:
+    return (f"[{t:12.6f}] Memory cgroup out of memory: Killed process {pid} ({comm}) total-vm:1kB, anon-rss:2kB, "
+            "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0")
 
-    def fake_run(argv, **kw):
-        return sp.CompletedProcess(argv, 0, stdout=log, stderr="")
 
-    monkeypatch.setattr(launch.subprocess, "run", fake_run)
-    assert launch.kernel_oom_kill({4242, 7}) == {"kernel_oom_kill": True}
-    assert launch.kernel_oom_kill({4243}) == {"kernel_oom_kill": False}
-    monkeypatch.setattr(launch.subprocess, "run",
-                        lambda argv, **kw: sp.CompletedProcess(argv, 1, stdout="", stderr="dmesg: read kernel buffer failed: Operation not permitted\n"))
-    assert launch.kernel_oom_kill({4242})["kernel_log"].startswith("dmesg denied: dmesg: read kernel buffer failed")
+def test_the_kernel_log_is_asked_about_the_jobs_pids(tmp_path, monkeypatch):
+    """After a SIGKILL, `dmesg` decides whether the OOM killer killed one of the job's processes."""
+    from oomdoctor.injob.record import kernel_kills
+
+    _fake_dmesg(tmp_path, monkeypatch, f"print({_kill_line(100.0, 4242)!r})")
+    got = kernel_kills.kernel_oom_kills({4242: {"python"}, 7: {"sh"}}, 50.0)
+    assert got["kernel_oom_kill"] is True and got["kernel_oom_kills"][0]["pid"] == 4242
+    assert kernel_kills.kernel_oom_kills({4243: {"python"}}, 50.0) == {"kernel_oom_kills": [], "kernel_oom_kill": False}
+
+
+def test_a_kill_before_the_job_started_is_not_the_jobs(tmp_path, monkeypatch):
+    """The ring buffer holds kills since boot; the pid number of an old kill may be the job's now (review)."""
+    from oomdoctor.injob.record import kernel_kills, launch
+
+    _fake_dmesg(tmp_path, monkeypatch, f"print({_kill_line(5.0, 4242)!r})")
+    assert kernel_kills.kernel_oom_kills({4242: {"python"}}, 50.0)["kernel_oom_kill"] is False
+    assert launch.kernel_oom_kill({4242}, 50.0)["kernel_oom_kills"] == []
+
+
+def test_a_kill_of_another_program_with_the_jobs_pid_is_not_the_jobs(tmp_path, monkeypatch):
+    from oomdoctor.injob.record import kernel_kills
+
+    _fake_dmesg(tmp_path, monkeypatch, f"print({_kill_line(100.0, 4242, 'postgres')!r})")
+    got = kernel_kills.kernel_oom_kills({4242: {"python"}}, 50.0)
+    assert got["kernel_oom_kill"] is False and got["kernel_oom_kills"][0]["comm_match"] is False
+
+
+def test_in_another_pid_namespace_only_the_name_and_time_match(tmp_path, monkeypatch):
+    """A container's kernel log names the host's pids: no pid match there is not evidence against."""
+    from oomdoctor.injob.record import kernel_kills
+
+    _fake_dmesg(tmp_path, monkeypatch, f"print({_kill_line(100.0, 98765, 'trainer')!r})")
+    assert kernel_kills.kernel_oom_kills({2: {"trainer"}}, 50.0, "other")["kernel_oom_kill"] is True
+    got = kernel_kills.kernel_oom_kills({2: {"python"}}, 50.0, "other")
+    assert "kernel_oom_kill" not in got and "another pid namespace" in got["kernel_log"]
+
+
+def test_the_pid_namespace_is_told_from_proc(tmp_path):
+    from oomdoctor.injob.record import kernel_kills
+
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    (tmp_path / "self" / "status").write_text("Name:\tpython\nNSpid:\t81234\t2\n")
+    assert kernel_kills.pid_namespace(str(tmp_path)) == "other"
+    (tmp_path / "self" / "status").write_text("Name:\tpython\nNSpid:\t2\n")
+    assert kernel_kills.pid_namespace(str(tmp_path)) == "unknown"
+    (tmp_path / "self" / "ns" / "pid").write_text("")  # a file, not the host's namespace inode
+    assert kernel_kills.pid_namespace(str(tmp_path)) == "other"
+    assert kernel_kills.pid_namespace("/proc") in ("init", "other")
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ("sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n'); sys.exit(1)",
+     "dmesg denied: dmesg: read kernel buffer failed"),
+    ("time.sleep(30)", "timed out"),
+])
+def test_a_kernel_log_that_cannot_be_read_is_said_so(tmp_path, monkeypatch, body, says):
+    from oomdoctor.injob.record import kernel_kills, launch
+
+    _fake_dmesg(tmp_path, monkeypatch, body)
+    t0 = time.monotonic()
+    got = kernel_kills.kernel_oom_kills({4242: {"python"}}, 50.0)
+    assert time.monotonic() - t0 < 10
+    assert "kernel_oom_kill" not in got and says in got["kernel_log"], got
+    assert says in launch.kernel_oom_kill({4242})["kernel_log"]
+
+
+def test_kept_kill_lines_pass_the_redactor(tmp_path, monkeypatch):
+    from oomdoctor.injob.record import kernel_kills
+
+    line = _kill_line(100.0, 4242) + " HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789"
+    _fake_dmesg(tmp_path, monkeypatch, "\n".join(f"print({line.replace('100.000000', f'{100 + i}.000000')!r})"
+                                                  for i in range(30)))
+    kept = kernel_kills.kernel_oom_kills({4242: {"python"}}, 50.0)["kernel_oom_kills"]
+    assert len(kept) == kernel_kills.MAX_LINES
+    assert all("hf_abcdefghij" not in k["text"] for k in kept)

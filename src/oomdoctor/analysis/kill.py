@@ -46,6 +46,11 @@ def exit_wording(meta: dict[str, Any]) -> str | None:
     return f"exit {rc}"
 
 
+def cut_short(meta: dict[str, Any]) -> bool:
+    """run.json written at the start but never finished: no exit status (the recorder died with the job)."""
+    return bool(meta) and "start" in meta and "returncode" not in meta
+
+
 def is_sigkill(meta: dict[str, Any]) -> bool:
     return meta.get("signal") == "SIGKILL" or meta.get("returncode") in (-9, 137)
 
@@ -54,47 +59,109 @@ def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
     return [v for r in samples if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
 
 
-def evidence(meta: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+def _job_memory(r: dict[str, Any]) -> tuple[float, str] | None:
+    """(the job's memory at one reading, what it is: "rss", "cut" or "anon"), for "near the cgroup's limit".
+
+    `tree_rss` sums RSS over the job's processes, and forked DataLoader workers share their parent's pages, so
+    the sum counts those pages once per worker: a review saw 46 GiB summed in a cgroup using 30 GiB. RSS of one
+    process (`rss`, read inside it) is not summed. The cgroup's use counts each page once (page cache included),
+    so a figure above it is cut to it ("cut"). Best is the cgroup's own memory not backed by files
+    (`cgroup_anon`, anonymous + shared, recorded from memory.stat by newer recorders): used where recorded."""
+    anon = r.get("cgroup_anon")
+    if isinstance(anon, (int, float)) and not isinstance(anon, bool):
+        return float(anon), "anon"
+    vals = [v for k in ("tree_rss", "rss") if isinstance(v := r.get(k), (int, float)) and not isinstance(v, bool)]
+    if not vals:
+        return None
+    top, current = max(vals), r.get("cgroup_current")
+    if isinstance(current, (int, float)) and not isinstance(current, bool) and current < top:
+        return float(current), "cut"
+    return float(top), "rss"
+
+
+_MEMORY_WHAT = {
+    "rss": "the job's RSS",
+    "cut": "the job's memory (its processes' summed RSS, cut to the cgroup's use: pages forked workers share count "
+           "once per process in the sum)",
+    "anon": "the cgroup's memory not backed by files (anonymous and shared)",
+}
+
+
+def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return samples if isinstance(samples, dict) else {"": samples}
+
+
+def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
+    """(killed by the OOM killer?, why unknown) from run.json. `kernel_oom_kills`: the kill lines the recorder kept
+    (after the job's start, at most ~20), each with `pid_match`/`comm_match`; decided here. Older records carry
+    only `kernel_oom_kill` (the recorder's answer) or `kernel_log` (why it was not read)."""
+    kills = meta.get("kernel_oom_kills")
+    why = meta.get("kernel_log")
+    if isinstance(kills, list):
+        rows = [k for k in kills if isinstance(k, dict)]
+        if meta.get("pid_namespace") == "other":  # the log's pids are the host's: only the name can match
+            if any(k.get("comm_match") is True for k in rows):
+                return True, None
+            return None, (why if isinstance(why, str) else
+                          "the kernel log names pids of another pid namespace (the host's); no kill after the "
+                          "job's start names its process")
+        if any(k.get("pid_match") is True and k.get("comm_match") is not False for k in rows):
+            return True, None
+        return False, None
+    kernel = meta.get("kernel_oom_kill")
+    if isinstance(kernel, bool):
+        return kernel, None
+    return None, (why if isinstance(why, str) else "a recording by an older oomdoctor")
+
+
+def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """{"firm": bool, "found", "against", "unread", "hints": [...]}: the memory evidence of a SIGKILL.
 
-    `samples`: the outside sampler's and the processes' readings, by time (tree_rss, rss, cgroup_current,
-    cgroup_limit, cgroup_oom_kill, mem_available, mem_total)."""
+    `samples`: the readings by time (tree_rss, rss, cgroup_current, cgroup_limit, cgroup_oom_kill, mem_available,
+    mem_total), as one list or by source (the outside sampler, each process): a count is compared only within
+    one source, which may read another cgroup than the next one."""
     found: list[str] = []
     against: list[str] = []
     unread: list[str] = []
     hints: list[str] = []
-    kernel = meta.get("kernel_oom_kill")
+    sources = _by_source(samples)
+    every = [r for rows in sources.values() for r in rows]
+    kernel, why = _kernel(meta)
     if kernel is True:
         found.append("the kernel log names a process of the job as killed by the OOM killer")
     elif kernel is False:
-        against.append("the kernel log holds no OOM kill of the job's processes")
+        against.append("the kernel log holds no OOM kill of the job's processes after the job started")
     else:
-        why = meta.get("kernel_log")
-        unread.append(f"the kernel log was not read ({why[:200]})" if isinstance(why, str) else
-                      "the kernel log was not read (a recording made before session 27)")
-    kills = _values(samples, "cgroup_oom_kill")
-    if kills:
-        if max(kills) > kills[0]:
-            found.append(f"the cgroup's oom_kill count rose from {kills[0]:.0f} to {max(kills):.0f} while the job ran")
+        unread.append(f"the kernel log was not read ({str(why)[:200]})")
+    rises = [(k[0], max(k)) for rows in sources.values() if (k := _values(rows, "cgroup_oom_kill"))]
+    if rises:
+        rose = [(a, b) for a, b in rises if b > a]
+        if rose:
+            a, b = max(rose, key=lambda ab: ab[1] - ab[0])
+            found.append(f"the cgroup's oom_kill count rose from {a:.0f} to {b:.0f} while the job ran")
         else:
-            against.append(f"the cgroup's oom_kill count did not rise ({kills[0]:.0f} from start to end)")
+            against.append(f"the cgroup's oom_kill count did not rise ({rises[0][0]:.0f} from start to end)")
     else:
         unread.append("the cgroup's oom_kill count was not recorded")
-    current, limits = _values(samples, "cgroup_current"), _values(samples, "cgroup_limit")
-    rss = _values(samples, "tree_rss") + _values(samples, "rss")  # the job's tree from outside, each process inside
+    current, limits = _values(every, "cgroup_current"), _values(every, "cgroup_limit")
+    readings = [m for r in every if (m := _job_memory(r)) is not None]
+    if any(how == "anon" for _, how in readings):  # the cgroup's own count, where recorded, over any RSS figure
+        readings = [m for m in readings if m[1] == "anon"]
+    mem = [v for v, _ in readings]
     if limits:
         limit = min(limits)
-        if rss:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
-            peak = max(rss)
-            line = f"the job's RSS peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
-            (found if peak >= NEAR_CGROUP_LIMIT * limit else against).append(
-                line + ("" if peak >= NEAR_CGROUP_LIMIT * limit else " at the samples (a spike between samples is not seen)"))
-        if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (rss and max(rss) >= NEAR_CGROUP_LIMIT * limit):
+        if mem:  # RSS, not the cgroup's use: that counts the page cache, which the kernel takes back before a kill
+            peak, how = max(readings)
+            near = peak >= NEAR_CGROUP_LIMIT * limit
+            line = f"{_MEMORY_WHAT[how]} peaked at {format_bytes(peak)} of the cgroup's {format_bytes(limit)} limit ({peak / limit:.0%})"
+            (found if near else against).append(line + ("" if near else " at the samples (a spike between samples "
+                                                                         "is not seen)"))
+        if current and max(current) >= NEAR_CGROUP_LIMIT * limit and not (mem and max(mem) >= NEAR_CGROUP_LIMIT * limit):
             hints.append(f"the cgroup's use (page cache included) reached {format_bytes(max(current))} of its "
                          f"{format_bytes(limit)} limit: a sign only, the kernel takes the cache back before it kills")
     elif current:
         unread.append("the cgroup has no memory limit (or it was not readable)")
-    avail, total = _values(samples, "mem_available"), _values(samples, "mem_total")
+    avail, total = _values(every, "mem_available"), _values(every, "mem_total")
     if avail and total:
         low, tot = min(avail), max(total)
         line = f"the machine's available RAM was at least {format_bytes(low)} of {format_bytes(tot)}"

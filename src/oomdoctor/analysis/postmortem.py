@@ -229,6 +229,22 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
     """host_oom firmly with evidence of memory running out; else host memory as one possible cause, how to check."""
     ended = kill.exit_wording(meta) or "killed by SIGKILL"
     lines = [f"the job ended: {ended}; no CUDA OOM was recorded"]
+    lines += _memory_lines(processes, host_leaks, outside)
+    if ev["firm"]:
+        return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status and memory readings",
+                "confidence": "high", "summary": f"{ended}: host or cgroup memory ran out",
+                "evidence": lines + ev["found"], "fixes": FIXES["host_oom"], "message": None}
+    return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
+            "confidence": "low",
+            "summary": f"{ended}; host or cgroup memory is one possible cause (host_oom), not confirmed ("
+                       f"{_not_confirmed(ev)}); a SIGKILL also comes from `kill -9`, a scheduler's preemption or "
+                       "time limit",
+            "evidence": lines + _open_lines(ev), "fixes": kill.HOW_TO_CHECK + ["If it was memory: " + FIXES["host_oom"][0]],
+            "message": None}
+
+
+def _memory_lines(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any]) -> list[str]:
+    lines = []
     step = kill.last_step(processes)
     if step:
         lines.append(f"{step[0]}: the last step recorded before the kill was step {step[1]}")
@@ -236,21 +252,42 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
     rss = [p["peaks"]["rss"] for p in processes if (p.get("peaks") or {}).get("rss")]
     if rss or (tree and tree[1] > 0):  # the whole tree from outside, each process from inside: the larger
         top = max(rss + ([tree[1]] if tree else []))
-        lines.append(f"host memory of the job (RSS): at most {format_bytes(top)} at the samples")
-    lines += [host_growth_line(p) for p in host_leaks]
+        summed = bool(tree) and top == tree[1] and top > max(rss, default=0)
+        cgroup = _series_last_peak(outside.get("cgroup_current"))
+        over = f", more than the cgroup's use ({format_bytes(cgroup[1])}): an overcount" if (
+            summed and cgroup and cgroup[1] < top) else ""
+        lines.append(f"host memory of the job (RSS): at most {format_bytes(top)} at the samples" + (
+            f" (summed over its processes: pages that forked workers share count once in each{over})" if summed else ""))
+    return lines + [host_growth_line(p) for p in host_leaks]
+
+
+def _open_lines(ev: dict[str, Any]) -> list[str]:
+    return ([f"not seen: {e}" for e in ev["against"]] + [f"unknown: {e}" for e in ev["unread"]]
+            + [f"hint: {e}" for e in ev.get("hints", ())])
+
+
+def _not_confirmed(ev: dict[str, Any]) -> str:
+    """Why the evidence is not firm, in words that match what was read: seen against, or not read at all."""
+    if ev["against"] and not ev["unread"]:
+        return "the recording shows no OOM kill and no memory limit reached"
+    if ev["against"]:
+        return "the recording shows no OOM kill or memory limit reached, and some evidence was not read"
+    return "the evidence of an OOM kill was not read"
+
+
+def _cut_short_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any],
+                       ev: dict[str, Any]) -> dict[str, Any]:
+    """run.json has no exit status: `record` died with the job (a kill of the whole process group or cgroup,
+    the OOM killer taking both), or the job is still running. The memory evidence still decides."""
+    cut = "the recording was cut short (no exit status: the recorder died with the job, or the job is still running)"
+    lines = [cut] + _memory_lines(processes, host_leaks, outside)
     if ev["firm"]:
-        return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status and memory readings",
-                "confidence": "high", "summary": f"{ended}: host or cgroup memory ran out",
+        return {"oom": True, "category": "host_oom", "severity": "error", "source": "memory readings",
+                "confidence": "high", "summary": f"{cut}: host or cgroup memory ran out",
                 "evidence": lines + ev["found"], "fixes": FIXES["host_oom"], "message": None}
-    lines += ([f"not seen: {e}" for e in ev["against"]] + [f"unknown: {e}" for e in ev["unread"]]
-              + [f"hint: {e}" for e in ev.get("hints", ())])
-    return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status",
-            "confidence": "low",
-            "summary": f"{ended}; host or cgroup memory is one possible cause (host_oom), not confirmed (the recording "
-                       "shows no OOM kill and no memory limit reached); a SIGKILL also comes from `kill -9`, a "
-                       "scheduler's preemption or time limit",
-            "evidence": lines, "fixes": kill.HOW_TO_CHECK + ["If it was memory: " + FIXES["host_oom"][0]],
-            "message": None}
+    return {"oom": False, "category": None, "severity": "warning", "source": "timeline", "confidence": "low",
+            "summary": f"{cut}; how the job ended is unknown ({_not_confirmed(ev)}); no CUDA OOM was recorded",
+            "evidence": lines + _open_lines(ev), "fixes": kill.HOW_TO_CHECK, "message": None}
 
 
 def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: dict[str, Any],
@@ -280,6 +317,9 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "evidence": evidence, "fixes": fixes, "message": messages[-1] if messages else None}
     if kill.is_sigkill(meta):
         return _sigkill_verdict(processes, host_leaks, meta, outside, kill_evidence or kill.evidence(meta, []))
+    cut = kill.cut_short(meta)
+    if cut and (kill_evidence or {}).get("firm"):
+        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []))
     if leaks:
         label, leak = max(leaks.items(), key=lambda kv: kv[1].get("rate_per_s") or kv[1]["slope_bytes"])
         total = next((p.get("device_total") for p in processes if p["label"] == label), None)
@@ -315,5 +355,7 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                                f"{fr['alloc_retries']} allocation retries",
                     "evidence": [f"reserved {format_bytes(top['reserved'])}, allocated {format_bytes(top['allocated'])}"],
                     "fixes": FIXES["fragmentation"], "message": None}
+    if cut:
+        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []))
     return {"oom": False, "category": None, "severity": "ok", "source": "timeline",
             "summary": "no OOM and no steady growth recorded", "evidence": [], "fixes": [], "message": None}

@@ -202,12 +202,12 @@ def analyse(run: RunFiles) -> dict[str, Any]:
             p["leak"]["sites"] = grown or growth.sites((ends[-1]["snapshot"].get("live_by_source") or []) if ends else [])
     meta = run.meta or {}
     killed = None
-    if kill.is_sigkill(meta):  # what the outside sampler and the processes read of the cgroup and the machine
-        readings = sorted((outside.samples if outside else []) + [r for p in procs for r in p.samples],
-                          key=lambda r: r["t"])
+    if kill.is_sigkill(meta) or kill.cut_short(meta):  # what the outside sampler and the processes read of the cgroup and the machine
+        readings = {"outside": outside.samples if outside else [], **{p.label: p.samples for p in procs}}
         killed = kill.evidence(meta, readings)
     verdict = postmortem.verdict(proc_out, ooms, meta, out_series, killed)
-    return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "processes": proc_out,
+    return {"run_dir": run.path, "meta": run.meta or {}, "t0": t0, "ended": kill.exit_wording(meta),
+            "processes": proc_out,
             "outside": out_series, "ooms": [_oom_view(e, t0) for e in ooms],
             "finals": [_oom_view(e, t0) for e in finals], "verdict": verdict,
             "problems": list(run.problems) + [f"{p['label']}: {p['bad_lines']} unreadable line(s)"

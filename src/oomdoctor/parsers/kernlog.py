@@ -27,6 +27,15 @@ _RELEVANT = re.compile(r"NVRM|nvidia|Xid|oom|Out of memory|Killed process", re.I
 MAX_LINE = 4096
 
 
+_UPTIME = re.compile(r"^\s*(?:<\d+>)?\[\s*(\d{1,10}\.\d{1,9})\]")
+
+
+def line_uptime(line: str) -> float | None:
+    """Seconds since boot of a plain `dmesg` line (`[ 1234.567890] ...`), None for other formats."""
+    m = _UPTIME.match(line[:64])
+    return float(m.group(1)) if m else None
+
+
 def relevant_lines(lines: Iterable[str]) -> list[str]:
     """Only the lines a bundle needs (NVRM, Xid, nvidia, OOM), each cut to MAX_LINE characters."""
     return [line[:MAX_LINE] for line in lines if _RELEVANT.search(line[:MAX_LINE])]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor.analysis import kill
 from oomdoctor.render import envelope, html, svg
 from oomdoctor.units import format_bytes
 
@@ -90,7 +89,7 @@ def charts(doc: dict[str, Any]) -> list[dict[str, str]]:
 
 def render_html(doc: dict[str, Any]) -> str:
     return html.render_page("record.html.j2", title=f"oomdoctor report: {doc['run_dir']}", doc=doc,
-                            charts=charts(doc), fb=format_bytes, ended=kill.exit_wording(doc["meta"]))
+                            charts=charts(doc), fb=format_bytes, ended=doc.get("ended"))
 
 
 def render_json(doc: dict[str, Any]) -> str:
@@ -121,7 +120,7 @@ def render_text(doc: dict[str, Any]) -> str:
     meta = doc["meta"]
     if meta.get("argv"):
         lines.append(f"command: {' '.join(meta['argv'])}")
-    lines.append(f"ended: {kill.exit_wording(meta) or 'exit status not recorded (the recording was cut short)'}")
+    lines.append(f"ended: {doc.get('ended') or 'exit status not recorded (the recording was cut short)'}")
     lines.append("")
     lines.append(f"verdict: {v['summary']}" + (f"  [{v['category']}]" if v.get("category") else ""))
     lines += [f"  - {e}" for e in v["evidence"]]

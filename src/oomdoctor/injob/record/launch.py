@@ -27,7 +27,7 @@ from typing import Any
 from oomdoctor._version import __version__
 from oomdoctor.errors import InputError
 from oomdoctor.facts import recording
-from oomdoctor.injob.record import bootstrap, probes
+from oomdoctor.injob.record import bootstrap, kernel_kills, probes
 from oomdoctor.injob.record.writer import JsonlWriter
 from oomdoctor.redact import redact_manifest
 
@@ -54,6 +54,7 @@ class OutsideSampler(threading.Thread):
         self.pid, self.every = pid, max(10, every_ms) / 1000.0
         self.stop_event = threading.Event()
         self.seen_pids: set[int] = {pid}  # every process of the job seen (the kernel log names the one it killed)
+        self.seen_names: dict[int, set[str]] = {}  # their names (the kernel log's pid may be reused: it must match)
         self.nvml = probes.Nvml()
         header = {"kind": "header", "schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT,
                   "tool_version": __version__, "t": time.time(), "pid": pid, "label": "outside"}
@@ -65,7 +66,10 @@ class OutsideSampler(threading.Thread):
         try:
             import psutil
 
-            pids |= {c.pid for c in psutil.Process(self.pid).children(recursive=True)}
+            root = psutil.Process(self.pid)
+            for p in [root, *root.children(recursive=True)]:
+                pids.add(p.pid)
+                self._note_name(p)
         except Exception:
             pass
         self.seen_pids |= pids
@@ -78,6 +82,15 @@ class OutsideSampler(threading.Thread):
         rec.update(probes.shm_usage())
         self.writer.write(rec)
         self.writer.flush()
+
+    def _note_name(self, proc: Any) -> None:
+        names = self.seen_names.setdefault(proc.pid, set())
+        if len(names) < 8:  # read at every sample: an exec changes it (the shell, then python), and so does
+            # a rename (PyTorch may name its main thread pt_main_thread: the name the kernel log then prints)
+            try:
+                names.add(proc.name())
+            except Exception:
+                pass
 
     def run(self) -> None:
         while True:
@@ -130,7 +143,8 @@ def prepare(run_dir: str, argv: Sequence[str], every_ms: int | None, history: in
     boot = bootstrap.write_bootstrap(os.path.join(run_dir, ".bootstrap"))
     _write_meta(run_dir, {"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT,
                           "tool_version": __version__, "argv": redact_manifest(list(argv)), "cwd": os.getcwd(),
-                          "host": socket.gethostname(), "start": time.time(), "parent_pid": os.getpid()})
+                          "host": socket.gethostname(), "start": time.time(), "parent_pid": os.getpid(),
+                          **kernel_kills.start_marks()})
     return bootstrap.child_environment(dict(os.environ), boot, run_dir, every_ms=every_ms, history=history)
 
 
@@ -167,8 +181,7 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
     if env is not None:
         shutil.rmtree(os.path.join(run_dir, ".bootstrap"), ignore_errors=True)
         killed = rc in (-signal.SIGKILL, 128 + signal.SIGKILL)  # 137: a shell in between reports the kill
-        seen = set().union(*(h.seen_pids for h in helpers if isinstance(h, OutsideSampler)), {child.pid})
-        _finish_meta(run_dir, rc, kernel_oom_kill(seen) if killed else {})
+        _finish_meta(run_dir, rc, _kernel_log(run_dir, helpers, child.pid) if killed else {})
         if not quiet:
             _warn(f"recorded to {run_dir}; see: oomdoctor report {run_dir}")
     signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
@@ -243,27 +256,27 @@ def _forward(child: subprocess.Popen, signo: int) -> None:
         pass
 
 
-DMESG_TIMEOUT_S = 2.0
-
-
-def kernel_oom_kill(pids: set[int]) -> dict[str, Any]:
-    """Did the kernel's OOM killer kill the job? One short `dmesg` read after a SIGKILL.
-
-    A SIGKILL also comes from a user, a scheduler's preemption or a time limit; the kernel log names the
-    pid it killed for memory. `kernel_oom_kill`: true, false, or absent with `kernel_log` saying why it
-    could not be read (often denied inside containers). The pids are the job's processes the outside
-    sampler saw (a shell's child killed while the shell reports 137 counts); one the sampler never saw
-    (started and killed between two samples) is missed."""
-    from oomdoctor.parsers.kernlog import parse_oom_kills
-
+def _kernel_log(run_dir: str, helpers: list[Any], pid: int) -> dict[str, Any]:
+    """The kernel log's OOM kills of the job after a SIGKILL (injob.record.kernel_kills), never raising."""
     try:
-        res = subprocess.run(["dmesg"], capture_output=True, text=True, errors="replace", timeout=DMESG_TIMEOUT_S)
+        seen: dict[int, set[str]] = {pid: set()}
+        for h in helpers:
+            if isinstance(h, OutsideSampler):
+                seen.update({p: set() for p in h.seen_pids if p not in seen})
+                seen.update({p: set(n) for p, n in h.seen_names.items()})
+        with open(os.path.join(run_dir, recording.RUN_META), encoding="utf-8") as f:
+            meta = json.load(f)
+        start = meta.get("start_monotonic")
+        return kernel_kills.kernel_oom_kills(seen, start if isinstance(start, (int, float)) else None,
+                                             str(meta.get("pid_namespace") or "unknown"))
     except Exception as exc:
-        return {"kernel_log": f"dmesg could not run ({type(exc).__name__})"}
-    if res.returncode != 0:
-        first = (res.stderr.strip() or f"exit {res.returncode}").splitlines()[0][:200]
-        return {"kernel_log": f"dmesg denied: {first}"}
-    return {"kernel_oom_kill": any(k["pid"] in pids for k in parse_oom_kills(res.stdout.splitlines()))}
+        return {"kernel_log": f"the kernel log could not be read ({type(exc).__name__})"}
+
+
+def kernel_oom_kill(pids: set[int], start_monotonic: float | None = None) -> dict[str, Any]:
+    """Kept for callers of the first version: did the kernel's OOM killer kill one of these pids (after the start)?
+    `kernel_oom_kill` true/false, or `kernel_log` saying why it is unknown; see kernel_kills for the rules."""
+    return kernel_kills.kernel_oom_kills({p: set() for p in pids}, start_monotonic, kernel_kills.pid_namespace())
 
 
 def _finish_meta(run_dir: str, rc: int, extra: dict[str, Any] | None = None) -> None:

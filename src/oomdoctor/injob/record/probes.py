@@ -160,8 +160,9 @@ def _cgroup_dirs(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def cgroup_memory(root: str = "/") -> dict[str, int]:
-    """The job's cgroup memory use (`cgroup_current`, own cgroup), the tightest limit on the way to the top
-    (`cgroup_limit`: a parent's memory.max binds too) and its OOM kill count (`cgroup_oom_kill`)."""
+    """The job's cgroup memory use (`cgroup_current`, own cgroup), its part not backed by files (`cgroup_anon`),
+    the tightest limit on the way to the top (`cgroup_limit`: a parent's memory.max binds too) and its OOM kill
+    count (`cgroup_oom_kill`)."""
     out: dict[str, int] = {}
     v2, v1 = _cgroup_dirs(root)
     for dirs, current, limit in ((v2, "memory.current", "memory.max"), (v1, "memory.usage_in_bytes",
@@ -170,6 +171,9 @@ def cgroup_memory(root: str = "/") -> dict[str, int]:
         if found is None:
             continue
         here, out["cgroup_current"] = found
+        anon = _cgroup_anon(os.path.join(here, "memory.stat"), v1=current == "memory.usage_in_bytes")
+        if anon is not None:
+            out["cgroup_anon"] = anon
         limits = [v for d in dirs[dirs.index(here):] if (v := _read_int(os.path.join(d, limit))) is not None
                   and v < _NO_LIMIT]
         if limits:
@@ -179,6 +183,29 @@ def cgroup_memory(root: str = "/") -> dict[str, int]:
     if kills is not None:
         out["cgroup_oom_kill"] = kills
     return out
+
+
+_ANON_V2, _ANON_V1 = (b"anon", b"shmem"), (b"total_rss", b"total_shmem")
+
+
+def _cgroup_anon(path: str, v1: bool) -> int | None:
+    """The cgroup's memory the kernel cannot take back without swap: anonymous plus shared memory (memory.stat;
+    v1: the hierarchical `total_` figures). Why: `cgroup_current` counts the page cache too, and the RSS summed
+    over the job's processes counts the pages forked workers share once per worker; this is the figure that
+    reaches the limit before an OOM kill (report's SIGKILL verdict)."""
+    keys = _ANON_V1 if v1 else _ANON_V2
+    got: dict[bytes, int] = {}
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                name, _, value = line.partition(b" ")
+                if name in keys:
+                    got[name] = int(value)
+                    if len(got) == len(keys):
+                        break
+    except Exception:
+        return None
+    return sum(got.values()) if keys[0] in got else None
 
 
 def cgroup_oom_kills(root: str = "/") -> int | None:

@@ -1,0 +1,88 @@
+"""After a SIGKILL: the kernel log's OOM kills of the job, kept in run.json for `report` to judge.
+
+The kernel log is the whole ring buffer since boot, and a pid number is reused: matching on the pid alone
+read an old kill of another program (or a user's `kill -9` after it) as an OOM kill of the job (review). So
+only lines stamped after the job's start count (`[secs]` is the kernel's monotonic clock, the one
+time.monotonic() reads on Linux), and the process name the kernel gives must be one the sampler saw for
+that pid. Inside a pid namespace other than the host's (a container) the log's pids are the host's, not the
+ones the sampler saw: there only the name and time can match, and no match means unknown, not "no kill".
+The matched lines (at most MAX_LINES, each through the redactor) go to run.json; analysis.kill decides.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from oomdoctor.collectors.context import CommandRunner
+from oomdoctor.collectors.kernel_log import read_dmesg
+from oomdoctor.parsers.kernlog import line_uptime, parse_oom_kills
+from oomdoctor.redact import redact_text
+
+DMESG_TIMEOUT_S = 2.0
+MAX_LINES = 20
+INIT_PID_NS_INODE = 4026531836  # PROC_PID_INIT_INO: the host's (initial) pid namespace
+COMM_LEN = 15  # the kernel keeps 15 characters of a process name
+
+
+def start_marks() -> dict[str, Any]:
+    """What run.json needs at the start: the monotonic clock (the kernel log's time) and the pid namespace."""
+    return {"start_monotonic": time.monotonic(), "pid_namespace": pid_namespace()}
+
+
+def pid_namespace(proc: str = "/proc") -> str:
+    """"init" (the host's), "other" (a container's own), or "unknown". The inode of /proc/self/ns/pid tells
+    it; NSpid in /proc/self/status with more than one value says "other" too (a /proc of an outer namespace)."""
+    try:
+        with open(os.path.join(proc, "self/status"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("NSpid:") and len(line.split()) > 2:
+                    return "other"
+    except OSError:
+        pass
+    try:
+        return "init" if os.stat(os.path.join(proc, "self/ns/pid")).st_ino == INIT_PID_NS_INODE else "other"
+    except OSError:
+        return "unknown"
+
+
+def _named(comm: str, names: set[str]) -> bool:
+    return comm[:COMM_LEN] in {n[:COMM_LEN] for n in names}
+
+
+def kernel_oom_kills(seen: dict[int, set[str]], start_monotonic: float | None, namespace: str = "init",
+                     runner: CommandRunner | None = None) -> dict[str, Any]:
+    """{"kernel_oom_kills": [...], "kernel_oom_kill": bool} or {"kernel_log": why-unknown, ...}.
+
+    `seen`: pid -> the names the sampler saw for it. A kill line counts when it is stamped after the start
+    (a line without a time stamp is kept: the time is then unknown) and names a process of the job: its pid
+    and, when the sampler saw a name for that pid, that name; in another pid namespace, a name of the job."""
+    lines, why = read_dmesg(runner or CommandRunner(), DMESG_TIMEOUT_S)
+    if lines is None:
+        return {"kernel_log": why[:200]}
+    every = set().union(*seen.values()) if seen else set()
+    kept = []
+    for k in parse_oom_kills(lines):
+        t = line_uptime(k["text"])
+        if t is not None and start_monotonic is not None and t < start_monotonic:
+            continue  # before the job started: another program's kill, its pid maybe reused since
+        if namespace == "other":
+            pid_match, comm_match = None, _named(k["comm"], every)
+        else:
+            pid_match = k["pid"] in seen
+            comm_match = _named(k["comm"], seen[k["pid"]]) if seen.get(k["pid"]) else None
+        if pid_match or comm_match:
+            kept.append({"pid": k["pid"], "comm": redact_text(k["comm"]), "uptime": t, "pid_match": pid_match,
+                         "comm_match": comm_match, "text": redact_text(k["text"])[:500]})
+    kept = kept[-MAX_LINES:]
+    out: dict[str, Any] = {"kernel_oom_kills": kept}
+    if namespace == "other":
+        if any(k["comm_match"] for k in kept):
+            out["kernel_oom_kill"] = True
+        else:
+            out["kernel_log"] = ("the kernel log names pids of another pid namespace (the host's); no OOM kill "
+                                 "after the job's start names its process")
+    else:
+        out["kernel_oom_kill"] = any(k["pid_match"] and k["comm_match"] is not False for k in kept)
+    return out
