@@ -12,8 +12,8 @@ from oomdoctor.checks.audit.base import (
     gib,
     is_training,
     launcher,
-    pod_containers,
     memory_volumes,
+    pod_containers,
     recommended_shm,
     shm_bytes,
 )
