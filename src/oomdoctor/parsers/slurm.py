@@ -2,7 +2,9 @@
 
 Only what the existing memory rules need: `--mem` / `--mem-per-cpu` / `--mem-per-gpu` (the job's memory on
 each node, enforced by the task cgroup where the site constrains RAM), the GPUs per node (`--gres=gpu[:type]:N`,
-`--gpus-per-node`, `--gpus`/`-G` on one node, `--gpus-per-task` x tasks), `export VAR=...` lines and the
+`--gpus-per-node`, `--gpus`/`-G` on one node, `--gpus-per-task` x tasks), the CPUs per node that
+`--mem-per-cpu` multiplies (`--cpus-per-gpu` x GPUs, or `--cpus-per-task` x tasks per node; unknown, so no
+limit, when the script does not pin the tasks per node), `export VAR=...` lines and the
 commands (torchrun, `--num_workers`). Slurm sizes default to megabytes and take K/M/G/T suffixes, binary
 (https://slurm.schedmd.com/sbatch.html). `/dev/shm` is the host's under Slurm (no container): no rule about
 its size applies. Pure: takes the text.
