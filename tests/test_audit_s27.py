@@ -210,6 +210,7 @@ def test_slurm_memory_per_node_against_the_gpus(lines, mem, gpus):
     (["--nodes=3", "--ntasks=8", "--gres=gpu:8", "--mem-per-cpu=1G"], None, 8),  # uneven spread
     (["--nodes=2-4", "--ntasks=8", "--gres=gpu:8", "--mem-per-cpu=1G"], None, 8),
     (["--cpus-per-gpu=4", "--mem-per-cpu=1G"], None, None),  # CPUs per GPU, GPUs unknown
+    (["--nodes=1", "--ntasks=4", "--gpus-per-task=1", "--mem-per-gpu=2G"], 8 * 2**30, 4),  # tasks from --ntasks
 ])
 def test_mem_per_cpu_counts_the_cpus_of_every_task_on_the_node(lines, mem, gpus):
     text = "#!/bin/bash\n" + "".join(f"#SBATCH {ln}\n" for ln in lines) + "srun python train.py\n"
