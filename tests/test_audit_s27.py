@@ -199,6 +199,28 @@ def test_slurm_memory_per_node_against_the_gpus(lines, mem, gpus):
     assert [a.finding.id for a in audit(cfg)] == (["AUD005"] if mem < gpus * 4 * 2**30 else [])
 
 
+@pytest.mark.parametrize("lines,mem,gpus", [
+    # review repro: 8 tasks x 4 CPUs x 3G on one node is 96 GiB, not 12
+    (["--nodes=1", "--ntasks=8", "--cpus-per-task=4", "--gres=gpu:8", "--mem-per-cpu=3G"], 96 * 2**30, 8),
+    (["-N 2", "-n 8", "-c 1", "--gres=gpu:4", "--mem-per-cpu=1G"], 4 * 2**30, 4),  # 4 tasks a node: still low
+    (["--ntasks=1", "-c 2", "--gres=gpu:1", "--mem-per-cpu=1G"], 2 * 2**30, 1),
+    (["--cpus-per-gpu=2", "--gres=gpu:4", "--mem-per-cpu=1G"], 8 * 2**30, 4),
+    (["--cpus-per-gpu=8", "--gres=gpu:4", "--mem-per-cpu=2G"], 64 * 2**30, 4),
+    (["--ntasks=8", "--gres=gpu:8", "--mem-per-cpu=1G"], None, 8),  # nodes unknown: so is the memory
+    (["--nodes=3", "--ntasks=8", "--gres=gpu:8", "--mem-per-cpu=1G"], None, 8),  # uneven spread
+    (["--nodes=2-4", "--ntasks=8", "--gres=gpu:8", "--mem-per-cpu=1G"], None, 8),
+    (["--cpus-per-gpu=4", "--mem-per-cpu=1G"], None, None),  # CPUs per GPU, GPUs unknown
+    (["--nodes=1", "--ntasks=4", "--gpus-per-task=1", "--mem-per-gpu=2G"], 8 * 2**30, 4),  # tasks from --ntasks
+])
+def test_mem_per_cpu_counts_the_cpus_of_every_task_on_the_node(lines, mem, gpus):
+    text = "#!/bin/bash\n" + "".join(f"#SBATCH {ln}\n" for ln in lines) + "srun python train.py\n"
+    cfg = parse_config(text, "job.sbatch")
+    [c] = cfg.workloads[0].containers
+    assert (c.memory_limit, c.gpu_count) == (mem, gpus)
+    low = mem is not None and gpus is not None and mem < gpus * 4 * 2**30
+    assert [a.finding.id for a in audit(cfg)] == (["AUD005"] if low else [])
+
+
 def test_sbatch_mem_bounds_a_docker_run_without_a_limit_of_its_own():
     [w] = load_config(str(FIX / "train-slurm-docker.sh")).workloads
     c = w.containers[0]

@@ -33,12 +33,23 @@ def test_fleet_counts_each_finding_per_severity(tmp_path, capsys):
     result = aggregate(summarize(_node(f"n{i}", s), "x") for i, s in enumerate(sevs))
     assert result.finding_counts == {"CUDA001": 8}
     assert result.finding_severity == {"CUDA001": "error"}  # the worst, as before
-    assert result.finding_severity_counts == {"CUDA001": {"error": 1, "warning": 1, "info": 6}}
+    assert result.finding_severity_counts == {"CUDA001": {"critical": 0, "error": 1, "warning": 1, "info": 6}}
     text = render_fleet.to_text(result)
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("CUDA001"))
     assert "error 1, warning 1, info 6" in line and " 8 " in line
     assert json.loads(render_fleet.to_json(result))["finding_severity_counts"]["CUDA001"]["info"] == 6
     assert "error 1, warning 1, info 6" in render_fleet.to_html(result)
+
+
+def test_severity_counts_always_have_every_severity_and_nothing_else():
+    """docs/contracts.md promises the keys; a stranger's report may hold any string as a severity."""
+    sevs = ["warning", "weird", "ERROR", "", "<script>"]
+    result = aggregate(summarize(_node(f"n{i}", s), "x") for i, s in enumerate(sevs))
+    assert result.finding_severity_counts == {"CUDA001": {"critical": 0, "error": 1, "warning": 1, "info": 3}}
+    assert result.finding_severity == {"CUDA001": "error"}
+    only = aggregate([summarize(_node("a", "bogus"), "x")])
+    assert only.finding_severity_counts == {"CUDA001": {"critical": 0, "error": 0, "warning": 0, "info": 1}}
+    assert only.finding_severity == {"CUDA001": "info"}
 
 
 def _report(*facts) -> DoctorReport:

@@ -180,6 +180,7 @@ def brief(value: Any, limit: int = 80) -> str:
 
 
 def _count(e: dict) -> int:
+    """An event's `count` when it is a positive int (not a bool), else 1: one place for brief and the kinds."""
     n = e.get("count")
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
@@ -229,8 +230,7 @@ def _event_kinds(v: Any) -> str:
     for e in v if isinstance(v, list) else []:
         if isinstance(e, dict):
             name = f"{e.get('kind')} -> {e['category']}" if e.get("category") else str(e.get("kind"))
-            n = e.get("count")
-            counts[name] = counts.get(name, 0) + (n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1)
+            counts[name] = counts.get(name, 0) + _count(e)
     return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(counts.items())[:6]) or "none"
 
 

@@ -108,11 +108,18 @@ def summarize(doc: Any, fallback_name: str) -> NodeSummary:
     findings: dict[str, str] = {}
     for f in doc.get("findings") or []:
         if isinstance(f, Mapping) and f.get("id"):
-            sev = str(f.get("severity", "info"))
+            sev = _severity(f.get("severity"))
             old = findings.get(str(f["id"]))
             if old is None or _SEVERITY_RANK.get(sev, 0) > _SEVERITY_RANK.get(old, 0):
                 findings[str(f["id"])] = sev
     return NodeSummary(str(name), values, fingerprint(values), _health(facts), findings, facts.get("kernel.release"))
+
+
+def _severity(value: Any) -> str:
+    """A report's severity as one of ours (case-insensitive); anything else a stranger's report holds counts
+    as "info", the lowest, so it never raises the exit code and each node still counts once."""
+    sev = str(value or "info").strip().lower()
+    return sev if sev in _SEVERITY_RANK else "info"
 
 
 def _truthy(value: Any) -> bool:
@@ -191,7 +198,7 @@ def aggregate(summaries: Iterable[NodeSummary], skipped: Iterable[tuple[str, str
             outlier_keys.setdefault(s.name, set()).update(s.health)
     outliers = sorted((n, sorted(keys)) for n, keys in outlier_keys.items())
     finding_counts = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    by_sev = {fid: dict(sorted(per_severity[fid].items(), key=lambda kv: -_SEVERITY_RANK.get(kv[0], 0)))
-              for fid in finding_counts}
+    order = sorted(_SEVERITY_RANK, key=lambda k: -_SEVERITY_RANK[k])  # every severity, worst first, zeros kept
+    by_sev = {fid: {sev: per_severity[fid][sev] for sev in order} for fid in finding_counts}
     return FleetResult(len(nodes), groups, outliers, finding_counts, severity, by_sev, values, differs, list(skipped),
                        duplicates)

@@ -6,6 +6,7 @@ Pure: takes the text and the name to quote in errors. The collector reads the by
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from oomdoctor.errors import InputError
 from oomdoctor.parsers.compose import is_compose, workloads_from_compose
@@ -66,13 +67,13 @@ def _script(text: str, name: str) -> ConfigFile:
                          "compose files, scripts with `docker run`, and Slurm batch scripts with #SBATCH lines)")
     workloads = [r.workload for r in runs]
     if slurm:  # `srun docker run ...` in a batch script: the job's --mem bounds a container that sets no -m
-        workloads = [_with_slurm_memory(w, text) for w in workloads]
+        opts = sbatch_options(text)  # once per file: per `docker run` it made a hostile script quadratic
+        mem, src = memory_per_node(opts, gpus_per_node(opts)[0])
+        workloads = [_with_slurm_memory(w, mem, src) for w in workloads]
     return ConfigFile(name, text, "docker-run", workloads, runs=runs, notes=notes)
 
 
-def _with_slurm_memory(w: Workload, text: str) -> Workload:
-    opts = sbatch_options(text)
-    mem, src = memory_per_node(opts, gpus_per_node(opts)[0])
+def _with_slurm_memory(w: Workload, mem: Optional[int], src: str) -> Workload:
     c = w.containers[0]
     if not mem or c.memory_limit_raw:
         return w

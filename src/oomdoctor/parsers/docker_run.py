@@ -67,6 +67,7 @@ def find_docker_runs(text: str, name: str, notes: list[str] | None = None) -> li
     parses at all is the file an input error."""
     runs: list[DockerRun] = []
     failed: list[str] = []
+    counted, lineno = 0, 1  # line numbers counted on from the previous match: linear in the file, not quadratic
     for m in _RUN.finditer(text):
         line_start = text.rfind("\n", 0, m.start()) + 1
         before = text[line_start:m.start()]
@@ -75,7 +76,8 @@ def find_docker_runs(text: str, name: str, notes: list[str] | None = None) -> li
         quote = _command_quote(text[_logical_start(text, line_start):m.start()])
         if quote is None:
             continue
-        lineno = text.count("\n", 0, m.start()) + 1
+        lineno += text.count("\n", counted, m.start())
+        counted = m.start()
         logical = _logical_line(text, m.end())
         if quote:  # `bash -c "docker run ..."`: the command ends where the string does
             logical = _until_quote(logical, quote)

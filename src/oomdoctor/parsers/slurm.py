@@ -2,7 +2,9 @@
 
 Only what the existing memory rules need: `--mem` / `--mem-per-cpu` / `--mem-per-gpu` (the job's memory on
 each node, enforced by the task cgroup where the site constrains RAM), the GPUs per node (`--gres=gpu[:type]:N`,
-`--gpus-per-node`, `--gpus`/`-G` on one node, `--gpus-per-task` x tasks), `export VAR=...` lines and the
+`--gpus-per-node`, `--gpus`/`-G` on one node, `--gpus-per-task` x tasks), the CPUs per node that
+`--mem-per-cpu` multiplies (`--cpus-per-gpu` x GPUs, or `--cpus-per-task` x tasks per node; unknown, so no
+limit, when the script does not pin the tasks per node), `export VAR=...` lines and the
 commands (torchrun, `--num_workers`). Slurm sizes default to megabytes and take K/M/G/T suffixes, binary
 (https://slurm.schedmd.com/sbatch.html). `/dev/shm` is the host's under Slurm (no container): no rule about
 its size applies. Pure: takes the text.
@@ -87,11 +89,40 @@ def gpus_per_node(opts: dict[str, str]) -> tuple[Optional[int], str]:
     nodes = _int(opts.get("--nodes", "1").split("-")[0])
     if "--gpus" in opts and nodes == 1:
         return _count(opts["--gpus"]), f"--gpus={opts['--gpus']}"
-    tasks = _int(opts.get("--ntasks-per-node", ""))
+    tasks = tasks_per_node(opts)
     if "--gpus-per-task" in opts and tasks:
         n = _count(opts["--gpus-per-task"])
-        return (n * tasks if n else None), f"--gpus-per-task={opts['--gpus-per-task']} x --ntasks-per-node={tasks}"
+        return (n * tasks if n else None), f"--gpus-per-task={opts['--gpus-per-task']} x {tasks} task(s) per node"
     return None, ""
+
+
+def tasks_per_node(opts: dict[str, str]) -> Optional[int]:
+    """Tasks on each node, or None when the script does not pin it. `--ntasks-per-node` says so; `--ntasks`
+    spreads over `--nodes` (counted only when it divides evenly: Slurm may place the rest anywhere); without
+    `--nodes`, sbatch takes "enough nodes to satisfy" the request, so more than one task gives no per-node count.
+    No `--ntasks` at all is one task per node (sbatch's default)."""
+    if "--ntasks-per-node" in opts:
+        return _int(opts["--ntasks-per-node"]) or None
+    if "--ntasks" not in opts:
+        return 1
+    ntasks = _int(opts["--ntasks"])
+    if ntasks == 1:
+        return 1
+    nodes = _int(opts.get("--nodes", ""))  # a range ("2-4") is not a count: unknown
+    if not ntasks or not nodes or ntasks % nodes:
+        return None
+    return ntasks // nodes
+
+
+def cpus_per_node(opts: dict[str, str], gpus: Optional[int]) -> Optional[int]:
+    """CPUs the job holds on each node (what `--mem-per-cpu` multiplies); None when the script does not say.
+    `--cpus-per-gpu` x GPUs per node, else `--cpus-per-task` (default 1) x tasks per node."""
+    if "--cpus-per-gpu" in opts:
+        per = _int(opts["--cpus-per-gpu"])
+        return per * gpus if per and gpus else None
+    per_task = _int(opts.get("--cpus-per-task", "1"))
+    tasks = tasks_per_node(opts)
+    return per_task * tasks if per_task and tasks else None
 
 
 def memory_per_node(opts: dict[str, str], gpus: Optional[int]) -> tuple[Optional[int], str]:
@@ -102,9 +133,11 @@ def memory_per_node(opts: dict[str, str], gpus: Optional[int]) -> tuple[Optional
         per = slurm_size(opts["--mem-per-gpu"])
         return (per * gpus if per else None), f"--mem-per-gpu={opts['--mem-per-gpu']} x {gpus} GPU(s)"
     if "--mem-per-cpu" in opts:
-        cpus = _int(opts.get("--cpus-per-task", "1")) * _int(opts.get("--ntasks-per-node", "1"))
+        cpus = cpus_per_node(opts, gpus)
         per = slurm_size(opts["--mem-per-cpu"])
-        return (per * cpus if per and cpus else None), f"--mem-per-cpu={opts['--mem-per-cpu']} x {cpus} CPU(s)"
+        if not per or not cpus:  # CPUs per node unknown: the limit is unknown, not "one CPU's worth"
+            return None, ""
+        return per * cpus, f"--mem-per-cpu={opts['--mem-per-cpu']} x {cpus} CPU(s)"
     return None, ""
 
 

@@ -60,7 +60,7 @@ def finding(rule: str, layer: Layer, severity: Severity, confidence: Confidence,
     return AuditFinding(f, w.label, c.name if c is not None else None, line, w.origin)
 
 
-def main_containers(w: Workload) -> list[ContainerSpec]:
+def pod_containers(w: Workload) -> list[ContainerSpec]:
     """Every container the pod runs, init containers included: they get GPUs, /dev/shm and memory limits the
     same way (a checkpoint-conversion init container with DataLoader workers hits the 64 MiB /dev/shm too),
     and the API server validates their resources alike. They were left out until session 27."""

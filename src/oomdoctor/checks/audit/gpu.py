@@ -12,7 +12,7 @@ from oomdoctor.checks.audit.base import (
     gpu_count,
     is_training,
     looks_gpu_image,
-    main_containers,
+    pod_containers,
     shown_env,
 )
 from oomdoctor.checks.registry import audit_check
@@ -36,7 +36,7 @@ def gpu_requests(w: Workload, path: str) -> Iterator[AuditFinding]:
     if w.source != "kubernetes":
         return
     any_gpu = any(c.gpu_resources() for c in w.containers)
-    for c in main_containers(w):
+    for c in pod_containers(w):
         for name, (req, lim) in c.gpu_resources().items():
             ev = [(f"resources.requests.{name}", req if req is not None else "unset"),
                   (f"resources.limits.{name}", lim if lim is not None else "unset")]
@@ -80,7 +80,7 @@ def visible_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
     GPUs per node from `--gres=gpu:N`, `--gpus-per-node`; Slurm sets the variable to the GPUs it allocated,
     https://slurm.schedmd.com/gres.html).
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         n = gpu_count(c)
         given = bool(c.gpu_resources()) or bool(c.gpus)
         nvd = env_value(c, "NVIDIA_VISIBLE_DEVICES")
@@ -147,7 +147,7 @@ def docker_devices(w: Workload, path: str) -> Iterator[AuditFinding]:
     """
     if w.source not in ("compose", "docker-run"):
         return
-    for c in main_containers(w):
+    for c in pod_containers(w):
         for problem in c.problems:
             yield finding("AUD014", Layer.RUNTIME, Severity.ERROR, Confidence.HIGH, problem,
                           "use `devices: [{driver: nvidia, count: 1, capabilities: [gpu]}]` (or `device_ids`)"

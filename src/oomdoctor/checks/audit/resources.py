@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from oomdoctor.checks.audit.base import AuditFinding, finding, gib, gpu_count, launcher, main_containers
+from oomdoctor.checks.audit.base import AuditFinding, finding, gib, gpu_count, launcher, pod_containers
 from oomdoctor.checks.registry import audit_check
 from oomdoctor.facts import Category, Confidence, Layer, Severity
 from oomdoctor.parsers.config_model import Workload, is_gpu_resource, parse_quantity
@@ -23,7 +23,7 @@ def limit_below_floor(w: Workload, path: str) -> Iterator[AuditFinding]:
     `--mem-per-cpu` x CPUs; https://slurm.schedmd.com/sbatch.html) against its GPUs per node; a
     `docker run` in such a script without `-m` is bounded by that `--mem` too.
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         limit = c.memory_limit
         if not limit or not c.wants_gpu:
             continue
@@ -54,7 +54,7 @@ def not_guaranteed(w: Workload, path: str) -> Iterator[AuditFinding]:
     """
     if w.source != "kubernetes":
         return
-    for c in main_containers(w):
+    for c in pod_containers(w):
         if not c.wants_gpu:
             continue
         limit, request = c.memory_limit, c.memory_request
@@ -89,7 +89,7 @@ def request_over_limit(w: Workload, path: str) -> Iterator[AuditFinding]:
     """
     if w.source != "kubernetes":
         return
-    for c in main_containers(w):
+    for c in pod_containers(w):
         for name in sorted(set(c.requests) & set(c.limits)):
             if is_gpu_resource(name) or ("/" in name and not name.startswith("hugepages-")):
                 continue

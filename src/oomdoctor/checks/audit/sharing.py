@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from oomdoctor.checks.audit.base import AuditFinding, env_value, finding, gib, main_containers, shown_env
+from oomdoctor.checks.audit.base import AuditFinding, env_value, finding, gib, pod_containers, shown_env
 from oomdoctor.checks.registry import audit_check
 from oomdoctor.facts import Category, Confidence, Layer, Severity
 from oomdoctor.parsers.config_model import ContainerSpec, Workload
@@ -35,7 +35,7 @@ def time_slicing(w: Workload, path: str) -> Iterator[AuditFinding]:
     several replicas of one GPU give no more memory. The job must cap itself, e.g.
     `torch.cuda.set_per_process_memory_fraction(1 / replicas)`, or use MIG / MPS for real limits.
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         value = _lim(c, "nvidia.com/gpu.shared")
         if value is None:
             continue
@@ -70,7 +70,7 @@ def hami(w: Workload, path: str) -> Iterator[AuditFinding]:
     leaves almost nothing after the CUDA context (300-500 MiB). The OOM then reads
     `[HAMI-core ERROR ...]: Device N OOM <used> / <limit>` [HAMIOOM].
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         mem, pct, cores = (_lim(c, n) for n in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"))
         if mem is None and pct is None and cores is None:
             continue
@@ -108,7 +108,7 @@ def mig(w: Workload, path: str) -> Iterator[AuditFinding]:
     MIG slices is not supported by NCCL either). Mixing `nvidia.com/gpu` and MIG resources in one
     container mixes strategies [K8SDP].
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         slices = {n: _lim(c, n) for n in c.gpu_resources() if n.startswith("nvidia.com/mig-")}
         if not slices:
             continue
@@ -141,7 +141,7 @@ def vcuda(w: Workload, path: str) -> Iterator[AuditFinding]:
     failures that look like OOM). Even with whole GPUs (core >= 100) the hooks stay in the path; in the
     seed case switching gpu-manager off made the OOMs vanish for a while (info).
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         core, mem = _lim(c, "tencent.com/vcuda-core"), _lim(c, "tencent.com/vcuda-memory")
         if core is None and mem is None:
             continue
@@ -186,7 +186,7 @@ def aliyun(w: Workload, path: str) -> Iterator[AuditFinding]:
     allocator grows until OOM) takes memory promised to others [ALICGPU]. Mixing it with
     `nvidia.com/gpu` in one container requests two different device plugins.
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         value = _lim(c, "aliyun.com/gpu-mem")
         if value is None:
             continue

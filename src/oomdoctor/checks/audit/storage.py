@@ -12,8 +12,8 @@ from oomdoctor.checks.audit.base import (
     gib,
     is_training,
     launcher,
-    main_containers,
     memory_volumes,
+    pod_containers,
     recommended_shm,
     shm_bytes,
 )
@@ -48,7 +48,7 @@ def default_shm(w: Workload, path: str) -> Iterator[AuditFinding]:
     Fix: Kubernetes `emptyDir: {medium: Memory, sizeLimit: 8Gi}` at /dev/shm [K8SVOL]; Docker
     `--shm-size=8g` or `--ipc=host`; compose `shm_size: "8gb"` [COMPOSE].
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         size, how = shm_bytes(w, c)
         if size != DEFAULT_SHM or "default" not in how:
             continue
@@ -81,7 +81,7 @@ def small_shm(w: Workload, path: str) -> Iterator[AuditFinding]:
     of 64 x 3 x 224 x 224 float32 alone is 37 MiB. Too small a size fails the same way as the default
     [PTDL][PTMAP].
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         size, how = shm_bytes(w, c)
         if size is None or (size == DEFAULT_SHM and "default" in how):
             continue
@@ -127,7 +127,7 @@ def shm_over_limit(w: Workload, path: str) -> Iterator[AuditFinding]:
     the workers seeing a full disk [OCPOOM]. Rule: sum(sizes) > limit / 2 is a warning,
     sum(sizes) >= limit an error.
     """
-    for c in main_containers(w):
+    for c in pod_containers(w):
         limit = c.memory_limit
         if not limit:
             continue
