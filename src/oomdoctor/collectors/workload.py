@@ -13,7 +13,7 @@ from oomdoctor.collectors.context import CollectContext
 from oomdoctor.errors import InputError
 from oomdoctor.explain.events import LogScanner
 from oomdoctor.explain.facts import scan_records
-from oomdoctor.explain.read import iter_blocks
+from oomdoctor.explain.read import iter_blocks, text_encoding
 from oomdoctor.facts import Fact, FactSet, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.parsers.k8s_manifest import (
@@ -82,7 +82,7 @@ def _scan_log(scanner: LogScanner, path: Path, label: str) -> dict[str, Any] | N
     except OSError:
         return None
     scanner.start_source(label)
-    entry: dict[str, Any] = {"bytes": size, "binary": b"\0" in head}
+    entry: dict[str, Any] = {"bytes": size, "binary": b"\0" in head and text_encoding(head) is None}  # UTF-16 is text
     scanned = 0
     blocks = iter_blocks(str(path))
     try:
