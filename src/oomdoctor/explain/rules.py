@@ -79,8 +79,10 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     fig, procs, me = breakdown(n, d)
     P, R, U = fig["P"], fig["R"], fig["U"]
     if me is not None:
-        b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) matches PyTorch's reserve: "
-              "it is this job seen through a container's pid namespace")
+        why_me = (f"is PyTorch's {fb(R)} reserve and at most a CUDA context more" if P - R <= CONTEXT_MAX else
+                  f"holds PyTorch's {fb(R)}; another process that large could not fit beside it on the {fb(T)} card")
+        b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) {why_me}, so it is this job seen through a container's "
+              "pid namespace")
     others = sum(p["bytes"] for p in procs)
     why_x = f"requested {fb(X)}" if X is not None else "the request"
     fits_after_defrag = X is not None and U is not None and U >= X

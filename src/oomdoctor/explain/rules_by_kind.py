@@ -10,6 +10,7 @@ from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
+    ALLOC_CONF_FIX,
     CONTEXT_MAX,
     Board,
     _capacity_fix,
@@ -155,6 +156,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "communicator set-up)", "set NCCL_BUFFSIZE lower or start NCCL before filling the GPU")
         b.add("true_capacity", 1.4, "NCCL buffers come on top of the model: the GPU is nearly full",
               _capacity_fix(None, None, None, None))
+        # NCCL allocates with cudaMalloc, outside PyTorch's caching allocator, which does not give back the
+        # blocks it keeps cached: a card "full" of PyTorch's free cache leaves NCCL nothing (cosmos-rl#731, dev)
+        b.add("fragmentation", 1.5, "NCCL allocates outside PyTorch's caching allocator, and memory PyTorch keeps "
+              "cached but unused is not given back to it",
+              "torch.cuda.empty_cache() before creating the process group or the first collective, or " + ALLOC_CONF_FIX)
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",

@@ -1,0 +1,191 @@
+"""Shapes of logs that users paste, from session 27's new-user walkthrough: coloured terminal output, PowerShell's
+UTF-16, NCCL's error without NCCL_DEBUG, a container's pid namespace, doctor and explain reading one log alike,
+and advice that must not contradict itself. The texts are the frameworks' real messages."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+
+import pytest
+
+from oomdoctor.cli import main
+from oomdoctor.explain.rank import explain_text
+
+_FRAG = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB "
+         "of which 1.00 GiB is free. Including non-PyTorch memory, this process has 22.60 GiB memory in use. Of the "
+         "allocated memory 21.00 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.")
+_OLD_TORCH = ("Traceback (most recent call last):\n"
+              '  File "train.py", line 40, in <module>\n'
+              "    out = model(x)\n"
+              "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; 9.80 GiB "
+              "already allocated; 3.19 MiB free; 9.89 GiB reserved in total by PyTorch)\n")
+
+
+def _explain_json(capsys, *args: str) -> tuple[int, dict]:
+    rc = main(["explain", "--format", "json", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def _write(tmp_path, name: str, data: bytes) -> str:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+# -- 1. terminal escape sequences ----------------------------------------------------------------------------------
+
+_ANSI = ("\x1b[31m\x1b[1mOutOfMemoryError\x1b[0m: \x1b[35mCUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+         "total capacity of 23.65 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 22.60 "
+         "GiB memory in use. Of the allocated memory 21.00 GiB is allocated by PyTorch, and 1.10 GiB is reserved by "
+         "PyTorch but unallocated.\x1b[0m\n")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_coloured_oom_message_is_read_with_its_numbers(tmp_path, capsys, threads):
+    path = _write(tmp_path, "ansi.log", b"\x1b]0;train.py\x07epoch 1\n" + b"epoch 1\n" * 2 + _ANSI.encode())  # OSC title
+    rc, d = _explain_json(capsys, "--threads", threads, path)
+    assert rc == 1
+    ev = d["events"][0]
+    assert ev["kind"] == "torch_oom" and ev["line"] == 4  # the log's own line number
+    assert ev["numbers"]["requested_bytes"] == 2 << 30 and ev["numbers"]["reserved_unallocated_bytes"]
+    assert "\x1b" not in ev["text"] and "[0m" not in ev["text"]
+    assert d["hypotheses"][0]["category"] == "fragmentation"
+
+
+def test_a_colour_code_inside_the_literal_the_prefilter_looks_for(tmp_path, capsys):
+    """"out of \\x1b[1mmemory": no literal of the pre-filter is in the raw bytes; the line is still found."""
+    line = "RuntimeError: CUDA out of \x1b[1mmemory\x1b[0m. Tried to allocate 2.00 GiB\n"
+    rc, d = _explain_json(capsys, _write(tmp_path, "split.log", ("step 1\n" + line).encode()))
+    assert rc == 1 and d["events"][0]["kind"] == "torch_oom" and d["events"][0]["line"] == 2
+
+
+def test_the_caret_form_of_colour_codes(tmp_path, capsys):
+    text = ("step 1\n"  # no ESC byte in the file: the caret form is plain text
+            "^[[31mRuntimeError^[[0m: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "23.65 GiB of which 1.00 GiB is free.\n")
+    rc, d = _explain_json(capsys, _write(tmp_path, "caret.log", text.encode()))
+    assert rc == 1
+    ev = d["events"][0]
+    assert ev["kind"] == "torch_oom" and ev["line"] == 2 and not ev["text"].startswith("^[")
+    assert ev["numbers"]["total_bytes"] == round(23.65 * (1 << 30))
+
+
+def test_escapes_in_a_piped_log_and_a_regex_class_kept(capsys, monkeypatch):
+    """stdin takes the same path; text that only looks like a caret code ("^[[:alpha:]]") is left alone."""
+    data = ("grep '^[[:alpha:]]' out.txt\n" + _ANSI).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, d = _explain_json(capsys, "-")
+    assert rc == 1 and d["events"][0]["line"] == 2 and d["events"][0]["kind"] == "torch_oom"
+
+
+def test_strip_escapes_keeps_lines_and_copies_nothing_without_them():
+    from oomdoctor.explain.prefilter import strip_escapes
+
+    assert strip_escapes(b"plain line\nanother\n", 0, 19) is None
+    raw = b"a\x1b[1;31mb\x1b[0m\n\x1b[2K\rc ^[[32mok^[[0m\n"
+    assert strip_escapes(raw, 0, len(raw)) == b"ab\n\rc ok\n"
+
+
+# -- 2. UTF-16 (Windows PowerShell's `>`) and UTF-8 with a byte-order mark ------------------------------------------
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be"])  # with a mark (LE on x86), and without
+def test_a_utf16_log_is_decoded(tmp_path, capsys, codec):
+    rc, d = _explain_json(capsys, _write(tmp_path, "ps.log", _OLD_TORCH.encode(codec)))
+    assert rc == 1
+    ev = d["events"][0]
+    assert ev["kind"] == "torch_oom" and ev["line"] == 4 and ev["numbers"]["requested_bytes"] == 20 << 20
+
+
+def test_a_utf16_log_gzipped_or_piped(tmp_path, capsys, monkeypatch):
+    rc, d = _explain_json(capsys, _write(tmp_path, "ps.log.gz", gzip.compress(_OLD_TORCH.encode("utf-16"))))
+    assert rc == 1 and d["events"][0]["line"] == 4
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(_OLD_TORCH.encode("utf-16")))))
+    rc, d = _explain_json(capsys, "-")
+    assert rc == 1 and d["events"][0]["kind"] == "torch_oom"
+
+
+def test_utf8_with_a_byte_order_mark(tmp_path, capsys):
+    body = "Cuda failure 'out of memory'\n"  # a pattern that wants the line's start
+    rc, d = _explain_json(capsys, _write(tmp_path, "bom.log", b"\xef\xbb\xbf" + body.encode()))
+    assert rc == 1 and d["events"][0]["kind"] == "nccl_oom" and not d["events"][0]["text"].startswith("\ufeff")
+
+
+def test_utf16_large_enough_for_several_blocks(tmp_path):
+    """The transcoding reader hands on whole lines across its reads (a UTF-16 code unit split between reads)."""
+    from oomdoctor.explain.read import iter_blocks
+
+    text = "".join(f"step {i} loss 0.{i % 97}\n" for i in range(40_000)) + _OLD_TORCH
+    path = _write(tmp_path, "big.log", text.encode("utf-16"))
+    got = b"".join(bytes(buf[s:e]) for buf, s, e in iter_blocks(path, block_size=4097))
+    assert got.decode("utf-8") == text
+
+
+def test_doctor_does_not_call_a_utf16_log_binary(tmp_path):
+    from oomdoctor.explain.read import text_encoding
+
+    assert text_encoding(_OLD_TORCH.encode("utf-16")) == "utf-16-le"
+    assert text_encoding(_OLD_TORCH.encode("utf-16-be")) == "utf-16-be-nobom"
+    assert text_encoding(b"\x7fELF\x02\x01\x01\x00" + bytes(56)) is None
+    assert text_encoding(_OLD_TORCH.encode()) is None
+
+
+# -- 3. NCCL's error without NCCL_DEBUG -------------------------------------------------------------------------------
+
+_NCCL_PLAIN = ("ncclUnhandledCudaError: Call to CUDA function failed.\n"
+               "Last error:\n"
+               "Cuda failure 'out of memory'\n")
+_DDP = ("Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 52, in <module>\n'
+        "    model = DDP(model, device_ids=[local_rank])\n"
+        '  File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/distributed.py", line 825, in __init__\n'
+        "    _verify_param_shape_across_processes(self.process_group, parameters)\n"
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n")
+
+
+@pytest.mark.parametrize("text", [
+    _NCCL_PLAIN,
+    _DDP + _NCCL_PLAIN,
+    _DDP + "".join(f"[rank1]: {x}\n" for x in _NCCL_PLAIN.replace("'out", "2 'out").splitlines()),  # NCCL 2.20's number
+    "host:1234:1250 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\n",
+])
+def test_nccl_last_error_out_of_memory_is_an_nccl_oom(text):
+    ex = explain_text(text.splitlines())
+    assert [e.kind for e in ex.failures] == ["nccl_oom"]
+    assert ex.failures[0].text.endswith("'out of memory'")
+
+
+def test_a_sentence_about_the_nccl_error_is_not_one():
+    ex = explain_text(["I keep seeing Cuda failure 'out of memory' mentioned in the NCCL docs"])
+    assert "nccl_oom" not in [e.kind for e in ex.events]
+
+
+# -- 4. the job itself behind a container's pid namespace -------------------------------------------------------------
+
+_PIDNS = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 "
+          "GiB of which 1.05 GiB is free. Process 3418827 has 78.09 GiB memory in use. Of the allocated memory 76.40 GiB "
+          "is allocated by PyTorch, and 120.50 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+          "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def test_a_listed_process_that_could_not_fit_beside_the_jobs_reserve_is_the_job():
+    """78.09 GiB listed + 76.52 GiB PyTorch holds = 154 GiB on a 79 GiB card: the 1.57 GiB over the reserve (NCCL,
+    cuBLAS on an H100) is more than a bare context, yet it cannot be another process."""
+    ex = explain_text(["Traceback (most recent call last):", _PIDNS])
+    top = ex.hypotheses[0]
+    assert top.category == "true_capacity"
+    said = " ".join(h.to_json()["evidence"][0] for h in ex.hypotheses if h.to_json()["evidence"])
+    assert "other processes hold" not in said
+    assert "other_process" not in [h.category for h in ex.hypotheses[:2]]
+
+
+def test_a_listed_process_that_fits_beside_the_reserve_is_still_another_one():
+    """The same shape where the two figures fit on the card together: a co-tenant, as before."""
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.15 GiB of which 1.05 GiB is free. Process 3418827 has 40.00 GiB memory in use. Of the allocated memory "
+            "36.00 GiB is allocated by PyTorch, and 120.50 MiB is reserved by PyTorch but unallocated.")
+    ex = explain_text([text])
+    assert ex.hypotheses[0].category == "other_process"
