@@ -189,3 +189,70 @@ def test_a_listed_process_that_fits_beside_the_reserve_is_still_another_one():
             "36.00 GiB is allocated by PyTorch, and 120.50 MiB is reserved by PyTorch but unallocated.")
     ex = explain_text([text])
     assert ex.hypotheses[0].category == "other_process"
+
+
+# -- 5. doctor's WRK001 reads the log as explain does ----------------------------------------------------------------
+
+_R5 = ("[rank0]: Traceback (most recent call last):\n"
+       '[rank0]:   File "/workspace/train.py", line 88, in <module>\n'
+       "[rank0]:     loss.backward()\n"
+       "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+       "79.15 GiB of which 1.05 GiB is free. Process 12345 has 78.09 GiB memory in use. Of the allocated memory 70.12 "
+       "GiB is allocated by PyTorch, and 6.50 GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+       "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n")
+
+
+def _bundle_with_log(tmp_path, name: str, text: str) -> str:
+    """A bundle of a machine without NVIDIA's driver (r5.tar.gz's meta.json) and the job's log: no other finding."""
+    bundle = tmp_path / "bundle"
+    (bundle / "logs").mkdir(parents=True)
+    (bundle / "meta.json").write_text(json.dumps({
+        "format": "oomdoctor-bundle", "version": 1, "created": "2026-11-28T18:26:18+00:00", "tool_version": "0.1.0",
+        "hostname": "vm", "cpu_count": 2, "pid": 3444,
+        "nvml_error": "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver libraries here"}))
+    (bundle / "logs" / name).write_text(text)
+    return str(bundle)
+
+
+@pytest.mark.parametrize("text", [_R5, _FRAG + "\n"])
+def test_doctor_and_explain_give_one_cause_for_one_bundle(tmp_path, capsys, text):
+    bundle = _bundle_with_log(tmp_path, "train.log", text)
+    _, ex = _explain_json(capsys, "--bundle", bundle)
+    main(["doctor", "--bundle", bundle, "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    cause = ex["hypotheses"][0]["category"]
+    assert cause == "fragmentation"
+    assert [f["category"] for f in doc["findings"] if f["id"] == "WRK001"] == [cause]
+    assert doc["verdict"]["category"] == cause
+    (events,) = [layer["facts"]["workload.oom_events"] for layer in doc["layers"] if layer["name"] == "workload"]
+    assert [e["category"] for e in events] == [cause]  # the fact says what explain says of the line
+
+
+def test_wrk001_weighs_the_bundles_facts_as_explain_does(tmp_path, capsys):
+    """With a machine's facts (the seed bundle: an A100 behind a sharing layer) the answer may change; WRK001 still
+    gives explain's."""
+    import shutil
+    from pathlib import Path
+
+    bundle = tmp_path / "seed"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "seed-a100-k8s", bundle)
+    shutil.rmtree(bundle / "logs")
+    (bundle / "logs").mkdir()
+    (bundle / "logs" / "train.log").write_text(_R5)
+    _, ex = _explain_json(capsys, "--bundle", str(bundle))
+    main(["doctor", "--bundle", str(bundle), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["category"] for f in doc["findings"] if f["id"] == "WRK001"] == [ex["hypotheses"][0]["category"]]
+
+
+def test_a_weak_finding_is_not_contradicted_by_the_verdict():
+    """A warning that names a cause, below the verdict's floor: the verdict says which way it leans, not "No finding
+    points at a root cause" (b2.tar.gz: WRK001 warned of an OOM, exit 1, verdict unknown)."""
+    from oomdoctor.checks.engine import choose_verdict
+    from oomdoctor.facts.model import Category, Confidence, Finding, Layer, Severity
+
+    weak = Finding(id="WRK001", layer=Layer.WORKLOAD, severity=Severity.WARNING, confidence=Confidence.LOW,
+                   title="an OOM", remedy="explain it", category=Category.TRUE_CAPACITY)
+    v = choose_verdict([weak], {"workload": "ok"})
+    assert v.category is Category.UNKNOWN
+    assert "No finding points" not in v.summary and "true_capacity" in v.summary and "WRK001" in v.summary

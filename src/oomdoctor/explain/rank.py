@@ -400,6 +400,16 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     return ex
 
 
+def event_readings(scan: LogScan) -> dict[int, str]:
+    """The category explain gives each event of the scan (the answer's for its primary event), by id of the event:
+    what doctor's workload.oom_events fact records, so that it says what `explain` says of the same lines."""
+    ex = explain_scan(scan)
+    out = {id(e): c for i, e in enumerate(ex.events) if (c := ex.event_categories.get(i))}
+    if ex.primary is not None and ex.hypotheses:
+        out[id(ex.primary)] = ex.hypotheses[0].category
+    return out
+
+
 def _facts_note(facts: FactSet, ex: Explanation) -> str | None:
     """What the facts that decide between the leading causes said where they were read (--here, --bundle): a
     user who asked for them must not be left to guess whether they were found (a new user's walkthrough)."""
