@@ -100,6 +100,8 @@ def explained(records: list[dict], facts: FactSet) -> dict[int, Reading]:
     logs), by id of the record. docs/explain.md says WRK001 reads the log as explain does; its own reading of the
     numbers had said other_process where explain said fragmentation 0.98 (session 27 walkthrough). Only the text
     around the events and the memory readings, which the fact does not keep, are not weighed here."""
+    if not any(not is_marker(r) for r in records):
+        return {}  # nothing to read (doctor without logs): the word model is not even loaded
     from oomdoctor.explain.rank import explain_scan  # the word model loads on first use
 
     try:

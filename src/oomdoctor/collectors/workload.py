@@ -73,7 +73,7 @@ def _logs(ctx: CollectContext) -> list[Entry]:
             logs.append({"name": name, **entry})
     scan = scanner.finish()
     records = scan_records(scan, redact_text)
-    read = event_readings(scan)  # each line as `explain` reads it, not only its kind's default (session 27)
+    read = event_readings(scan) if scan.events else {}  # each line as `explain` reads it, not only its kind's hint
     for ev, rec in zip(scan.events, records):
         rec["category"] = read.get(id(ev), rec["category"])
     return [Fact("workload.logs", logs, src), Fact("workload.oom_events", records, src)]
