@@ -256,3 +256,40 @@ def test_a_weak_finding_is_not_contradicted_by_the_verdict():
     v = choose_verdict([weak], {"workload": "ok"})
     assert v.category is Category.UNKNOWN
     assert "No finding points" not in v.summary and "true_capacity" in v.summary and "WRK001" in v.summary
+
+
+# -- 7. text cut between words; no internal jargon -------------------------------------------------------------------
+
+def test_explain_text_cuts_between_words(tmp_path, capsys):
+    from oomdoctor.explain.events import LogScanner
+    from oomdoctor.explain.rank import explain_scan
+    from oomdoctor.render.explain import to_text
+
+    s = LogScanner()
+    s.feed(("Traceback (most recent call last):\n" + _PIDNS + "\n").encode())
+    out = to_text(explain_scan(s.finish()), width=400)
+    header = out.splitlines()[1]
+    assert header.endswith(" …") and header.rstrip(" …").endswith(("unallocated.", "If", "reserved", "but"))
+    (event_line,) = [ln for ln in out.splitlines() if "torch_oom ->" in ln]
+    assert event_line.endswith(" …") and event_line[:-2].split()[-1] in _PIDNS.split()  # a whole word before it
+
+
+def test_a_leaning_from_the_words_is_said_in_plain_words():
+    ex = explain_text(["RuntimeError: out of memory", "while loading the checkpoint in my notebook"])
+    said = " ".join(e for h in ex.hypotheses for e in h.evidence)
+    assert "no rule names it" not in said and "(p = " not in said.replace("a word model fitted", "")
+    assert "only a faint hint" in said
+
+
+def test_doctor_remedies_and_diff_notes_name_no_seed_case():
+    """"(the seed case's test)" is the project's own name for the incident it began with; a user has no such case."""
+    from builders import make_facts
+
+    from oomdoctor.analysis.diff_notes import explain as note
+    from oomdoctor.checks.registry import CHECKS
+
+    (f,) = CHECKS["SHR004"].fn(make_facts(sharing__vcuda={"config": "/etc/vcuda/vcuda.config"}, cuda__torch_runtime="11.3"))
+    assert "seed case" not in f.title + f.remedy and "the hooks were the cause" in f.remedy
+    for key, a, b in (("sharing.vcuda", None, {"config": "x"}), ("driver.gpus[0].memory_used_bytes", 4 << 20, 600 << 20),
+                      ("runtime.container", "docker", "kubernetes"), ("kernel.release", "3.10.0-1062.el7.x86_64", "5.15.0")):
+        assert "seed case" not in note(key, a, b)

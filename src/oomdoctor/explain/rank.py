@@ -225,7 +225,8 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
             # a candidate the words alone bring in says so, rather than standing without a reason
             why = (f"the words of the text point to {cat} (p = {p:.2f}, a word model fitted on confirmed reports)"
                    if p >= 0.5 else "" if board.scores.get(cat, 0.0) > 0 else
-                   f"no rule names it; the words of the text lean a little to it (p = {p:.2f})")
+                   f"only a faint hint: the log's wording is somewhat like confirmed reports of this cause "
+                   f"({p:.0%} by the wording alone), and nothing in the message itself points to it")
             board.add(cat, w * p, why)
 
 
