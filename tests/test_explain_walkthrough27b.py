@@ -284,7 +284,6 @@ def test_a_leaning_from_the_words_is_said_in_plain_words():
 def test_doctor_remedies_and_diff_notes_name_no_seed_case():
     """"(the seed case's test)" is the project's own name for the incident it began with; a user has no such case."""
     from builders import make_facts
-
     from oomdoctor.analysis.diff_notes import explain as note
     from oomdoctor.checks.registry import CHECKS
 
