@@ -292,3 +292,70 @@ def test_doctor_remedies_and_diff_notes_name_no_seed_case():
     for key, a, b in (("sharing.vcuda", None, {"config": "x"}), ("driver.gpus[0].memory_used_bytes", 4 << 20, 600 << 20),
                       ("runtime.container", "docker", "kubernetes"), ("kernel.release", "3.10.0-1062.el7.x86_64", "5.15.0")):
         assert "seed case" not in note(key, a, b)
+
+
+# -- 6. advice that does not contradict itself ------------------------------------------------------------------------
+
+def test_old_pytorch_fragmentation_is_decided_without_expandable_segments():
+    """PyTorch <= 2.0's message: its fix is max_split_size_mb (no expandable_segments yet), and so is what decides."""
+    text = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.51 GiB (GPU 0; 39.39 GiB total "
+            "capacity; 26.98 GiB already allocated; 5.47 GiB free; 32.55 GiB reserved in total by PyTorch) If reserved "
+            "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+    ex = explain_text([text])
+    assert ex.category == "fragmentation"
+    commands = " ".join(d["command"] for d in ex.to_decide())
+    assert ex.to_decide() and "expandable_segments:True" not in commands and "max_split_size_mb" in commands
+    assert "predates expandable_segments" in " ".join(ex.hypotheses[0].fixes)
+    new = explain_text([_FRAG])  # PyTorch 2.1+: expandable_segments, as before
+    assert all("expandable_segments" in d["command"] for d in new.to_decide() if d["category"] == "fragmentation")
+
+
+def test_no_batch_size_found_is_not_told_to_lower_the_batch():
+    ex = explain_text(["RuntimeError: No executable batch size found, reached zero."])
+    top = ex.hypotheses[0]
+    assert top.category == "true_capacity" and "down to 1" in top.evidence[0]
+    assert not any("lower the batch" in f for f in top.fixes) and "batch of 1" in top.fixes[0]
+
+
+def test_a_slurm_kill_is_fixed_with_slurms_memory_request():
+    ex = explain_text(["Epoch 3: 45%|####      | 450/1000",
+                       "slurmstepd: error: Detected 1 oom_kill event in StepId=812345.0. Some of the step tasks have "
+                       "been OOM Killed.",
+                       "srun: error: gpu-node-17: task 0: Out Of Memory"])
+    fixes = " ".join(ex.hypotheses[0].fixes)
+    assert ex.category == "host_oom" and "--mem" in fixes and "resources.limits" not in fixes
+    k8s = explain_text(["Last State: Terminated", "Reason: OOMKilled", "Exit Code: 137"])
+    assert "resources.limits.memory" in " ".join(k8s.hypotheses[0].fixes)  # a pod's is still the pod's
+
+
+def test_hami_fix_once_and_its_limit_not_called_the_gpu_total():
+    from oomdoctor.render.explain import to_text
+
+    ex = explain_text(["[HAMI-core Msg(52:139869418223424:libvgpu.c:836)]: Initializing.....",
+                       "[HAMI-core ERROR (pid:52 thread=139869418223424 allocator.c:49)]: Device 0 OOM 8589934592 / "
+                       "8589934592"])
+    top = ex.hypotheses[0]
+    assert top.category == "gpu_sharing_limit" and len(top.fixes) == 1
+    out = to_text(ex, width=300)
+    assert "GPU total" not in out and "HAMi limit" in out
+
+
+def test_an_mps_oom_names_the_mps_limit_and_what_pytorch_holds():
+    from oomdoctor.render.explain import to_text
+
+    ex = explain_text(["RuntimeError: MPS backend out of memory (MPS allocated: 17.85 GB, other allocations: 1.23 MB, "
+                       "max allowed: 18.13 GB). Tried to allocate 512.00 MB on private pool. Use "
+                       "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause "
+                       "system failure)."])
+    top = ex.hypotheses[0]
+    said = " ".join(top.evidence + top.fixes)
+    assert "set_per_process_memory_fraction" not in said and "holds 0 bytes" not in said
+    assert "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in said and "holds 17.85 GiB" in said
+    assert "fraction cap" not in to_text(ex, width=300)
+
+
+def test_a_fraction_cap_without_a_total_reads_as_a_sentence():
+    ex = explain_text(["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB. Of the allocated memory 6.00 GiB "
+                       "is allocated by PyTorch, with 6.50 GiB allowed; and 100.00 MiB is reserved by PyTorch but "
+                       "unallocated."])
+    assert not any("above a larger fraction" in f for h in ex.hypotheses for f in h.fixes)

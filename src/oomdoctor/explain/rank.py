@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.explain.deciders import bundle_command, decider
+from oomdoctor.explain.deciders import OLD_TORCH, bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
@@ -122,6 +122,9 @@ class Explanation:
     def __post_init__(self) -> None:
         for h in self.hypotheses:
             h.kind = self.category_kinds.get(h.category) or (self.primary.kind if self.primary is not None else "")
+            if h.kind == "torch_oom" and self.primary is not None and self.primary.kind == "torch_oom" and \
+                    self.primary.details.get("format") in ("1.4-2.0", "1.0-1.3"):
+                h.kind = OLD_TORCH  # what decides is asked of that PyTorch (deciders.OLD_TORCH)
 
     @property
     def category(self) -> str | None:

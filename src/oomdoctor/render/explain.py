@@ -21,7 +21,10 @@ _MAX_EVENTS_SHOWN = 20
 
 
 # the same figure under another framework's name (CuPy's pool reports what it has handed out so far)
-_LABELS_BY_KIND = {"cupy_oom": {"allocated_bytes": "allocated by CuPy's pool so far"}}
+# HAMi's "Device 0 OOM used / limit": the pod's limit, not the card (a walkthrough, session 27, read "GPU total: 8.00 GiB")
+_LABELS_BY_KIND = {"cupy_oom": {"allocated_bytes": "allocated by CuPy's pool so far"},
+                   "hami_oom": {"total_bytes": "HAMi limit (the pod's nvidia.com/gpumem)"},
+                   "mps_oom": {"allowed_bytes": "max allowed (the MPS limit)", "allocated_bytes": "MPS allocated"}}
 
 
 def number_rows(numbers: dict[str, int], kind: str = "") -> list[tuple[str, str]]:
