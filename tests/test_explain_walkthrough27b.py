@@ -86,7 +86,7 @@ def test_strip_escapes_keeps_lines_and_copies_nothing_without_them():
 
     assert strip_escapes(b"plain line\nanother\n", 0, 19) is None
     raw = b"a\x1b[1;31mb\x1b[0m\n\x1b[2K\rc ^[[32mok^[[0m\n"
-    assert strip_escapes(raw, 0, len(raw)) == b"ab\n\rc ok\n"
+    assert strip_escapes(raw, 0, len(raw)) == b"ab\n\rc ^[[32mok^[[0m\n"  # the caret form: candidate lines only
 
 
 # -- 2. UTF-16 (Windows PowerShell's `>`) and UTF-8 with a byte-order mark ------------------------------------------
