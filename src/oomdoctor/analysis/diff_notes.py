@@ -33,7 +33,7 @@ def _kernel(a: Any, b: Any) -> str:
     if old:
         side, v = old[0]
         return (f"kernel {'.'.join(map(str, v[:2]))} on {side} is older than 4.15: NVIDIA drivers 560+ no longer "
-                "build on it and CUDA 12.5+ dropped EL7; in the seed case a 3.10 host with driver 535 gave "
+                "build on it and CUDA 12.5+ dropped EL7; a 3.10 host with driver 535 has given "
                 "`CUDA error: out of memory` in containers until the kernel was upgraded (4.18/4.19 worked) "
                 "[NVLINUXH][IG124]")
     if va and vb and va[:2] != vb[:2]:
@@ -76,12 +76,12 @@ def explain(key: str, a: Any, b: Any) -> str:
         return _kills(a, b)
     if key.startswith("sharing.") and key != "sharing.processes":
         return ("GPU sharing layer differs: HAMi/vcuda/cGPU/MPS/MIG limit or hook what the job may allocate "
-                "(seed case: gpu-manager interfered) [HAMICORE][TKEGM][MPSENV]")
+                "(gpu-manager's hooks have caused such OOMs) [HAMICORE][TKEGM][MPSENV]")
     if key == "sharing.processes":
         return "other processes on the GPUs differ: their memory is not available to the job [NVMLPROC]"
     if key.startswith("driver.gpus[") and key.endswith(("memory_used_bytes", "memory_reserved_bytes")):
-        return ("GPU memory already used before the job differs: other processes, or an abnormal init (seed case: "
-                "4 MiB used after init on the bad machine) [NVMLMEM2]")
+        return ("GPU memory already used before the job differs: other processes, or an abnormal init (a GPU "
+                "showing 4 MiB used after init has marked one) [NVMLMEM2]")
     if key.startswith("driver.gpus[") and key.endswith(("retired_pending", "remapped_pending", "reset_required",
                                                         "remapped_failure", "ecc_uncorrected", "retired_pages")):
         return "GPU memory health differs: pending page retirement / row remapping needs a GPU reset [DPR][NVERR]"
@@ -98,7 +98,7 @@ def explain(key: str, a: Any, b: Any) -> str:
     if key in ("runtime.nvidia_visible_devices", "runtime.cuda_visible_devices"):
         return "GPU selection differs: the job may land on a GPU that others use [NCT][CUDAENV]"
     if key == "runtime.container":
-        return "container runtime differs (seed case: rare OOM under docker, frequent under Kubernetes)"
+        return "container runtime differs (one job failed rarely under docker and often under Kubernetes)"
     if key.startswith("probe."):
         return "active CUDA probes differ: context creation or a small allocation fails on one side [DRVAPI]"
     if key == "host.mem_total_bytes":

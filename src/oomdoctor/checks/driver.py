@@ -112,7 +112,7 @@ def kernel_validated(facts: FactSet) -> Iterator[Finding]:
                          ", ".join(f"{r.distro} {fmt(r.kernel)}" for r in non_el7) + " " + kernels.IG)]
     branch = driver_branch(drv)
     remedy = (f"move the host to a kernel >= {fmt(lowest)} that NVIDIA validates for CUDA {fmt(cuda)} "
-              "(e.g. RHEL/Rocky 8 4.18, Ubuntu 20.04 5.4, Debian 10 4.19; the seed case was fixed by 4.19), "
+              "(e.g. RHEL/Rocky 8 4.18, Ubuntu 20.04 5.4, Debian 10 4.19; a kernel 3.10 host with driver 535 stopped failing on 4.19), "
               "then reinstall the driver for that kernel")
     if kernels.is_el7(str(rel)) and el7_row is not None:
         minor = kernels.el7_minor(str(rel))

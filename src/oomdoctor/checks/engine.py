@@ -155,6 +155,10 @@ def choose_verdict(findings: list[Finding], statuses: Mapping[str, LayerStatus],
     if not scores or max(scores.values()) < VERDICT_FLOOR:
         lead = ("No finding points at a root cause of OOM failures on this environment"
                 if known else "Not enough evidence: no layer could be read")
+        if scores:  # a warning that names a cause, too weak alone: "no finding points at one" contradicted it (b2)
+            lean = max(scores, key=lambda c: scores[c])
+            lead = (f"The findings lean to {lean.value} ({best[lean].id}, confidence {best[lean].confidence.value}), "
+                    "not enough to name a root cause of OOM failures on this environment")
         seen = f" ({len(known)} of {len(LAYERS)} layers read: {', '.join(known)})" if known else ""
         return Verdict(Category.UNKNOWN, lead + seen + ". If a job still fails, run `oomdoctor explain` on its log"
                        + ("." if probed else " and `oomdoctor doctor --probe` on the node."))

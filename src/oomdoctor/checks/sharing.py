@@ -186,7 +186,7 @@ def vcuda(facts: FactSet) -> Iterator[Finding]:
     yield finding("SHR004", L, Severity.WARNING, Confidence.MEDIUM,
                   "GPU sharing layer tkestack gpu-manager/vcuda is present: CUDA and NVML calls go through its hooks"
                   + share,
-                  "to rule it out, run the job once on a whole GPU without vcuda resources (the seed case's test); "
+                  "to rule it out, run the job once on a whole GPU without vcuda resources (if the errors stop, the hooks were the cause); "
                   "otherwise request enough `tencent.com/vcuda-memory` (units of 256 MiB)",
                   SLICE, evidence)
 

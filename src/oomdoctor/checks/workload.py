@@ -24,7 +24,8 @@ from oomdoctor.checks._util import (
     short,
 )
 from oomdoctor.checks.registry import check
-from oomdoctor.explain.facts import as_record, is_marker
+from oomdoctor.explain.events import LogScan
+from oomdoctor.explain.facts import as_record, is_marker, record_event
 from oomdoctor.explain.kinds import KINDS
 from oomdoctor.knowledge import shm
 
@@ -89,6 +90,61 @@ def classify(e: dict, nvml_total: int | None, gpu_full: bool | None,
     return (hint, Severity.WARNING, Confidence.MEDIUM, f"raised by {spec.what}")
 
 
+# What `explain` reads in a record: (its category, the answer's confidence or None for an event that is not the
+# answer, the answer's first evidence, whether the job went on after it)
+Reading = tuple[str | None, float | None, str, bool]
+
+
+def explained(records: list[dict], facts: FactSet) -> dict[int, Reading]:
+    """explain's analysis of the events in these records with the same facts (`explain --bundle` on the bundle's
+    logs), by id of the record. docs/explain.md says WRK001 reads the log as explain does; its own reading of the
+    numbers had said other_process where explain said fragmentation 0.98 (session 27 walkthrough). Only the text
+    around the events and the memory readings, which the fact does not keep, are not weighed here."""
+    if not any(not is_marker(r) for r in records):
+        return {}  # nothing to read (doctor without logs): the word model is not even loaded
+    from oomdoctor.explain.rank import explain_scan  # the word model loads on first use
+
+    try:
+        pairs = [(r, record_event(r)) for r in records]
+        events = sorted((ev for _, ev in pairs), key=lambda ev: (ev.source, ev.line))
+        ex = explain_scan(LogScan(events=events, readings={}, env={}), facts)
+    except Exception:  # noqa: BLE001 - a hand-written or older fact explain cannot read: the kinds' reading stands
+        return {}
+    cats = {id(ev): ex.event_categories.get(i) for i, ev in enumerate(ex.events)}
+    went_on = {id(ev) for ev in ex.recovered}
+    out: dict[int, Reading] = {}
+    for r, ev in pairs:
+        if ev is ex.primary and ex.hypotheses:
+            top = ex.hypotheses[0]
+            out[id(r)] = (top.category, top.confidence, top.evidence[0] if top.evidence else "", False)
+        else:
+            out[id(r)] = (cats.get(id(ev)), None, "", id(ev) in went_on)
+    return out
+
+
+def _as_explain_reads(reading: Reading, own: tuple[Category | None, Severity, Confidence, str],
+                      ) -> tuple[Category | None, Severity, Confidence, str]:
+    """The finding for an event as explain reads it: its category, and for explain's answer its confidence and
+    evidence; the kind's own reading where explain has no category for it."""
+    cat, p, evidence, recovered = reading
+    own_cat, sev, conf, why = own
+    if recovered:
+        return (None, Severity.INFO, Confidence.MEDIUM, "the job went on after it (explain reads it as recovered)")
+    if cat is None:
+        return own
+    category = Category(cat)
+    if category is own_cat:  # the kind's reading says the same, with what this machine's facts add (a GPU not read)
+        return own
+    if p is not None:
+        conf = Confidence.HIGH if p >= 0.8 else Confidence.MEDIUM if p >= 0.5 else Confidence.LOW
+        why = f"explain's answer, {cat} (confidence {p:.2f}): {evidence}" if evidence else f"explain's answer: {cat}"
+    else:
+        conf, why = Confidence.LOW, f"explain reads it as {cat}"
+    if sev is Severity.INFO and category is not Category.NOT_OOM:
+        sev = Severity.WARNING  # a failure explain names a cause for is no aside
+    return (category, sev, conf, why)
+
+
 def explain_command(facts: FactSet, files: list[str]) -> str:
     """The remedy's command, to run as printed: `explain --bundle` on the bundle doctor read (it reads the bundle's
     logs/, the ones these events are from); where the path is not in the facts, a placeholder the user replaces."""
@@ -111,7 +167,10 @@ def log_events(facts: FactSet) -> Iterator[Finding]:
     another process left ~30 MiB free); "[HAMI-core ERROR …] Device N OOM" is HAMi's limit; "killed by
     signal: Killed" is the host OOM killer. Shared-memory failures are STO003. The lines are recognised by
     the scanner `oomdoctor explain` uses (the same kinds and numbers; each kind's default category is the
-    table in explain/kinds.py), so doctor and explain never disagree on what a line is. Sources:
+    table in explain/kinds.py), so doctor and explain never disagree on what a line is; and each event's cause is
+    explain's analysis of the events with the same facts (`explain --bundle` on the bundle's logs), so this finding,
+    the verdict and `explain` name one cause (where the kind's own reading differs, explain's evidence is quoted;
+    the text around the events and per-step memory readings are not in the fact, and not weighed). Sources:
     environment-facts.md 3c, 4, 6, 7 [OOMTXT][HAMIOOM][PTDL]; memory-tools-and-papers.md 4.5.
     """
     cards = gpus(facts)
@@ -121,14 +180,17 @@ def log_events(facts: FactSet) -> Iterator[Finding]:
     gpu_full = any((as_int(g.get("memory_used_bytes")) or 0) >= 0.9 * (as_int(g.get("memory_total_bytes")) or 1 << 62)
                    for g in used) if used else None
     groups: dict[tuple[str, Category | None], list[tuple[dict, str, Severity, Confidence]]] = {}
-    for raw in as_list(facts.value("workload.oom_events")):
-        e = as_record(raw)
-        if e is None or is_marker(e):
+    records = [e for raw in as_list(facts.value("workload.oom_events")) if (e := as_record(raw)) is not None]
+    read = explained(records, facts)
+    for e in records:
+        if is_marker(e):
             continue
         text = str(e.get("text", ""))
         if e["kind"] == "shm_error" or shm.is_shm_error(text) or shm.FD_PATTERN.search(text):
             continue  # STO003's
         cat, sev, conf, why = classify(e, nvml_total, gpu_full)
+        if id(e) in read:
+            cat, sev, conf, why = _as_explain_reads(read[id(e)], (cat, sev, conf, why))
         groups.setdefault((e["kind"], cat), []).append((e, why, sev, conf))
     for (_kind, cat), items in groups.items():
         e, why, sev, conf = items[0]

@@ -13,7 +13,8 @@ from oomdoctor.collectors.context import CollectContext
 from oomdoctor.errors import InputError
 from oomdoctor.explain.events import LogScanner
 from oomdoctor.explain.facts import scan_records
-from oomdoctor.explain.read import iter_blocks
+from oomdoctor.explain.rank import event_readings
+from oomdoctor.explain.read import iter_blocks, text_encoding
 from oomdoctor.facts import Fact, FactSet, Unavailable
 from oomdoctor.facts.base import Entry
 from oomdoctor.parsers.k8s_manifest import (
@@ -70,7 +71,12 @@ def _logs(ctx: CollectContext) -> list[Entry]:
         entry = _scan_log(scanner, path, f"logs/{name}")
         if entry is not None:
             logs.append({"name": name, **entry})
-    return [Fact("workload.logs", logs, src), Fact("workload.oom_events", scan_records(scanner.finish(), redact_text), src)]
+    scan = scanner.finish()
+    records = scan_records(scan, redact_text)
+    read = event_readings(scan) if scan.events else {}  # each line as `explain` reads it, not only its kind's hint
+    for ev, rec in zip(scan.events, records):
+        rec["category"] = read.get(id(ev), rec["category"])
+    return [Fact("workload.logs", logs, src), Fact("workload.oom_events", records, src)]
 
 
 def _scan_log(scanner: LogScanner, path: Path, label: str) -> dict[str, Any] | None:
@@ -82,7 +88,7 @@ def _scan_log(scanner: LogScanner, path: Path, label: str) -> dict[str, Any] | N
     except OSError:
         return None
     scanner.start_source(label)
-    entry: dict[str, Any] = {"bytes": size, "binary": b"\0" in head}
+    entry: dict[str, Any] = {"bytes": size, "binary": b"\0" in head and text_encoding(head) is None}  # UTF-16 is text
     scanned = 0
     blocks = iter_blocks(str(path))
     try:

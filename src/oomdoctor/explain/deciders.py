@@ -54,6 +54,7 @@ DECIDERS: dict[str, Decider] = {
 # The same question asked of another framework's allocator: a PyTorch command would not apply (a new user's
 # walkthrough, session 25: a CuPy OOM was told to set PYTORCH_CUDA_ALLOC_CONF)
 _PEAK = "this job's own peak against the memory it may use"
+OLD_TORCH = "torch_oom<2.1"  # a PyTorch OOM in the message format of 2.0 and before (patterns._torch_format)
 _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
     ("fragmentation", "cupy_oom"): Decider("memory CuPy's pool holds but has not handed out (total_bytes - used_bytes)",
                                            "pool = cupy.get_default_memory_pool(); print(pool.used_bytes(), "
@@ -69,6 +70,11 @@ _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
                                          "TF_GPU_ALLOCATOR=cuda_malloc_async python train.py  # fixed: it was "
                                          "fragmentation"),
     ("true_capacity", "tf_oom"): Decider(_PEAK, "print(tf.config.experimental.get_memory_info('GPU:0')['peak'])"),
+    # PyTorch before 2.1 (its message's format) has no expandable_segments: the fix it was told was max_split_size_mb,
+    # and the deciding run said expandable_segments (a walkthrough, session 27)
+    ("fragmentation", OLD_TORCH): Decider("reserved minus allocated at the failure (free memory inside PyTorch's cache)",
+                                          "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 python train.py  # fixed: it "
+                                          "was fragmentation (this PyTorch predates expandable_segments)"),
 }
 _NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
                              "runs: its highest reading")

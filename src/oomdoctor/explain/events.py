@@ -22,6 +22,7 @@ from oomdoctor.explain.framework import relabel_xla
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
+    CARET_ESCAPE,
     BlockIndex,
     _count_newlines,
     _Prefilter,
@@ -101,7 +102,8 @@ class LogScan:
 
 
 def _decode(b: bytes) -> str:
-    return b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+    text = b[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+    return CARET_ESCAPE.sub("", text) if "^[[" in text else text  # "^[[31mRuntimeError^[[0m" (cat -v, less)
 
 
 def _line_text(block: bytes, ls: int, le: int) -> str:
@@ -252,6 +254,8 @@ class LogScanner:
         length = end - start if length is None else max(length, end - start)
         if index is None or index.with_env != (self._src_bytes < P.ENV_BYTES):
             index = index_block(block, start, end, self._src_bytes)
+        if index.clean is not None:  # read without its terminal escape sequences (its line numbers are the log's)
+            block, start, end = index.clean, 0, len(index.clean)
         self._start, self._end = start, end
         self._skip_to = start
         if self._bfc_head is not None:  # (never with a pending continuation: a head line ends one)

@@ -60,5 +60,13 @@ def as_record(e: Any) -> dict[str, Any] | None:
             "category": category_hint(kind, details, text)}
 
 
+def record_event(record: dict[str, Any]) -> OomEvent:
+    """An event again from its record (as_record's), for explain's analysis of a fact (doctor's WRK001)."""
+    line = record.get("line")
+    return OomEvent(kind=record["kind"], line=line if isinstance(line, int) and not isinstance(line, bool) else 0,
+                    text=str(record.get("text") or ""), numbers=dict(record["numbers"]), details=dict(record["details"]),
+                    source=str(record.get("file") or ""), count=record["count"])
+
+
 def is_marker(record: dict[str, Any]) -> bool:
     return record.get("kind") in MARKERS

@@ -24,6 +24,14 @@ def own_figure(p: int | None, r: int | None, a: int | None, u: int | None, t: in
 
 # A CUDA context and what a library adds to it: a listed process within this of PyTorch's reserve is the job.
 CONTEXT_MAX = int(1.5 * GIB)
+# What the message's rounded figures and NVML's view against the allocator's may be off by when they are added up.
+_ROUNDING = GIB // 4
+
+
+def _cannot_share(x: int, r: int, t: int | None) -> bool:
+    """A listed process of `x` bytes cannot be another process beside this job's own reserve `r`: both would not
+    fit on the card (`t`), so its figure holds the job's memory."""
+    return t is not None and x >= r and x + r > t + max(_ROUNDING, t // 100)
 
 
 def breakdown(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple[dict[str, int | None], list[dict], Any]:
@@ -31,7 +39,7 @@ def breakdown(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple[dict[st
     taken to be this job (or None). <= 2.0 prints reserved total and allocated (their difference is the
     cache). With NVML, 2.1+ names this process "this process" by pid; inside a container the pid NVML sees
     differs, so the job itself shows up as "Process N": a listed process whose use is PyTorch's reserve plus
-    at most a context is taken to be this job."""
+    at most a context is taken to be this job, and so is one that could not fit on the card beside that reserve."""
     a, p = n.get("allocated_bytes"), n.get("process_bytes")
     u, r = n.get("reserved_unallocated_bytes"), n.get("reserved_bytes")
     if u is None and r is not None and a is not None:
@@ -42,6 +50,9 @@ def breakdown(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple[dict[st
     me = None
     if p is None and procs and r is not None:
         mine = [x for x in procs if r <= x["bytes"] <= r + CONTEXT_MAX]
+        if not mine:  # more than a context beside the reserve (NCCL, cuBLAS workspaces on an H100: 1.57 GiB,
+            # session 27), yet the two would not fit on the card together: still the job
+            mine = [x for x in procs if _cannot_share(x["bytes"], r, n.get("total_bytes"))]
         if len(mine) == 1:
             p, me = mine[0]["bytes"], mine[0]["pid"]
             procs.remove(mine[0])

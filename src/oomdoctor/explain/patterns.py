@@ -88,8 +88,13 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("torch_oom_nvml", r"NVML_SUCCESS == .{0,200}INTERNAL ASSERT FAILED at .{0,160}CUDACachingAllocator\.cpp"),
     # TensorRT's default allocator (IGpuAllocator): "Error Code 1: Cuda Runtime (out of memory)".
     ("tensorrt_oom", r"Cuda Runtime \(out of memory\)|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"),
-    # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h).
-    ("nccl_oom", r"NCCL WARN .*Cuda failure '?out of memory|ncclUnhandledCudaError.*out of memory"),
+    # NCCL's CUDACHECK prints "Cuda failure '<cudaGetErrorString>'" (nccl src/include/checks.h), some releases
+    # with the error's number ("Cuda failure 2 'out of memory'", NCCL 2.20), nccl-tests with its file and line.
+    # Without NCCL_DEBUG the warning is not printed, but PyTorch's DistBackendError carries NCCL's last error on
+    # its own lines: "ncclUnhandledCudaError: Call to CUDA function failed." / "Last error:" / "Cuda failure 'out
+    # of memory'" (session 27 walkthrough: no event, the report anchored at "Traceback").
+    ("nccl_oom", r"NCCL WARN .*Cuda failure (?:\d+ )?'?out of memory|ncclUnhandledCudaError.*out of memory|"
+                 r"(?:^\s*|\]:? ?|: )Cuda failure (?:\d+ |\S+:\d+ )?'out of memory'"),  # as printed, not in prose
     # Caching allocator, 1.0 .. 2.x and ROCm ("HIP out of memory") [OOMTXT]; Apple MPS backend.
     ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;"),
     ("mps_oom", r"MPS backend out of memory"),

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.explain.deciders import bundle_command, decider
+from oomdoctor.explain.deciders import OLD_TORCH, bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
@@ -122,6 +122,9 @@ class Explanation:
     def __post_init__(self) -> None:
         for h in self.hypotheses:
             h.kind = self.category_kinds.get(h.category) or (self.primary.kind if self.primary is not None else "")
+            if h.kind == "torch_oom" and self.primary is not None and self.primary.kind == "torch_oom" and \
+                    self.primary.details.get("format") in ("1.4-2.0", "1.0-1.3"):
+                h.kind = OLD_TORCH  # what decides is asked of that PyTorch (deciders.OLD_TORCH)
 
     @property
     def category(self) -> str | None:
@@ -225,7 +228,8 @@ def _add_prior(board: Board, model: TextModel | None, scan: LogScan, events: lis
             # a candidate the words alone bring in says so, rather than standing without a reason
             why = (f"the words of the text point to {cat} (p = {p:.2f}, a word model fitted on confirmed reports)"
                    if p >= 0.5 else "" if board.scores.get(cat, 0.0) > 0 else
-                   f"no rule names it; the words of the text lean a little to it (p = {p:.2f})")
+                   f"only a faint hint: the log's wording is somewhat like confirmed reports of this cause "
+                   f"({p:.0%} by the wording alone), and nothing in the message itself points to it")
             board.add(cat, w * p, why)
 
 
@@ -398,6 +402,16 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
         if note:
             ex.notes.append(note)
     return ex
+
+
+def event_readings(scan: LogScan) -> dict[int, str]:
+    """The category explain gives each event of the scan (the answer's for its primary event), by id of the event:
+    what doctor's workload.oom_events fact records, so that it says what `explain` says of the same lines."""
+    ex = explain_scan(scan)
+    out = {id(e): c for i, e in enumerate(ex.events) if (c := ex.event_categories.get(i))}
+    if ex.primary is not None and ex.hypotheses:
+        out[id(ex.primary)] = ex.hypotheses[0].category
+    return out
 
 
 def _facts_note(facts: FactSet, ex: Explanation) -> str | None:

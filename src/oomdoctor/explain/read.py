@@ -78,6 +78,22 @@ def compression(path: str) -> str | None:
     return next((mod for magic, mod in _COMPRESSED if head.startswith(magic)), None)
 
 
+class _Prefixed:
+    """`inner` with `head`, already read from it, put back in front."""
+
+    def __init__(self, inner: Any, head: bytes) -> None:
+        self._inner, self._head = inner, head
+
+    def read(self, n: int) -> bytes:
+        if self._head:
+            data, self._head = self._head[:n], self._head[n:]
+            return data
+        return self._inner.read(n)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 class _Decompressed:
     """A decompressing reader that stops with one line past MAX_DECOMPRESSED (a bomb) or at a corrupt stream."""
 
@@ -102,6 +118,81 @@ class _Decompressed:
         self._f.close()
 
 
+# Windows PowerShell's `>` and Out-File write UTF-16LE with a byte-order mark; a log read as bytes was all
+# NUL-separated letters and answered "No OOM-like event found" (session 27 walkthrough). Such a log is decoded as it
+# is read and handed on as UTF-8; so is UTF-8's own byte-order mark dropped (it is not text: "\ufeffTraceback").
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def text_encoding(head: bytes) -> str | None:
+    """The encoding to decode a log from, by its first bytes: a byte-order mark, else UTF-16 without one (ASCII
+    letters each followed, or preceded, by a NUL byte); None for UTF-8 and anything else (read as bytes)."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec
+    sample = head[:64] if len(head) >= 64 else head[: len(head) & ~1]
+    if len(sample) < 8:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    if not odd.strip(b"\0") and 0 not in even:
+        return "utf-16-le-nobom"
+    if not even.strip(b"\0") and 0 not in odd:
+        return "utf-16-be-nobom"
+    return None
+
+
+class _Transcoded:
+    """A reader of `inner` (raw bytes of `codec`) that hands on UTF-8, decoded incrementally (bounded memory);
+    bytes that do not decode become U+FFFD, as the parser reads any other bad byte."""
+
+    def __init__(self, inner: Any, codec: str, head: bytes = b"") -> None:
+        import codecs
+
+        name = codec.removesuffix("-nobom")
+        self._inner, self._pending = inner, head
+        self._decoder = codecs.getincrementaldecoder(name)(errors="replace")
+        self._skip_bom = not codec.endswith("-nobom")  # the mark is not text
+        self._out = b""
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._out) < n and not self._done:
+            raw = self._pending + self._inner.read(max(n, 1 << 16))
+            self._pending = b""
+            if self._skip_bom:
+                raw, self._skip_bom = raw[2:], False
+            if not raw:
+                self._done = True
+                self._out += self._decoder.decode(b"", final=True).encode("utf-8")
+                break
+            self._out += self._decoder.decode(raw).encode("utf-8", errors="replace")
+        data, self._out = self._out[:n], self._out[n:]
+        return data
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+def encoding(path: str) -> str | None:
+    """text_encoding of a regular, uncompressed file (None for stdin and pipes: their first bytes cannot be
+    looked at twice; a compressed log is looked at once decompressed, in _blocks_at)."""
+    if path == "-" or log_size(path) == 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    return text_encoding(head)
+
+
+def one_stream(path: str) -> bool:
+    """Whether the log must be read as one stream, not in windows at offsets: compressed or transcoded."""
+    return compression(path) is not None or encoding(path) is not None
+
+
 def iter_blocks(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterator[tuple[bytes, int, int]]:
     """(buffer, start, end) spans of whole lines from `path` ('-' = stdin), in order.
 
@@ -122,15 +213,38 @@ def _blocks_at(path: str, block_size: int = BLOCK, buffers: int = 1) -> Iterator
     check_readable(path)
     try:
         if path == "-":
-            yield from _spans_at(sys.stdin.buffer, block_size, buffers)
+            f = sys.stdin.buffer
+            codec = text_encoding(f.peek(64)[:64]) if hasattr(f, "peek") else None  # one read at most, not consumed
+            if codec == "utf-8-sig":
+                f.read(3)
+            yield from _spans_at(_Transcoded(f, codec) if codec and codec != "utf-8-sig" else f, block_size, buffers)
             return
         module = compression(path)
         if module is not None:
-            d = _Decompressed(path, module)
+            d: Any = _Decompressed(path, module)
+            head = d.read(64)
+            codec = text_encoding(head)
+            if codec == "utf-8-sig":
+                d = _Prefixed(d, head[3:])
+            else:
+                d = _Transcoded(d, codec, head) if codec else _Prefixed(d, head)
             try:
-                yield from _spans_at(d, block_size, buffers)  # type: ignore[arg-type]
+                yield from _spans_at(d, block_size, buffers)
             finally:
                 d.close()
+            return
+        codec = encoding(path)
+        if codec == "utf-8-sig":  # UTF-8 after its mark: read as it is, past the mark
+            with open(path, "rb") as f:
+                f.read(3)
+                yield from _spans_at(f, block_size, buffers)
+            return
+        if codec is not None:
+            t = _Transcoded(open(path, "rb"), codec)
+            try:
+                yield from _spans_at(t, block_size, buffers)  # type: ignore[arg-type]
+            finally:
+                t.close()
             return
         with open(path, "rb") as f:
             yield from _spans_at(f, block_size, buffers)
@@ -192,7 +306,7 @@ def iter_prepared_at(path: str, prepare: Prepare, *, workers: int | None = None,
     shortened depends on where reads fall (one reader's 8 MiB reads, the threads' windows); offsets and lengths
     do not, so a consumer that counts in them answers the same for every thread count."""
     workers = workers if workers is not None else max(1, min(MAX_WORKERS, usable_cpus()))
-    size = 0 if compression(path) else log_size(path)  # a compressed log is one stream: no windows
+    size = 0 if one_stream(path) else log_size(path)  # a compressed or transcoded log is one stream: no windows
     if workers > 1 and 0 < size <= block_size:  # one block: threads would only cost start-up
         workers = 1
     if workers > 1 and size > 0 and hasattr(os, "preadv"):

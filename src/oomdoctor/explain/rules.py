@@ -79,8 +79,10 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     fig, procs, me = breakdown(n, d)
     P, R, U = fig["P"], fig["R"], fig["U"]
     if me is not None:
-        b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) matches PyTorch's reserve: "
-              "it is this job seen through a container's pid namespace")
+        why_me = (f"is PyTorch's {fb(R)} reserve and at most a CUDA context more" if P - R <= CONTEXT_MAX else
+                  f"holds PyTorch's {fb(R)}; another process that large could not fit beside it on the {fb(T)} card")
+        b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) {why_me}, so it is this job seen through a container's "
+              "pid namespace")
     others = sum(p["bytes"] for p in procs)
     why_x = f"requested {fb(X)}" if X is not None else "the request"
     fits_after_defrag = X is not None and U is not None and U >= X
@@ -90,23 +92,34 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "the tensor itself must shrink: check the shape that produced it (batch x sequence x hidden, "
               "an accidental outer product or broadcast), or shard it across GPUs")
         return
+    if C is not None and ev.kind == "mps_oom":
+        # Apple's MPS allocator: "max allowed" is PYTORCH_MPS_HIGH_WATERMARK_RATIO times the GPU's recommended working
+        # set of the machine's unified memory, not a CUDA fraction (a walkthrough, session 27, was told of
+        # torch.cuda.set_per_process_memory_fraction and that PyTorch held 0 bytes beside "MPS allocated: 17.85 GB")
+        held = A if A is not None else 0
+        b.add("true_capacity", 3.0, f"the MPS allocator's limit is {fb(C)} (PYTORCH_MPS_HIGH_WATERMARK_RATIO of the "
+              f"unified memory macOS lets the GPU use); PyTorch holds {fb(held)} and {why_x}",
+              "make the step smaller to fit under the limit (a smaller batch or sequence length, activation "
+              "checkpointing, float16); PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts the limit, at the risk of the whole "
+              "system running out of memory (PyTorch's own warning)")
+        return
     if C is not None:
         # "X allowed" appears only when set_per_process_memory_fraction is active; the allocator then
         # refuses to grow past it even when the device has free memory (CUDACachingAllocator.cpp).
-        used = R if R is not None else (P or 0)
+        used = R if R is not None else P if P is not None else (A or 0)
         need = used + (X or 0)
         if fits_after_defrag and U >= 128 * 1024**2:  # a few MiB of split-block slack is not the cause
             b.add("fragmentation", 2.5, f"{fb(U)} is reserved but unallocated, more than the {why_x}, "
                   f"under a {fb(C)} per-process cap", ALLOC_CONF_FIX)
         else:
             now = f" (now {C / T:.4f} of {fb(T)} = {fb(C)}; this allocation needs {fb(need)})" if T else ""
-            frac = f"{min(1.0, need / T):.4f}" if T else "a larger fraction"
+            frac = f"a fraction above {min(1.0, need / T):.4f}" if T else "a larger fraction"
             # a per-process fraction is a sharing limit (docs/contracts.md): it, not the GPU, refused
             # when the device still had room for the request; with the device full too, the job is big
             cat = "gpu_sharing_limit" if F is not None and X is not None and F >= X else "true_capacity"
             b.add(cat, 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
                   f"PyTorch holds {fb(used)} and {why_x}" + (f", while the GPU still has {fb(F)} free" if F else ""),
-                  f"the cap, not the GPU, is the limit{now}: this allocation alone needs a fraction above {frac} "
+                  f"the cap, not the GPU, is the limit{now}: this allocation alone needs {frac} "
                   "(torch.cuda.set_per_process_memory_fraction), with headroom for the rest of the step; "
                   "or shrink the batch to fit the cap")
         return
@@ -349,12 +362,18 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     _env_hints(b, env)
 
 
+# One fix for HAMi's limit, whether its refusal or only its start-up lines were read: two wordings of it were printed
+# one under the other (a walkthrough, session 27)
+HAMI_FIX = ("request more nvidia.com/gpumem (or gpumem-percentage) for the pod; setting CUDA_DISABLE_CONTROL=true once "
+            "confirms the limit is the cause")
+
+
 def _env_hints(b: Board, env: dict[str, list[str]]) -> None:
     if env.get("hami"):
         # its own lines ("[HAMI-core Msg ...]: Initializing"): the layer is there, its limit unknown
         b.layer_hints["sharing.hami"] = b.layer_hints.get("sharing.hami", 0.0) + 1.4
         b.add("gpu_sharing_limit", 1.4, "the log shows HAMi (CUDA_DEVICE_MEMORY_LIMIT / HAMI-core): its hook "
-              "enforces a per-container memory limit", "raise nvidia.com/gpumem for the pod")
+              "enforces a per-container memory limit", HAMI_FIX)
     if env.get("vcuda"):
         b.add("gpu_sharing_limit", 1.0, "the log mentions tkestack gpu-manager / vcuda, which hooks CUDA to "
               "enforce tencent.com/vcuda-memory", "raise tencent.com/vcuda-memory, or test once without the sharing layer")

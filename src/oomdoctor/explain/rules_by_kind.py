@@ -10,7 +10,9 @@ from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
+    ALLOC_CONF_FIX,
     CONTEXT_MAX,
+    HAMI_FIX,
     Board,
     _capacity_fix,
     _slice_evidence,
@@ -20,6 +22,12 @@ from oomdoctor.explain.rules import (
 )
 from oomdoctor.knowledge.gpus import GIB
 from oomdoctor.units import format_bytes as fb
+
+# accelerate's find_executable_batch_size halved the batch down to zero: a smaller batch is no fix (a walkthrough,
+# session 27, had "every batch size down to 1 ran out" followed by "lower the batch size")
+BATCH_ONE_FIX = ("even a batch of 1 does not fit: shorten the sequence (or image) length, enable activation checkpointing, "
+                 "use bf16 autocast or an 8-bit optimizer, or shard the model over more GPUs (FSDP, DeepSpeed ZeRO); "
+                 "check that a batch of 1 fits with `oomdoctor estimate WORKLOAD.py --batch-size 1`")
 
 # A failure told in the reporter's own words (rank.REPORTED_KIND) that names the host's memory and not
 # the GPU's: "quickly ran through the 32GB RAM on my Linux PC", "ran out of system memory".
@@ -65,6 +73,12 @@ def _shm_whose(text: str) -> tuple[str, str]:
 
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
+# Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
+# walkthrough, session 27, was told to raise resources.limits.memory)
+_SLURM = re.compile(r"\bslurmstepd\b|\bsrun: |\bStepId=\d|\bsbatch\b")
+SLURM_HOST_FIX = ("raise the job's memory request (sbatch/srun --mem, --mem-per-cpu or --mem-per-gpu; `seff JOBID` "
+                  "shows what it used) or use less host RAM: fewer DataLoader workers, smaller prefetch_factor, load "
+                  "the checkpoint with mmap=True / to the GPU directly")
 NOT_OOM_FIX = ("rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel; check index/label ranges "
                "(labels < num_classes, embedding ids < vocab size) and device ids")
 
@@ -104,9 +118,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         lim, use = d.get("limit_bytes"), d.get("would_use_bytes")
         detail = f": the job would reach {fb(use)} against a limit of {fb(lim)}" if lim and use else ""
         b.add("gpu_sharing_limit", 3.5, f"HAMi-core refused the allocation{detail}; the limit comes from the "
-              "pod's nvidia.com/gpumem, not the physical GPU",
-              "request more nvidia.com/gpumem (or gpumem-percentage) for the pod; setting CUDA_DISABLE_CONTROL=true "
-              "once confirms the limit is the cause")
+              "pod's nvidia.com/gpumem, not the physical GPU", HAMI_FIX)
     elif k == "tf_oom" and ("device:CPU" in ev.text or "by allocator cpu" in ev.text):
         # TensorFlow names the device and allocator of the failed tensor: CPU means host RAM.
         b.add("host_oom", 3.0, "TensorFlow's CPU allocator ran out: the tensor was on the host, in RAM", HOST_FIX)
@@ -155,11 +167,16 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "communicator set-up)", "set NCCL_BUFFSIZE lower or start NCCL before filling the GPU")
         b.add("true_capacity", 1.4, "NCCL buffers come on top of the model: the GPU is nearly full",
               _capacity_fix(None, None, None, None))
+        # NCCL allocates with cudaMalloc, outside PyTorch's caching allocator, which does not give back the
+        # blocks it keeps cached: a card "full" of PyTorch's free cache leaves NCCL nothing (cosmos-rl#731, dev)
+        b.add("fragmentation", 1.5, "NCCL allocates outside PyTorch's caching allocator, and memory PyTorch keeps "
+              "cached but unused is not given back to it",
+              "torch.cuda.empty_cache() before creating the process group or the first collective, or " + ALLOC_CONF_FIX)
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
               "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
-              if k == "vllm_capacity" else _capacity_fix(None, None, None, None))
+              if k == "vllm_capacity" else BATCH_ONE_FIX)
     elif k == "vllm_free_memory":
         b.add("other_process", 3.0, "vLLM found less free memory at start-up than gpu_memory_utilization asks "
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
@@ -227,7 +244,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit", SHM_FIX)
     elif k in _HOST_FAILURES:
         w, why = _HOST_FAILURES[k]
-        b.add("host_oom", w, why, HOST_FIX)
+        b.add("host_oom", w, why, SLURM_HOST_FIX if k == "slurm_oom_state" or _SLURM.search(ev.text) else HOST_FIX)
         if d.get("shmem_rss_bytes", 0) >= GIB:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":

@@ -6,7 +6,7 @@ import io
 
 from oomdoctor.explain.rank import Explanation
 from oomdoctor.render.envelope import dumps
-from oomdoctor.units import format_bytes
+from oomdoctor.units import cut_words, format_bytes
 
 # rich and jinja2 are imported by the renderer that needs them: `--format json` on a 1 GB log should
 # not pay ~70 ms of imports it never uses.
@@ -21,7 +21,10 @@ _MAX_EVENTS_SHOWN = 20
 
 
 # the same figure under another framework's name (CuPy's pool reports what it has handed out so far)
-_LABELS_BY_KIND = {"cupy_oom": {"allocated_bytes": "allocated by CuPy's pool so far"}}
+# HAMi's "Device 0 OOM used / limit": the pod's limit, not the card (a walkthrough, session 27, read "GPU total: 8.00 GiB")
+_LABELS_BY_KIND = {"cupy_oom": {"allocated_bytes": "allocated by CuPy's pool so far"},
+                   "hami_oom": {"total_bytes": "HAMi limit (the pod's nvidia.com/gpumem)"},
+                   "mps_oom": {"allowed_bytes": "max allowed (the MPS limit)", "allocated_bytes": "MPS allocated"}}
 
 
 def number_rows(numbers: dict[str, int], kind: str = "") -> list[tuple[str, str]]:
@@ -77,7 +80,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
                   "caught and went on from (a batch-size search, a skipped batch, a fallback):")
         for e in ex.recovered[:_MAX_EVENTS_SHOWN]:
             src = f"{e.source}:" if e.source else "line "
-            con.print(f"  {escape(src)}{e.line}  {e.kind}  [dim]{escape(e.text[:120])}[/dim]")
+            con.print(f"  {escape(src)}{e.line}  {e.kind}  [dim]{escape(cut_words(e.text, 120))}[/dim]")
         return buf.getvalue()
     top = ex.hypotheses[0]
     p = ex.primary
@@ -85,7 +88,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     con.print(f"[bold]Answer:[/bold] [bold red]{top.category}[/bold red] "
               f"(confidence {top.confidence:.2f}) for the event at {escape(where)}")
     if p is not None:
-        con.print(f"  [dim]{escape(p.text[:300])}[/dim]")
+        con.print(f"  [dim]{escape(cut_words(p.text, 300))}[/dim]")
         rows = number_rows(p.numbers, p.kind)
         if rows:
             con.print("  " + "; ".join(f"{k}: [bold]{v}[/bold]" for k, v in rows))
@@ -118,7 +121,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         src = f"{e.source}:" if e.source else "line "
         times = f" x{e.count}" if e.count > 1 else ""
         cat = "recovered" if e in ex.recovered else ex.event_categories.get(i, "")
-        con.print(f"  {escape(src)}{e.line}{times}  {e.kind} -> {cat}  [dim]{escape(e.text[:120])}[/dim]")
+        con.print(f"  {escape(src)}{e.line}{times}  {e.kind} -> {cat}  [dim]{escape(cut_words(e.text, 120))}[/dim]")
     if len(ex.events) > _MAX_EVENTS_SHOWN:
         con.print(f"  ... {len(ex.events) - _MAX_EVENTS_SHOWN} more (see --format json)")
     if ex.facts_used:

@@ -174,7 +174,7 @@ def vcuda(w: Workload, path: str) -> Iterator[AuditFinding]:
             yield finding("AUD011", Layer.GPU_SHARING, Severity.INFO, Confidence.MEDIUM,
                           "whole GPU(s) through gpu-manager: the vcuda hooks still sit between the job and CUDA/NVML",
                           "if allocations fail while the host's nvidia-smi shows free memory, run once with "
-                          "nvidia.com/gpu instead of vcuda resources (the seed case's test)", w, c, path, ev,
+                          "nvidia.com/gpu instead of vcuda resources: if the errors stop, the hooks were the cause", w, c, path, ev,
                           Category.CONTEXT_OR_DRIVER)
 
 
