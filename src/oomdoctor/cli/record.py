@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.history is not None and args.history < 0:
         raise UsageError("--history must be 0 or more")
     run_dir = args.dir or time.strftime("oomdoctor-run-%Y%m%d-%H%M%S")
-    launch.check_run_dir(run_dir)  # before anything runs: exit 2 rather than a job recorded into a shared dir
+    launch.check_new_run_dir(run_dir)  # before anything runs: exit 2 rather than a shared dir or two runs mixed
     exporter = None
     if args.prometheus is not None:
         if not 0 < args.prometheus < 65536:

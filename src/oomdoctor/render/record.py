@@ -114,13 +114,21 @@ def _live_lines(live: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def ended_unknown(meta: dict[str, Any]) -> str:
+    """No exit wording: run.json begun but never finished is a recording cut short; no run.json at all is an
+    in-process recording (oomdoctor.watch before it wrote one), whose end is the end of the watched block."""
+    if not meta:
+        return "not recorded (no run.json: an in-process recording, oomdoctor.watch or a callback, that ends with its block)"
+    return "exit status not recorded (the recording was cut short)"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     v = doc["verdict"]
     lines = [f"oomdoctor report {doc['run_dir']}"]
     meta = doc["meta"]
     if meta.get("argv"):
         lines.append(f"command: {' '.join(meta['argv'])}")
-    lines.append(f"ended: {doc.get('ended') or 'exit status not recorded (the recording was cut short)'}")
+    lines.append(f"ended: {doc.get('ended') or ended_unknown(meta)}")
     lines.append("")
     lines.append(f"verdict: {v['summary']}" + (f"  [{v['category']}]" if v.get("category") else ""))
     lines += [f"  - {e}" for e in v["evidence"]]
