@@ -19,7 +19,7 @@ HELP = "run a command and record its memory timeline (then: oomdoctor report RUN
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", metavar="RUN_DIR", default=None,
-                        help="where to write the recording (default: ./oomdoctor-run-<time>)")
+                        help="where to write the recording: a new directory, or one without a recording (default: ./oomdoctor-run-<time>)")
     parser.add_argument("--every-ms", type=int, default=500, metavar="N",
                         help="period of the background sampler in milliseconds; step markers add a record per step (default: 500)")
     parser.add_argument("--history", type=int, default=None, metavar="N",
