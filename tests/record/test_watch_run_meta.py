@@ -168,3 +168,20 @@ def test_record_refuses_a_dir_that_already_holds_a_recording(tmp_path):
     assert "Traceback" not in second.stderr
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert "print('first')" in " ".join(meta["argv"])
+
+
+def test_a_second_watch_block_of_one_process_is_a_new_run(tmp_path):
+    """A notebook cell run twice: the first block ended, so the second records beside it, not appended to it."""
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import sys, oomdoctor\n"
+        "for _ in range(2):\n"
+        "    with oomdoctor.watch(sys.argv[1], every_ms=20):\n"
+        "        oomdoctor.step()\n")
+    job = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
+                         env=_env(), cwd=tmp_path, timeout=120)
+    assert job.returncode == 0 and job.stderr.count("already holds another run's recording") == 1, job.stderr
+    for run in ("run", "run-2"):
+        (timeline,) = (tmp_path / run).glob("timeline-*.jsonl")
+        kinds = [json.loads(x)["kind"] for x in timeline.read_text().splitlines()]
+        assert kinds.count("header") == 1 and kinds.count("step") == 1, (run, kinds)

@@ -67,8 +67,6 @@ def watch(run_dir: str = "oomdoctor-run", *, every_ms: int = DEFAULT_EVERY_MS,
     if owned:
         meta_dir = _watch_dir(run_dir)
         rec = start(meta_dir or str(run_dir), every_ms=every_ms, history=history, **options)
-        if rec is None:
-            meta_dir = None
     else:
         rec = current()
     try:

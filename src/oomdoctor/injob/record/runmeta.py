@@ -82,8 +82,12 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def _ours(run_dir: str, key: str) -> bool:
+    """This job's run.json: joined. A one-process job whose block has ended is done: a second block (a notebook
+    cell run again) is a new run, and its timeline would be appended to the first one's."""
     meta = _read(os.path.join(run_dir, recording.RUN_META))
-    return bool(meta) and meta.get("recorded_by") == "watch" and meta.get("job") == key
+    if not meta or meta.get("recorded_by") != "watch" or meta.get("job") != key:
+        return False
+    return not (key.startswith("process:") and "end" in meta)
 
 
 def choose_dir(run_dir: str, key: str) -> str:
