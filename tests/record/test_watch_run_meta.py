@@ -92,7 +92,7 @@ def test_a_run_json_with_a_start_but_no_exit_status_is_still_cut_short(tmp_path)
     _job(tmp_path, "run", "clean")
     path = tmp_path / "run" / "run.json"
     meta = json.loads(path.read_text())
-    for k in ("end", "returncode", "ended_by", "recorded_by"):  # as `record` leaves it when it dies with the job
+    for k in ("end", "returncode", "ended_by", "recorded_by", "blocks_ended"):  # as `record` leaves it when it dies
         meta.pop(k)
     path.write_text(json.dumps(meta))
     text = _report(tmp_path / "run")
@@ -185,3 +185,20 @@ def test_a_second_watch_block_of_one_process_is_a_new_run(tmp_path):
         (timeline,) = (tmp_path / run).glob("timeline-*.jsonl")
         kinds = [json.loads(x)["kind"] for x in timeline.read_text().splitlines()]
         assert kinds.count("header") == 1 and kinds.count("step") == 1, (run, kinds)
+
+
+def test_a_run_id_reused_by_the_next_job_is_a_new_run_once_every_rank_ended(tmp_path, monkeypatch):
+    """A fixed --rdzv-id: the same key for two jobs. While ranks are still in their blocks the directory is
+    joined; once WORLD_SIZE blocks have ended, the next job records beside it."""
+    from oomdoctor.injob.record import runmeta
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "fixed")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    run = tmp_path / "run"
+    run.mkdir()
+    key = runmeta.job_key()
+    runmeta.begin(str(run), key)
+    runmeta.finish(str(run), None, False)  # rank 0 left its block
+    assert runmeta.choose_dir(str(run), key) == str(run)  # rank 1 may still join
+    runmeta.finish(str(run), None, False)  # rank 1 left its block: the job is over
+    assert runmeta.choose_dir(str(run), key) == f"{run}-2"

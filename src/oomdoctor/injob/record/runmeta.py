@@ -49,15 +49,30 @@ def _start_time(pid: int) -> str:
         return "?"
 
 
+def _int_env(*names: str) -> int | None:
+    for n in names:
+        v = os.environ.get(n, "").strip()
+        if v.isascii() and v.isdigit() and int(v) > 0:
+            return int(v)
+    return None
+
+
+def world_size() -> int | None:
+    """How many processes of the job watch (the launcher's figure), 1 for a lone process, None if unknown."""
+    return _int_env("WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
 def job_key() -> str:
     """What the processes of one job share, and the next run does not: the launcher's run id, else the
-    parent process (mp.spawn, torchrun on one node: the ranks are its children), else this process."""
+    parent process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
+    A run id can be reused by the next run (a fixed --rdzv-id): once `world_size` blocks have ended, the
+    job is over (choose_dir)."""
     env = os.environ
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
-    if env.get("SLURM_JOB_ID"):
-        return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
+        return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
     spawned = False
     try:
         import multiprocessing
@@ -82,12 +97,14 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def _ours(run_dir: str, key: str) -> bool:
-    """This job's run.json: joined. A one-process job whose block has ended is done: a second block (a notebook
-    cell run again) is a new run, and its timeline would be appended to the first one's."""
+    """This job's run.json, still running: joined. Once as many blocks ended as the job has processes (one for
+    a lone process: a notebook cell run again), the job is over and the next block is a new run; its timeline
+    would otherwise be appended to the last one's."""
     meta = _read(os.path.join(run_dir, recording.RUN_META))
     if not meta or meta.get("recorded_by") != "watch" or meta.get("job") != key:
         return False
-    return not (key.startswith("process:") and "end" in meta)
+    size, ended = meta.get("world_size"), meta.get("blocks_ended")
+    return not (isinstance(size, int) and isinstance(ended, int) and ended >= size)
 
 
 def choose_dir(run_dir: str, key: str) -> str:
@@ -146,7 +163,8 @@ def begin(run_dir: str, key: str) -> None:
     try:
         meta = {"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, "tool_version": __version__,
                 "argv": redact_manifest(list(sys.argv)), "cwd": os.getcwd(), "host": socket.gethostname(),
-                "start": time.time(), "recorded_by": "watch", "job": key}
+                "start": time.time(), "recorded_by": "watch", "job": key,
+                "world_size": 1 if key.startswith("process:") else world_size()}
         _write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
     except Exception:
         pass
@@ -160,7 +178,9 @@ def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
             meta = _read(path)
             if meta is None or meta.get("recorded_by") != "watch":
                 return
-            meta.update({"end": time.time(), "returncode": None, "ended_by": "watch"})
+            ended = meta.get("blocks_ended")
+            meta.update({"end": time.time(), "returncode": None, "ended_by": "watch",
+                         "blocks_ended": (ended if isinstance(ended, int) else 0) + 1})
             if exc is not None and not isinstance(meta.get("exception"), dict):  # the first one stays
                 meta["exception"] = {"type": type(exc).__name__, "oom": bool(is_oom), "pid": os.getpid()}
             _write(path, meta)
