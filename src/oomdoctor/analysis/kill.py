@@ -36,6 +36,12 @@ def exit_wording(meta: dict[str, Any]) -> str | None:
     """One wording of how the job ended, used everywhere a report says it: `exit 1`, `killed by SIGKILL
     (exit 137 in a shell)`. Python gives a death by signal as -N; a shell shows 128 + N."""
     rc = meta.get("returncode")
+    if meta.get("ended_by") == "watch":  # oomdoctor.watch: the block's end, not a process's exit status
+        exc = meta.get("exception")
+        if isinstance(exc, dict):
+            what = "a CUDA out-of-memory error" if exc.get("oom") else "an exception"
+            return f"the watched block (oomdoctor.watch) raised {what} ({exc.get('type') or 'unknown type'})"
+        return "the watched block (oomdoctor.watch) ended normally"
     if not isinstance(rc, int) or isinstance(rc, bool):
         return None
     if rc < 0:
@@ -47,8 +53,9 @@ def exit_wording(meta: dict[str, Any]) -> str | None:
 
 
 def cut_short(meta: dict[str, Any]) -> bool:
-    """run.json written at the start but never finished: no exit status (the recorder died with the job)."""
-    return bool(meta) and "start" in meta and "returncode" not in meta
+    """run.json written at the start but never finished: no exit status (the recorder died with the job).
+    A watch() run is finished with `returncode: null` and `ended_by: "watch"`: not cut short."""
+    return bool(meta) and "start" in meta and "returncode" not in meta and meta.get("ended_by") != "watch"
 
 
 def is_sigkill(meta: dict[str, Any]) -> bool:

@@ -19,7 +19,7 @@ HELP = "run a command and record its memory timeline (then: oomdoctor report RUN
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", metavar="RUN_DIR", default=None,
-                        help="where to write the recording (default: ./oomdoctor-run-<time>)")
+                        help="where to write the recording: a new directory, or one without a recording (default: ./oomdoctor-run-<time>)")
     parser.add_argument("--every-ms", type=int, default=500, metavar="N",
                         help="period of the background sampler in milliseconds; step markers add a record per step (default: 500)")
     parser.add_argument("--history", type=int, default=None, metavar="N",
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.history is not None and args.history < 0:
         raise UsageError("--history must be 0 or more")
     run_dir = args.dir or time.strftime("oomdoctor-run-%Y%m%d-%H%M%S")
-    launch.check_run_dir(run_dir)  # before anything runs: exit 2 rather than a job recorded into a shared dir
+    launch.check_new_run_dir(run_dir)  # before anything runs: exit 2 rather than a shared dir or two runs mixed
     exporter = None
     if args.prometheus is not None:
         if not 0 < args.prometheus < 65536:

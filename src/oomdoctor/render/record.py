@@ -114,13 +114,21 @@ def _live_lines(live: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def ended_unknown(meta: dict[str, Any]) -> str:
+    """No exit wording: run.json begun but never finished is a recording cut short; no run.json at all is an
+    in-process recording (oomdoctor.watch before it wrote one), whose end is the end of the watched block."""
+    if not meta:
+        return "not recorded (no run.json: an in-process recording, oomdoctor.watch or a callback, that ends with its block)"
+    return "exit status not recorded (the recording was cut short)"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     v = doc["verdict"]
     lines = [f"oomdoctor report {doc['run_dir']}"]
     meta = doc["meta"]
     if meta.get("argv"):
         lines.append(f"command: {' '.join(meta['argv'])}")
-    lines.append(f"ended: {doc.get('ended') or 'exit status not recorded (the recording was cut short)'}")
+    lines.append(f"ended: {doc.get('ended') or ended_unknown(meta)}")
     lines.append("")
     lines.append(f"verdict: {v['summary']}" + (f"  [{v['category']}]" if v.get("category") else ""))
     lines += [f"  - {e}" for e in v["evidence"]]
@@ -148,15 +156,18 @@ def render_text(doc: dict[str, Any]) -> str:
             lines += _live_lines(leak.get("live_growth"))
     for o in doc["ooms"][-1:] + doc["finals"]:
         what = "OOM" if o in doc["ooms"] else "end of run"
+        tp = o.get("trace_peak")
+        if not (o["largest_live"] or o["live_by_source"] or (tp and tp.get("live_by_source"))):
+            continue  # nothing to list: no empty heading (the verdict already names the OOM)
         lines.append("")
-        lines.append(f"{what} ({o.get('label')}, step {o.get('step')}): largest live allocations")
+        lines.append(f"{what} ({o.get('label')}, step {o.get('step')})" + (
+            ": largest live allocations" if o["largest_live"] else ":"))
         for b in o["largest_live"][:5]:
             lines.append(f"  {format_bytes(b['size']):>12}  {b['source']}")
         if o["live_by_source"]:
             lines.append("  live memory by source line:")
             for g in o["live_by_source"][:6]:
                 lines.append(f"  {format_bytes(g['bytes']):>12}  {g['blocks']:>5} blocks  {g['source']}")
-        tp = o.get("trace_peak")
         if tp and tp.get("live_by_source"):
             lines.append(f"  at the peak of the recorded window ({format_bytes(tp['allocated'])}), by source line:")
             for g in tp["live_by_source"][:8]:

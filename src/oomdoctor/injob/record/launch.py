@@ -27,7 +27,7 @@ from typing import Any
 from oomdoctor._version import __version__
 from oomdoctor.errors import InputError
 from oomdoctor.facts import recording
-from oomdoctor.injob.record import bootstrap, kernel_kills, probes
+from oomdoctor.injob.record import bootstrap, kernel_kills, probes, runmeta
 from oomdoctor.injob.record.writer import JsonlWriter
 from oomdoctor.redact import redact_manifest
 
@@ -122,6 +122,15 @@ def check_run_dir(run_dir: str) -> None:
     if st.st_mode & 0o022:
         raise InputError(f"--dir {run_dir}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
                          "give a private directory (chmod 700) or a new path")
+
+
+def check_new_run_dir(run_dir: str) -> None:
+    """check_run_dir, and refuse a directory that already holds a recording: a second run recorded into it
+    mixes both runs' processes in one report (a walkthrough, session 27). InputError, exit 2."""
+    check_run_dir(run_dir)
+    if runmeta.holds_recording(run_dir):
+        raise InputError(f"--dir {run_dir}: already holds a recording (run.json or timeline-*.jsonl); "
+                         "give a new --dir (or remove the old run)")
 
 
 def make_run_dir(run_dir: str) -> None:

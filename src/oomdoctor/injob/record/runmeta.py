@@ -1,0 +1,188 @@
+"""run.json for `oomdoctor.watch` and "does this directory already hold a recording?". Never raises.
+
+A watch() run had no run.json, and the report then called every one of them "cut short" (session 27).
+watch() now writes one at the start (`recorded_by: "watch"`, a start, no exit status: a process killed
+inside the block stays "cut short", as it should) and finishes it when the block is left: `end`,
+`returncode: null`, `ended_by: "watch"`, and `exception` when the block raised. Ranks of one job (one
+watch per process, same directory) share the file: the first creates it, each leaving one updates it
+under a lock taken for at most LOCK_WAIT_S; an exception, once written, is never replaced by a clean end.
+
+A directory holds another run when it has a timeline or a run.json that is not this job's: `record`
+refuses it, watch() records into a fresh sibling (`RUN_DIR-2`, ...) so two runs never mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from oomdoctor._version import __version__
+from oomdoctor.facts import recording
+from oomdoctor.redact import redact_manifest
+
+LOCK_WAIT_S = 1.0
+MAX_SIBLINGS = 100
+
+
+def holds_recording(run_dir: str) -> bool:
+    """True when run_dir already has a run.json or a timeline: a recording, finished or not."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return False
+    return any(n == recording.RUN_META or (n.startswith(recording.TIMELINE_PREFIX) and n.endswith(".jsonl"))
+               for n in names)
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, one process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _int_env(*names: str) -> int | None:
+    for n in names:
+        v = os.environ.get(n, "").strip()
+        if v.isascii() and v.isdigit() and int(v) > 0:
+            return int(v)
+    return None
+
+
+def world_size() -> int | None:
+    """How many processes of the job watch (the launcher's figure), 1 for a lone process, None if unknown."""
+    return _int_env("WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+def job_key() -> str:
+    """What the processes of one job share, and the next run does not: the launcher's run id, else the
+    parent process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
+    A run id can be reused by the next run (a fixed --rdzv-id): once `world_size` blocks have ended, the
+    job is over (choose_dir)."""
+    env = os.environ
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return f"torchelastic:{run_id}"
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
+        return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+    spawned = False
+    try:
+        import multiprocessing
+
+        spawned = multiprocessing.parent_process() is not None
+    except Exception:
+        pass
+    host = socket.gethostname()
+    if spawned or any(k in env for k in ("RANK", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")):
+        ppid = os.getppid()
+        return f"parent:{host}:{ppid}:{_start_time(ppid)}"
+    return f"process:{host}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+        return meta if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _ours(run_dir: str, key: str) -> bool:
+    """This job's run.json, still running: joined. Once as many blocks ended as the job has processes (one for
+    a lone process: a notebook cell run again), the job is over and the next block is a new run; its timeline
+    would otherwise be appended to the last one's."""
+    meta = _read(os.path.join(run_dir, recording.RUN_META))
+    if not meta or meta.get("recorded_by") != "watch" or meta.get("job") != key:
+        return False
+    size, ended = meta.get("world_size"), meta.get("blocks_ended")
+    return not (isinstance(size, int) and isinstance(ended, int) and ended >= size)
+
+
+def choose_dir(run_dir: str, key: str) -> str:
+    """run_dir, or the first `run_dir-N` free of another run's recording (this job's own is joined)."""
+    base = str(run_dir).rstrip("/") or str(run_dir)
+    if not holds_recording(base) or _ours(base, key):
+        return base
+    for n in range(2, MAX_SIBLINGS + 2):
+        cand = f"{base}-{n}"
+        if not holds_recording(cand) or _ours(cand, key):
+            return cand
+    return f"{base}-{int(time.time())}-{os.getpid()}"
+
+
+def _write(path: str, meta: dict[str, Any], exclusive: bool = False) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+    if exclusive:
+        try:
+            os.link(tmp, path)  # atomic create-if-absent: the first rank's run.json wins
+        finally:
+            os.unlink(tmp)
+    else:
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(run_dir: str) -> Iterator[None]:
+    """An advisory lock on RUN_DIR/.run.json.lock, waited for at most LOCK_WAIT_S (then written without)."""
+    fd = None
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(run_dir, ".run.json.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+    except Exception:
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def begin(run_dir: str, key: str) -> None:
+    """Create run.json for a watch() run unless this job's other processes already did."""
+    try:
+        meta = {"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, "tool_version": __version__,
+                "argv": redact_manifest(list(sys.argv)), "cwd": os.getcwd(), "host": socket.gethostname(),
+                "start": time.time(), "recorded_by": "watch", "job": key,
+                "world_size": 1 if key.startswith("process:") else world_size()}
+        _write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
+    except Exception:
+        pass
+
+
+def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
+    """Record that the watched block ended: cleanly, or by an exception (its type; an OOM as such)."""
+    try:
+        path = os.path.join(run_dir, recording.RUN_META)
+        with _locked(run_dir):
+            meta = _read(path)
+            if meta is None or meta.get("recorded_by") != "watch":
+                return
+            ended = meta.get("blocks_ended")
+            meta.update({"end": time.time(), "returncode": None, "ended_by": "watch",
+                         "blocks_ended": (ended if isinstance(ended, int) else 0) + 1})
+            if exc is not None and not isinstance(meta.get("exception"), dict):  # the first one stays
+                meta["exception"] = {"type": type(exc).__name__, "oom": bool(is_oom), "pid": os.getpid()}
+            _write(path, meta)
+    except Exception:
+        pass
