@@ -56,3 +56,23 @@ def test_html_shows_what_decides() -> None:
     assert "The log alone cannot settle this" in page
     for d in decide:
         assert d["fact"].replace("'", "&#39;") in page or d["fact"] in page
+
+
+# -- 2. accelerate's find_executable_batch_size: a search that stepped down and finished ---------------------------
+
+_ACCEL_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+              "23.65 GiB of which 2.10 GiB is free. Of the allocated memory 20.50 GiB is allocated by PyTorch, and "
+              "500.00 MiB is reserved by PyTorch but unallocated.")
+_ACCEL = ["Running with batch size 64", _ACCEL_OOM, "Decreasing batch size to: 32", "Running with batch size 32",
+          "step 10 loss 2.0", "step 20 loss 1.8", "Training finished successfully."]
+
+
+def test_batch_size_search_that_finished_is_recovered() -> None:
+    ex = explain_text(_ACCEL)
+    assert not ex.failures and len(ex.recovered) == 1
+
+
+def test_batch_size_search_that_did_not_finish_still_fails() -> None:
+    assert explain_text(_ACCEL[:-1]).failures  # no word that it finished
+    assert explain_text(_ACCEL[:2] + ["step 10 loss 2.0", "Training finished successfully."]).failures  # no step down
+    assert explain_text(_ACCEL[:-1] + ["RuntimeError: NCCL error", "Training finished successfully."]).failures
