@@ -76,3 +76,25 @@ def test_batch_size_search_that_did_not_finish_still_fails() -> None:
     assert explain_text(_ACCEL[:-1]).failures  # no word that it finished
     assert explain_text(_ACCEL[:2] + ["step 10 loss 2.0", "Training finished successfully."]).failures  # no step down
     assert explain_text(_ACCEL[:-1] + ["RuntimeError: NCCL error", "Training finished successfully."]).failures
+
+
+# -- 3. a bare SIGKILL: host_oom first, at an honest confidence, with no 137 it did not see --------------------------
+
+_TORCHRUN9 = ["ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 (pid: 812917) of "
+              "binary: /usr/bin/python3", "  exitcode  : -9 (pid: 812917)"]
+
+
+def test_bare_sigkill_is_host_oom_but_not_sure() -> None:
+    for lines in (["Epoch 1 step 100 loss 2.3", "Killed"], _TORCHRUN9):
+        ex = explain_text(lines)
+        top = ex.hypotheses[0]
+        assert top.category == "host_oom"
+        assert top.confidence < 0.8
+        assert not any("137" in e for e in top.evidence)
+        assert any("dmesg" in d["command"] for d in ex.to_decide())
+
+
+def test_exit_code_137_is_still_said() -> None:
+    ex = explain_text(["train.sh: job exited with exit code 137"])
+    assert ex.hypotheses[0].category == "host_oom"
+    assert any("137" in e for e in ex.hypotheses[0].evidence)

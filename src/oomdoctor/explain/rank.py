@@ -54,6 +54,11 @@ NONE_SCORE_WORDS = -0.4
 # A leaning from words alone is never stated surer than this (out of fold, those stated at 0.85+ were right 87%,
 # session 18); not re-checked since session 20's refit of the leaning's temperature.
 WORDS_MAX_CONFIDENCE = 0.9
+# A SIGKILL seen alone (exit 137, -9, the shell's `Killed`: the only kind of event, no machine facts) is stated no surer
+# than this: the OOM killer sends it, but so do kill -9, preemption and deadlines, and the log cannot tell them apart
+# (docs/explain.md: "137 alone is weaker"); below AMBIGUOUS_BELOW, so the deciding command (dmesg) is shown. A cap
+# changes no ranking (top-1 and top-2 stay as they are). A walkthrough, session 27: `Killed` alone read 0.96.
+SIGKILL_MAX_CONFIDENCE = 0.7
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
@@ -518,6 +523,8 @@ def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEF
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
+    if kinds == {"exit_137"} and not used:
+        hyps = [replace(h, confidence=min(h.confidence, SIGKILL_MAX_CONFIDENCE)) for h in hyps]
     return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
                        facts_used=used, scan=scan, recovered=recovered, notes=notes,
                        category_kinds=_category_kinds(boards, events, p))

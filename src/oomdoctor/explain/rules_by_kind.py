@@ -50,6 +50,7 @@ _HOST_FAILURES: dict[str, tuple[float, str]] = {
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
 
+_MINUS_9 = re.compile(r"(?<![\w.-])-9\b")
 _CODE_137 = re.compile(r"(?i)(?:code|status|exit(?:ed)?)\W{0,4}137\b")  # not a pid: "line 1: 13712 Killed"
 _FRAMEWORK = {"jax_oom": "JAX/XLA", "tf_oom": "TensorFlow", "cupy_oom": "CuPy", "rmm_oom": "RAPIDS RMM",
               "ort_oom": "ONNX Runtime"}
@@ -249,10 +250,12 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
         # what the line says: an exit code, or the shell's "Killed" (the same SIGKILL, no code printed)
+        # (a bare `Killed` or `exitcode: -9` prints no 137: the evidence must not claim one; a walkthrough, session 27)
         said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
-                else "killed by SIGKILL (exit code 137 = 128 + 9)")
-        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but docker "
-              "kill and deadlines also give 137)", HOST_FIX)
+                else "exit code -9: killed by SIGKILL" if _MINUS_9.search(ev.text)
+                else "killed by SIGKILL (the shell's 'Killed'; no exit code printed)")
+        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, a scheduler's "
+              "preemption and deadlines send SIGKILL too)", HOST_FIX)
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
