@@ -98,3 +98,53 @@ def test_exit_code_137_is_still_said() -> None:
     ex = explain_text(["train.sh: job exited with exit code 137"])
     assert ex.hypotheses[0].category == "host_oom"
     assert any("137" in e for e in ex.hypotheses[0].evidence)
+
+
+# -- 4. advice in the terms of the framework that failed ---------------------------------------------------------
+
+_TGI = ["2024-06-01T10:00:31.000000Z  INFO text_generation_router: router/src/main.rs:300: Warming up model",
+        'Error: WebServer(Warmup(Generation("Not enough memory to handle 8192 prefill tokens. You need to decrease '
+        '`--max-batch-prefill-tokens`")))']
+_LLAMA = ["llm_load_tensors: offloaded 81/81 layers to GPU",
+          "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 37885.52 MiB on device 0: cudaMalloc failed: out of memory",
+          "llama_model_load: error loading model: unable to allocate backend buffer"]
+_JAX = ["jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+        "17179869184 bytes."]
+_VLLM = ["ERROR 04-30 10:20:36 [core.py:396] ValueError: No available memory for the cache blocks. Try increasing "
+         "`gpu_memory_utilization` when initializing the engine."]
+
+
+def _top(lines: list[str]) -> dict:
+    return explain_text(lines).to_json()["hypotheses"][0]
+
+
+def test_tgi_is_told_tgi_knobs() -> None:
+    h = _top(_TGI)
+    fixes = " ".join(h["fixes"])
+    assert "--max-batch-prefill-tokens" in fixes and "--cuda-memory-fraction" in fixes
+    assert "max_model_len" not in fixes and "gpu_memory_utilization" not in fixes
+    assert "WORKLOAD.py" not in h["decided_by"]["command"]
+
+
+def test_llamacpp_reads_its_figure_and_gets_llamacpp_advice() -> None:
+    ex = explain_text(_LLAMA)
+    assert ex.primary is not None and ex.primary.numbers.get("requested_bytes") == round(37885.52 * 1024**2)
+    h = ex.to_json()["hypotheses"][0]
+    assert not any("without numbers" in e for e in h["evidence"])
+    fixes = " ".join(h["fixes"])
+    assert "-ngl" in fixes and "-c" in fixes and "batch size" not in fixes
+    assert "WORKLOAD.py" not in h["decided_by"]["command"]
+
+
+def test_jax_is_told_xla_settings_not_pytorch() -> None:
+    fixes = " ".join(_top(_JAX)["fixes"])
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in fixes and "XLA_PYTHON_CLIENT_PREALLOCATE" in fixes
+    assert "autocast" not in fixes and "oomdoctor estimate" not in fixes
+
+
+def test_vllm_cache_blocks_is_told_to_raise_utilization() -> None:
+    h = _top(_VLLM)
+    fixes = " ".join(h["fixes"])
+    assert "gpu_memory_utilization" in fixes and "tensor" in fixes
+    assert "max_model_len" not in fixes
+    assert "WORKLOAD.py" not in h["decided_by"]["command"]

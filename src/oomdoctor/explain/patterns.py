@@ -693,6 +693,13 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         v = _find(r"(?:trying to allocate|allocate request for) " + _N + r"\s?" + _U, text)
         if v is not None:
             nums["requested_bytes"] = v
+    elif kind == "generic_oom":
+        # llama.cpp / ggml: "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 37885.52 MiB on device 0:
+        # cudaMalloc failed: out of memory" (a walkthrough, session 27, read it as "without numbers")
+        m = re.search(r"\bggml_\w+: allocating " + _N + r"\s?" + _U + r" on device (\d+)", text)
+        if m:
+            nums["requested_bytes"] = to_bytes(m.group(1), m.group(2))
+            det["gpu"] = int(m.group(3))
     elif kind == "cupy_oom":
         m = re.search(r"allocating ([0-9,]+) bytes \(allocated so far: ([0-9,]+) bytes", text)
         if m:

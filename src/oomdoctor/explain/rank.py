@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import OLD_TORCH, bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
+from oomdoctor.explain.framework import server_kind
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article, reads_as_prose
@@ -130,6 +131,8 @@ class Explanation:
             if h.kind == "torch_oom" and self.primary is not None and self.primary.kind == "torch_oom" and \
                     self.primary.details.get("format") in ("1.4-2.0", "1.0-1.3"):
                 h.kind = OLD_TORCH  # what decides is asked of that PyTorch (deciders.OLD_TORCH)
+            elif self.primary is not None and h.kind == self.primary.kind:
+                h.kind = server_kind(h.kind, self.primary.text)  # TGI's, vLLM's, llama.cpp's own deciding command
 
     @property
     def category(self) -> str | None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import EVAL_ACCUMULATION, OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
+from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS, server_kind
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
@@ -72,6 +73,22 @@ def _shm_whose(text: str) -> tuple[str, str]:
             "/torch_* segments)", SHM_FIX)
 
 
+# Fixes in the terms of the framework that failed (a walkthrough, session 27: TGI was told vLLM's knobs, llama.cpp
+# and JAX PyTorch's training advice, vLLM's "No available memory for the cache blocks" to lower max_model_len)
+VLLM_FIX = "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
+SERVER_FIXES = {
+    TGI: ("lower --max-batch-prefill-tokens (and --max-total-tokens / --max-input-tokens), or give the shard more of "
+          "the GPU with --cuda-memory-fraction; else shard the model over more GPUs (--num-shard) or quantize it "
+          "(--quantize)"),
+    VLLM_CACHE_BLOCKS: ("the weights and activations left nothing for the KV cache: raise gpu_memory_utilization, "
+                        "free the GPU of other processes, or use a smaller or quantized model, or tensor parallelism "
+                        "(--tensor-parallel-size) over more GPUs"),
+}
+LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a smaller quantisation of the model "
+                 "(e.g. Q4_K_M), or a smaller context (-c / --ctx-size)")
+JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
+                    "preallocates 75% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 lets it use more, "
+                    "XLA_PYTHON_CLIENT_PREALLOCATE=false allocates on demand (and shows the real peak)")
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 # Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
@@ -153,7 +170,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                   "the array itself must shrink (check its shape) or be sharded")
         else:
             b.add("true_capacity", 2.2, f"{_FRAMEWORK[k]} ran out of device memory"
-                  + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
+                  + (f" allocating {fb(x)}" if x else ""), JAX_CAPACITY_FIX if k == "jax_oom"
+                  else _capacity_fix(x, None, None, None))
         if k == "tf_oom" and "from device" in ev.text:
             _tf_reserve_failed(b, alone="OOM when allocating" not in ev.text)
         if k == "tf_oom" and "memory fragmentation" in ev.text:
@@ -176,8 +194,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
-              "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
-              if k == "vllm_capacity" else BATCH_ONE_FIX)
+              SERVER_FIXES.get(server_kind(k, ev.text), VLLM_FIX) if k == "vllm_capacity" else BATCH_ONE_FIX)
     elif k == "vllm_free_memory":
         b.add("other_process", 3.0, "vLLM found less free memory at start-up than gpu_memory_utilization asks "
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
@@ -319,7 +336,13 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # 0.8 until session 20 (the label where it fired: 60 of 166 dev reports, 70 of 233 silver items): a guess
             # the words (rank.PRIOR_WEIGHT_VAGUE) should outweigh. At 0.4 (a rule written down first): dev out of fold
             # 930 -> 932 right first, silver (5 folds, prior refitted without the fifth) 999 -> 1005
-            b.add("true_capacity", 0.4, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
+            if server_kind(k, ev.text) == LLAMA_CPP:  # the same weight: a llama.cpp load is no training step
+                x = n.get("requested_bytes")
+                b.add("true_capacity", 0.4, "llama.cpp could not allocate its buffer on the GPU"
+                      + (f" ({fb(x)})" if x else ""), LLAMA_CPP_FIX)
+            else:
+                b.add("true_capacity", 0.4, "an 'out of memory' message without numbers",
+                      _capacity_fix(None, None, None, None))
             b.add("unknown", 0.2, "the message does not say which memory ran out")
     if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and d.get("call_site") == EVAL_ACCUMULATION:
         # Trainer.evaluate()/predict() gather every step's logits on the GPU and concatenate them (trainer_pt_utils.py
