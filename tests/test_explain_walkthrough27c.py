@@ -148,3 +148,24 @@ def test_vllm_cache_blocks_is_told_to_raise_utilization() -> None:
     assert "gpu_memory_utilization" in fixes and "tensor" in fixes
     assert "max_model_len" not in fixes
     assert "WORKLOAD.py" not in h["decided_by"]["command"]
+
+
+# -- 5. Ray: its advice sentence is no second OOM, and its fix is Ray's ---------------------------------------------
+
+_RAY = ["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "Memory on the node (IP: 10.0.0.5, ID: 3f2a) where the task was running was 60.50GB / 62.00GB (0.975806), "
+        "which exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: 9a8b).",
+        "Refer to the documentation on how to address the out of memory issue: "
+        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory "
+        "on this node or reducing task parallelism by requesting more CPUs per task."]
+
+
+def test_ray_advice_sentence_is_not_an_event() -> None:
+    ex = explain_text(_RAY)
+    assert [e.kind for e in ex.failures] == ["ray_oom"]
+    assert explain_text(["RuntimeError: out of memory"]).failures  # a plain vague OOM still counts
+
+
+def test_ray_fix_names_ray_settings() -> None:
+    fixes = " ".join(explain_text(_RAY).hypotheses[0].fixes)
+    assert "RAY_memory_usage_threshold" in fixes and "num_cpus" in fixes

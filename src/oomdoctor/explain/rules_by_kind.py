@@ -89,6 +89,11 @@ LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a
 JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
                     "preallocates 75% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 lets it use more, "
                     "XLA_PYTHON_CLIENT_PREALLOCATE=false allocates on demand (and shows the real peak)")
+# Ray's memory monitor kills a worker when the node's RAM passes RAY_memory_usage_threshold (0.95): fewer tasks or
+# actors at once, each asking for more of the node, is Ray's own advice (a walkthrough, session 27)
+RAY_FIX = ("run fewer tasks/actors at once on the node: request more per task (num_cpus=..., memory=... in "
+           "@ray.remote / .options()), so fewer are scheduled together; RAY_memory_usage_threshold (default 0.95) "
+           "sets when Ray kills; or give the node (its container/pod's resources.limits.memory) more RAM")
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 # Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
@@ -262,7 +267,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit", SHM_FIX)
     elif k in _HOST_FAILURES:
         w, why = _HOST_FAILURES[k]
-        b.add("host_oom", w, why, SLURM_HOST_FIX if k == "slurm_oom_state" or _SLURM.search(ev.text) else HOST_FIX)
+        b.add("host_oom", w, why, SLURM_HOST_FIX if k == "slurm_oom_state" or _SLURM.search(ev.text)
+              else RAY_FIX if k == "ray_oom" else HOST_FIX)
         if d.get("shmem_rss_bytes", 0) >= GIB:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
