@@ -169,3 +169,19 @@ def test_ray_advice_sentence_is_not_an_event() -> None:
 def test_ray_fix_names_ray_settings() -> None:
     fixes = " ".join(explain_text(_RAY).hypotheses[0].fixes)
     assert "RAY_memory_usage_threshold" in fixes and "num_cpus" in fixes
+
+
+# -- 7. the redactor ends an env-style NAME=value at the blank, as the shell does -------------------------------------
+
+def test_env_value_ends_at_a_blank_and_the_oom_message_stays() -> None:
+    from oomdoctor.redact import MASK, redact_text
+
+    secret = "hf_abcdEFGHijklMNOPqrstUVwxyz123456"
+    line = (f"HF_TOKEN={secret} RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+            "capacity; 14.50 GiB already allocated; 5.00 MiB free; 14.70 GiB reserved in total by PyTorch)")
+    out = redact_text(line)
+    assert secret not in out
+    assert out == f"HF_TOKEN={MASK}" + line[len("HF_TOKEN=") + len(secret):]
+    # a connection string's field still runs to its `;` (its key follows a `;`, or has no underscore)
+    assert "w0rd" not in redact_text("Server=h;DB_PASSWORD=p@ss w0rd;Database=d")
+    assert "w0rd" not in redact_text("PWD=p@ss w0rd;UID=sa")
