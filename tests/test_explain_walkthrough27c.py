@@ -185,3 +185,9 @@ def test_env_value_ends_at_a_blank_and_the_oom_message_stays() -> None:
     # a connection string's field still runs to its `;` (its key follows a `;`, or has no underscore)
     assert "w0rd" not in redact_text("Server=h;DB_PASSWORD=p@ss w0rd;Database=d")
     assert "w0rd" not in redact_text("PWD=p@ss w0rd;UID=sa")
+
+
+def test_a_leaning_does_not_say_the_text_reports_a_cause() -> None:
+    ex = explain_text(_README.splitlines())
+    assert not ex.failures and ex.hypotheses
+    assert not any("the text reports" in e for h in ex.hypotheses for e in h.evidence)

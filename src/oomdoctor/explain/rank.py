@@ -376,7 +376,11 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
         if p >= PRIOR_FLOOR:
             b.add(cat, PRIOR_WEIGHT * p, f"no failure line was found; the words of the text lean to {cat} "
                   f"(p = {p:.2f}, a word model fitted on confirmed reports)")
-    return [replace(h, confidence=min(h.confidence, WORDS_MAX_CONFIDENCE)) for h in _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)]
+    # no failure was read: the words speak of a cause, they report none (a walkthrough, session 27: a README's "can help
+    # with fragmentation" read as "the text reports fragmentation")
+    return [replace(h, confidence=min(h.confidence, WORDS_MAX_CONFIDENCE),
+                    evidence=[e.replace("the text reports", "the text speaks of", 1) for e in h.evidence])
+            for h in _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)]
 
 
 def _where(source: str, line: int) -> str:
