@@ -212,6 +212,10 @@ def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
 _STEPPED_DOWN = re.compile(r"(?i)\b(?:retry(?:ing)?|trying again|halving|fall(?:ing)? ?back to)\b|"
                            r"\btry(?:ing)?\b[^\n]{0,40}\b(?:batch|chunk|micro[ _-]?batch)[ _-]?size\b|"
                            r"\b(?:reduc|lower|decreas|shrink|halv)\w*\b[^\n]{0,30}\b(?:batch|chunk|micro[ _-]?batch)")
+# a step down that names the size it lowers ("Decreasing batch size to: 32", accelerate's find_executable_batch_size):
+# with no later failure only this covers a raised OOM, not a bare "retrying" (tests/test_explain_retry_recovered.py)
+_SIZE_STEPPED_DOWN = re.compile(r"(?i)\btry(?:ing)?\b[^\n]{0,40}\b(?:batch|chunk|micro[ _-]?batch)[ _-]?size\b|"
+                                r"\b(?:reduc|lower|decreas|shrink|halv)\w*\b[^\n]{0,30}\b(?:batch|chunk|micro[ _-]?batch)")
 # what an XLA OOM message goes on with (BufferAssignment's statistics and peak buffers: indented or headed lines)
 _MESSAGE_TAIL = re.compile(r"^\s*$|^\s|^(?:BufferAssignment|Peak buffers)")
 
@@ -258,7 +262,7 @@ def _stepped_down_and_finished(e: OomEvent, scan: LogScan, after_lines: list[str
     while after and _MESSAGE_TAIL.match(after[0]):
         after = after[1:]
     said = [ln for ln in after if ln.strip()]
-    at = next((i for i, ln in enumerate(said[:RETRY_LINES]) if _STEPPED_DOWN.search(ln[_prefix(ln)[1]:])), None)
+    at = next((i for i, ln in enumerate(said[:RETRY_LINES]) if _SIZE_STEPPED_DOWN.search(ln[_prefix(ln)[1]:])), None)
     if at is None or _prefix(said[at])[0] != _prefix(e.text)[0]:
         return False
     rest = said[at + 1:]
