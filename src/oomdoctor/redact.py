@@ -847,6 +847,19 @@ def _open_flow(text: str, start: int) -> bool:
     return before.count("{") + before.count("[") > before.count("}") + before.count("]")
 
 
+# An environment variable set in a shell (`HF_TOKEN=hf_x python train.py`): an ALL_CAPS name with an underscore, at the line's start or
+# after a blank, `=` and an unquoted value. The shell ends that value at a blank, so the `;`-terminated field of a
+# connection string is not read there (a walkthrough, session 27: `HF_TOKEN=hf_x RuntimeError: CUDA out of memory.
+# Tried to allocate 20.00 MiB (GPU 0; ...` was masked to the `;`, the OOM message with it).
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\Z")  # with an underscore: no connection-string key (PWD, UID)
+
+
+def _shell_word(text: str, m: re.Match[str]) -> bool:
+    start = m.start()
+    return (m.group("sep") == "=" and not m.group("nq") and _ENV_NAME.match(m.group("name")) is not None
+            and (start == 0 or text[start - 1] in " \t\r\n"))
+
+
 def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | None:
     """Where the value after a secret name is: (start, end, None) to mask, (_, _, end) for a log's FILE:LINE to
     keep, or None when there is nothing to mask (no value on the line, or already masked)."""
@@ -908,7 +921,7 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
         v = v if after[:1] in ("", ",") else None  # `{token: 0}Zq9}`: the value goes on past the `}`
         if v and v.group(0) != MASK and v.group(0) not in _QUOTED_MASKS:
             return end, end + len(v.group(0)), None
-    f = _V_FIELD.match(text, end)
+    f = None if _shell_word(text, m) else _V_FIELD.match(text, end)
     if f and f.group(0).strip() and f.group(0).strip() != MASK:
         vend = _value_end(text, end, end + len(f.group(0).rstrip()))
         value = text[end:vend].strip()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
+
 
 @dataclass(frozen=True)
 class Decider:
@@ -76,6 +78,20 @@ _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
                                           "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 python train.py  # fixed: it "
                                           "was fragmentation (this PyTorch predates expandable_segments)"),
 }
+# Servers and runtimes: no WORKLOAD.py to estimate, and their own start-up lines say what the weights took
+# (a walkthrough, session 27: vLLM's and llama.cpp's were sent to `oomdoctor estimate WORKLOAD.py`)
+_VLLM_KV = Decider("the memory the weights and activations leave for the KV cache, and who else holds the GPU",
+                   "grep -E 'Model loading took|Available KV cache memory|GPU blocks' vllm.log; "
+                   "nvidia-smi --query-compute-apps=pid,used_memory --format=csv")
+_BY_FRAMEWORK[("true_capacity", "vllm_capacity")] = _VLLM_KV
+_BY_FRAMEWORK[("true_capacity", VLLM_CACHE_BLOCKS)] = _VLLM_KV
+_BY_FRAMEWORK[("true_capacity", TGI)] = Decider(
+    "the prefill and total tokens that fit beside the weights (TGI's warmup tries --max-batch-prefill-tokens)",
+    "text-generation-launcher --model-id MODEL --max-batch-prefill-tokens 4096  # halve until the warmup passes")
+_BY_FRAMEWORK[("true_capacity", LLAMA_CPP)] = Decider(
+    "the buffers llama.cpp allocates (its log's MiB figures) against the GPU's free memory before it loads",
+    "nvidia-smi --query-gpu=memory.used,memory.total --format=csv; then llama-cli -m MODEL -ngl 20 -c 4096  "
+    "# fewer layers and a smaller context: the buffer sizes it logs fall")
 _NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
                              "runs: its highest reading")
 for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to name here: the device's reading

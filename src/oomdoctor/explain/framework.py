@@ -54,3 +54,28 @@ def relabel_xla(events: list[Any], samples: list[tuple[str, int, str]]) -> None:
             e.kind = "jax_oom"
             e.numbers, det = P.extract("jax_oom", e.text)
             e.details.update(det)
+
+
+# Servers and runtimes that share an event kind with another framework, told apart by their own words, so that the
+# fix and the deciding command are theirs (a walkthrough, session 27: TGI was told vLLM's knobs, llama.cpp training
+# advice, vLLM's "No available memory for the cache blocks" to lower max_model_len).
+TGI = "tgi"  # text-generation-inference's warmup: "Not enough memory to handle N prefill tokens"
+VLLM_CACHE_BLOCKS = "vllm_cache_blocks"  # vLLM: the weights left nothing for the KV cache
+LLAMA_CPP = "llama_cpp"  # llama.cpp / ggml's CUDA buffer allocation
+_TGI = re.compile(r"prefill tokens|--max-batch-prefill-tokens|--max-total-tokens|text_generation_")
+_VLLM_BLOCKS = re.compile(r"No available memory for the cache blocks")
+LLAMA_CPP_LINE = re.compile(r"\bggml_\w+: (?:allocating|failed to allocate)\b|\bllama_\w+: (?:failed|error)|"
+                            r"\bggml_(?:backend_)?cuda\w*\b[^\n]*\bout of memory")
+
+
+def server_kind(kind: str, text: str) -> str:
+    """The framework an event of `kind` belongs to where its kind is shared (TGI's and vLLM's capacity checks,
+    llama.cpp's vague OOM): one of TGI, VLLM_CACHE_BLOCKS, LLAMA_CPP; else `kind` itself."""
+    if kind == "vllm_capacity":
+        if _TGI.search(text):
+            return TGI
+        if _VLLM_BLOCKS.search(text):
+            return VLLM_CACHE_BLOCKS
+    if kind == "generic_oom" and LLAMA_CPP_LINE.search(text):
+        return LLAMA_CPP
+    return kind

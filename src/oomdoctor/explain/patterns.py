@@ -614,6 +614,11 @@ def to_bytes(number: str, unit: str) -> int:
     return torch_size_to_bytes(number.replace(",", ""), u)
 
 
+# advice on an OOM, not one: "on how to address the out of memory issue" (Ray's memory monitor ends its kill message
+# with it; a walkthrough, session 27, counted it as a second failure)
+_HOW_TO = re.compile(r"(?i)\bhow to (?:address|avoid|fix|handle|resolve|prevent|debug|deal with)\s+(?:the |an? |this |such )?$")
+
+
 def _find(pattern: str, text: str) -> int | None:
     m = re.search(pattern, text)
     return to_bytes(m.group(1), m.group(2)) if m else None
@@ -693,6 +698,13 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         v = _find(r"(?:trying to allocate|allocate request for) " + _N + r"\s?" + _U, text)
         if v is not None:
             nums["requested_bytes"] = v
+    elif kind == "generic_oom":
+        # llama.cpp / ggml: "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 37885.52 MiB on device 0:
+        # cudaMalloc failed: out of memory" (a walkthrough, session 27, read it as "without numbers")
+        m = re.search(r"\bggml_\w+: allocating " + _N + r"\s?" + _U + r" on device (\d+)", text)
+        if m:
+            nums["requested_bytes"] = to_bytes(m.group(1), m.group(2))
+            det["gpu"] = int(m.group(3))
     elif kind == "cupy_oom":
         m = re.search(r"allocating ([0-9,]+) bytes \(allocated so far: ([0-9,]+) bytes", text)
         if m:
@@ -822,6 +834,8 @@ def _failure_match(kind: str, pat: re.Pattern[str], line: str) -> bool:
             continue  # "if the process is killed by the OOM killer": what docs say may happen
         if kind == "exit_137" and CJK_CHAR.search(line) and _CJK_NOT_REPORT.search(line):
             continue  # "如果出现Killed，一般是内存不足" (what may happen), "Killed表示任务被用户手动终止", "按了 kill -9"
+        if kind == "generic_oom" and _HOW_TO.search(line[max(0, m.start() - 80):m.start()]):
+            continue  # a pointer to advice: Ray's "Refer to the documentation on how to address the out of memory issue"
         if kind == "generic_oom" and EXAMPLE_INTRO.match(line):
             continue  # the introduction of an example ("it fails with the OOM error like:") names its kind
         if kind == "generic_oom" and (not (ERROR_WORDS.search(line) or not line[:m.start()].strip(" \t[(*>-!:|"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import OLD_TORCH, bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
+from oomdoctor.explain.framework import server_kind
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
 from oomdoctor.explain.mentions import cjk_article, reads_as_prose
@@ -54,6 +55,11 @@ NONE_SCORE_WORDS = -0.4
 # A leaning from words alone is never stated surer than this (out of fold, those stated at 0.85+ were right 87%,
 # session 18); not re-checked since session 20's refit of the leaning's temperature.
 WORDS_MAX_CONFIDENCE = 0.9
+# A SIGKILL seen alone (exit 137, -9, the shell's `Killed`: the only kind of event, no machine facts) is stated no surer
+# than this: the OOM killer sends it, but so do kill -9, preemption and deadlines, and the log cannot tell them apart
+# (docs/explain.md: "137 alone is weaker"); below AMBIGUOUS_BELOW, so the deciding command (dmesg) is shown. A cap
+# changes no ranking (top-1 and top-2 stay as they are). A walkthrough, session 27: `Killed` alone read 0.96.
+SIGKILL_MAX_CONFIDENCE = 0.7
 # An answer is ambiguous when its confidence is below this or the runner-up is within AMBIGUOUS_GAP.
 AMBIGUOUS_BELOW = 0.8
 AMBIGUOUS_GAP = 0.15
@@ -125,6 +131,8 @@ class Explanation:
             if h.kind == "torch_oom" and self.primary is not None and self.primary.kind == "torch_oom" and \
                     self.primary.details.get("format") in ("1.4-2.0", "1.0-1.3"):
                 h.kind = OLD_TORCH  # what decides is asked of that PyTorch (deciders.OLD_TORCH)
+            elif self.primary is not None and h.kind == self.primary.kind:
+                h.kind = server_kind(h.kind, self.primary.text)  # TGI's, vLLM's, llama.cpp's own deciding command
 
     @property
     def category(self) -> str | None:
@@ -368,7 +376,11 @@ def _words_only(scan: LogScan, model: TextModel | None) -> list[Hypothesis]:
         if p >= PRIOR_FLOOR:
             b.add(cat, PRIOR_WEIGHT * p, f"no failure line was found; the words of the text lean to {cat} "
                   f"(p = {p:.2f}, a word model fitted on confirmed reports)")
-    return [replace(h, confidence=min(h.confidence, WORDS_MAX_CONFIDENCE)) for h in _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)]
+    # no failure was read: the words speak of a cause, they report none (a walkthrough, session 27: a README's "can help
+    # with fragmentation" read as "the text reports fragmentation")
+    return [replace(h, confidence=min(h.confidence, WORDS_MAX_CONFIDENCE),
+                    evidence=[e.replace("the text reports", "the text speaks of", 1) for e in h.evidence])
+            for h in _rank(b, TEMPERATURE_WORDS, NONE_SCORE_WORDS)]
 
 
 def _where(source: str, line: int) -> str:
@@ -518,6 +530,8 @@ def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEF
     kinds = {e.kind for e in events}
     used = fact_rules(facts, final, kinds, events[p])
     hyps = _rank(final)
+    if kinds == {"exit_137"} and not used:
+        hyps = [replace(h, confidence=min(h.confidence, SIGKILL_MAX_CONFIDENCE)) for h in hyps]
     return Explanation(events=events + recovered, hypotheses=hyps, primary=events[p], event_categories=cats,
                        facts_used=used, scan=scan, recovered=recovered, notes=notes,
                        category_kinds=_category_kinds(boards, events, p))

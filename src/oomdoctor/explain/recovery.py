@@ -212,6 +212,10 @@ def retry_went_on(e: OomEvent, scan: LogScan) -> bool:
 _STEPPED_DOWN = re.compile(r"(?i)\b(?:retry(?:ing)?|trying again|halving|fall(?:ing)? ?back to)\b|"
                            r"\btry(?:ing)?\b[^\n]{0,40}\b(?:batch|chunk|micro[ _-]?batch)[ _-]?size\b|"
                            r"\b(?:reduc|lower|decreas|shrink|halv)\w*\b[^\n]{0,30}\b(?:batch|chunk|micro[ _-]?batch)")
+# a step down that names the size it lowers ("Decreasing batch size to: 32", accelerate's find_executable_batch_size):
+# with no later failure only this covers a raised OOM, not a bare "retrying" (tests/test_explain_retry_recovered.py)
+_SIZE_STEPPED_DOWN = re.compile(r"(?i)\btry(?:ing)?\b[^\n]{0,40}\b(?:batch|chunk|micro[ _-]?batch)[ _-]?size\b|"
+                                r"\b(?:reduc|lower|decreas|shrink|halv)\w*\b[^\n]{0,30}\b(?:batch|chunk|micro[ _-]?batch)")
 # what an XLA OOM message goes on with (BufferAssignment's statistics and peak buffers: indented or headed lines)
 _MESSAGE_TAIL = re.compile(r"^\s*$|^\s|^(?:BufferAssignment|Peak buffers)")
 
@@ -225,11 +229,14 @@ def stepped_down_before(e: OomEvent, scan: LogScan, events: list[OomEvent]) -> b
         return False
     later = [o.details.get("traceback_line") or o.line for o in events
              if o is not e and o.source == e.source and o.line > e.line]
-    if not later:
-        return False
     got = _around(e, scan, e.line, e.line)
     if got is None:
         return False
+    if not later:
+        # no later failure: the search ended well, as retry_went_on asks it of a loop's OOM (accelerate's
+        # find_executable_batch_size: "Decreasing batch size to: 32", its steps, "Training finished successfully.";
+        # a walkthrough, session 27)
+        return _stepped_down_and_finished(e, scan, got[1])
     stop = min(later)  # the later failure (or its traceback) begins here
     after = [ln for i, ln in enumerate(got[1], e.line + 1) if i < stop]
     while after and _MESSAGE_TAIL.match(after[0]):
@@ -241,6 +248,27 @@ def stepped_down_before(e: OomEvent, scan: LogScan, events: list[OomEvent]) -> b
     rest = said[at + 1:]  # the program's own output after the step down, and before it nothing that failed
     return bool(rest) and not any(_LOGGED_OR_ERROR.search(ln) or classify_line(ln) or _NOT_LOOP.search(ln)
                                   for ln in said[:at] + rest)
+
+
+def _stepped_down_and_finished(e: OomEvent, scan: LogScan, after_lines: list[str]) -> bool:
+    """After the OOM, read to the log's end: a step down on the first lines, then the work said it finished, and
+    nothing after the step down failed, gave up, spoke of memory or ran out again."""
+    if any(o is not e and o.source == e.source and o.line > e.line for o in scan.events):
+        return False
+    tail = after_lines[:-1] if after_lines[-1:] == [""] else after_lines
+    if e.line + len(tail) < scan.lines:  # the sample stops before the log's end: lines after it unread
+        return False
+    after = list(after_lines)
+    while after and _MESSAGE_TAIL.match(after[0]):
+        after = after[1:]
+    said = [ln for ln in after if ln.strip()]
+    at = next((i for i, ln in enumerate(said[:RETRY_LINES]) if _SIZE_STEPPED_DOWN.search(ln[_prefix(ln)[1]:])), None)
+    if at is None or _prefix(said[at])[0] != _prefix(e.text)[0]:
+        return False
+    rest = said[at + 1:]
+    return (any(_FINISHED.search(ln) for ln in rest)
+            and not any(_LOGGED_OR_ERROR.search(ln) or _GAVE_UP.search(ln) or MEMORY_WORD.search(ln)
+                        or classify_line(ln) or _NOT_LOOP.search(ln) for ln in said[:at] + rest))
 
 
 def _repeats_went_on(e: OomEvent, scan: LogScan, n: int, before: set[str], after_first: list[str]) -> bool:

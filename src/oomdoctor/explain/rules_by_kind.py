@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.explain.events import EVAL_ACCUMULATION, OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
+from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS, server_kind
 from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
@@ -50,6 +51,7 @@ _HOST_FAILURES: dict[str, tuple[float, str]] = {
 if TYPE_CHECKING:  # facts only come with --bundle; importing them costs ~14 ms of start-up
     from oomdoctor.facts import FactSet
 
+_MINUS_9 = re.compile(r"(?<![\w.-])-9\b")
 _CODE_137 = re.compile(r"(?i)(?:code|status|exit(?:ed)?)\W{0,4}137\b")  # not a pid: "line 1: 13712 Killed"
 _FRAMEWORK = {"jax_oom": "JAX/XLA", "tf_oom": "TensorFlow", "cupy_oom": "CuPy", "rmm_oom": "RAPIDS RMM",
               "ort_oom": "ONNX Runtime"}
@@ -71,6 +73,27 @@ def _shm_whose(text: str) -> tuple[str, str]:
             "/torch_* segments)", SHM_FIX)
 
 
+# Fixes in the terms of the framework that failed (a walkthrough, session 27: TGI was told vLLM's knobs, llama.cpp
+# and JAX PyTorch's training advice, vLLM's "No available memory for the cache blocks" to lower max_model_len)
+VLLM_FIX = "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
+SERVER_FIXES = {
+    TGI: ("lower --max-batch-prefill-tokens (and --max-total-tokens / --max-input-tokens), or give the shard more of "
+          "the GPU with --cuda-memory-fraction; else shard the model over more GPUs (--num-shard) or quantize it "
+          "(--quantize)"),
+    VLLM_CACHE_BLOCKS: ("the weights and activations left nothing for the KV cache: raise gpu_memory_utilization, "
+                        "free the GPU of other processes, or use a smaller or quantized model, or tensor parallelism "
+                        "(--tensor-parallel-size) over more GPUs"),
+}
+LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a smaller quantisation of the model "
+                 "(e.g. Q4_K_M), or a smaller context (-c / --ctx-size)")
+JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
+                    "preallocates 75% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 lets it use more, "
+                    "XLA_PYTHON_CLIENT_PREALLOCATE=false allocates on demand (and shows the real peak)")
+# Ray's memory monitor kills a worker when the node's RAM passes RAY_memory_usage_threshold (0.95): fewer tasks or
+# actors at once, each asking for more of the node, is Ray's own advice (a walkthrough, session 27)
+RAY_FIX = ("run fewer tasks/actors at once on the node: request more per task (num_cpus=..., memory=... in "
+           "@ray.remote / .options()), so fewer are scheduled together; RAY_memory_usage_threshold (default 0.95) "
+           "sets when Ray kills; or give the node (its container/pod's resources.limits.memory) more RAM")
 HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memory) or use less host RAM: fewer "
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 # Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
@@ -152,7 +175,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                   "the array itself must shrink (check its shape) or be sharded")
         else:
             b.add("true_capacity", 2.2, f"{_FRAMEWORK[k]} ran out of device memory"
-                  + (f" allocating {fb(x)}" if x else ""), _capacity_fix(x, None, None, None))
+                  + (f" allocating {fb(x)}" if x else ""), JAX_CAPACITY_FIX if k == "jax_oom"
+                  else _capacity_fix(x, None, None, None))
         if k == "tf_oom" and "from device" in ev.text:
             _tf_reserve_failed(b, alone="OOM when allocating" not in ev.text)
         if k == "tf_oom" and "memory fragmentation" in ev.text:
@@ -175,8 +199,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
-              "lower max_model_len / max_num_seqs, raise gpu_memory_utilization, or use more GPUs"
-              if k == "vllm_capacity" else BATCH_ONE_FIX)
+              SERVER_FIXES.get(server_kind(k, ev.text), VLLM_FIX) if k == "vllm_capacity" else BATCH_ONE_FIX)
     elif k == "vllm_free_memory":
         b.add("other_process", 3.0, "vLLM found less free memory at start-up than gpu_memory_utilization asks "
               "for: other processes hold it", "stop the other processes on the GPU or lower gpu_memory_utilization")
@@ -244,15 +267,18 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("shm_exhausted", 0.8, "shared-memory pages count towards the cgroup limit", SHM_FIX)
     elif k in _HOST_FAILURES:
         w, why = _HOST_FAILURES[k]
-        b.add("host_oom", w, why, SLURM_HOST_FIX if k == "slurm_oom_state" or _SLURM.search(ev.text) else HOST_FIX)
+        b.add("host_oom", w, why, SLURM_HOST_FIX if k == "slurm_oom_state" or _SLURM.search(ev.text)
+              else RAY_FIX if k == "ray_oom" else HOST_FIX)
         if d.get("shmem_rss_bytes", 0) >= GIB:
             b.add("shm_exhausted", 1.5, f"shmem-rss {fb(d['shmem_rss_bytes'])} in the kill line: /dev/shm pages were charged")
     elif k == "exit_137":
         # what the line says: an exit code, or the shell's "Killed" (the same SIGKILL, no code printed)
+        # (a bare `Killed` or `exitcode: -9` prints no 137: the evidence must not claim one; a walkthrough, session 27)
         said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
-                else "killed by SIGKILL (exit code 137 = 128 + 9)")
-        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but docker "
-              "kill and deadlines also give 137)", HOST_FIX)
+                else "exit code -9: killed by SIGKILL" if _MINUS_9.search(ev.text)
+                else "killed by SIGKILL (the shell's 'Killed'; no exit code printed)")
+        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, a scheduler's "
+              "preemption and deadlines send SIGKILL too)", HOST_FIX)
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
@@ -316,7 +342,13 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # 0.8 until session 20 (the label where it fired: 60 of 166 dev reports, 70 of 233 silver items): a guess
             # the words (rank.PRIOR_WEIGHT_VAGUE) should outweigh. At 0.4 (a rule written down first): dev out of fold
             # 930 -> 932 right first, silver (5 folds, prior refitted without the fifth) 999 -> 1005
-            b.add("true_capacity", 0.4, "an 'out of memory' message without numbers", _capacity_fix(None, None, None, None))
+            if server_kind(k, ev.text) == LLAMA_CPP:  # the same weight: a llama.cpp load is no training step
+                x = n.get("requested_bytes")
+                b.add("true_capacity", 0.4, "llama.cpp could not allocate its buffer on the GPU"
+                      + (f" ({fb(x)})" if x else ""), LLAMA_CPP_FIX)
+            else:
+                b.add("true_capacity", 0.4, "an 'out of memory' message without numbers",
+                      _capacity_fix(None, None, None, None))
             b.add("unknown", 0.2, "the message does not say which memory ran out")
     if k in ("torch_oom", "cuda_driver_oom", "torch_oom_legacy") and d.get("call_site") == EVAL_ACCUMULATION:
         # Trainer.evaluate()/predict() gather every step's logits on the GPU and concatenate them (trainer_pt_utils.py

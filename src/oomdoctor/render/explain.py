@@ -138,4 +138,6 @@ def to_html(ex: Explanation) -> str:
                        "category": ex.event_categories.get(i, ""), "text": e.text[:2000],
                        "numbers": number_rows(e.numbers, e.kind), "primary": e is ex.primary})
     return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ex.hypotheses],
-                       events=events, facts_used=ex.facts_used, notes=ex.notes)
+                       events=events, facts_used=ex.facts_used, notes=ex.notes, failed=bool(ex.failures),
+                       failures=len(ex.failures), recovered=len(ex.recovered), documentation=ex.documentation,
+                       to_decide=ex.to_decide() if ex.failures else [])
