@@ -242,4 +242,7 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
     else:
         out = render.model_text(est, args.model, search, rank)
     emit(out, args)
-    return EXIT_FINDINGS if est.fits is False or (rank is not None and rank.get("fits") is False) else EXIT_OK
+    # with --parallel the per-rank figure is the answer: one GPU without parallelism not fitting is the reason to
+    # shard, not a finding
+    fits = est.fits if rank is None else rank.get("fits")
+    return EXIT_FINDINGS if fits is False else EXIT_OK

@@ -367,7 +367,10 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
 
-            with parallel_trace.fake_world(parallel) as mesh:
+            from oomdoctor.estimate.deepspeed_emulation import quiet_own_hooks
+
+            quiet = quiet_own_hooks() if parallel.strategy == "zero3" else contextlib.nullcontext()
+            with parallel_trace.fake_world(parallel) as mesh, quiet:
                 return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
                                    decode_traced=decode_traced, parallel=parallel, mesh=mesh)
         return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
