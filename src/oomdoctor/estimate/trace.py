@@ -366,7 +366,6 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     with step_errors.quiet_fake_tensor_log():  # an op's error is reported once, in one line, not logged too
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
-
             from oomdoctor.estimate.deepspeed_emulation import quiet_own_hooks
 
             quiet = quiet_own_hooks() if parallel.strategy == "zero3" else contextlib.nullcontext()
