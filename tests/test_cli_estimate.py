@@ -424,3 +424,16 @@ def test_an_unknown_gpu_says_how_to_go_on(mlp, capsys):
     assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", "NVIDIA RTX 6000 Ada Generation"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--memory-limit SIZE instead of --gpu" in err and "47GiB" in err
+
+
+def test_optimizer_temporaries_are_not_activations(tmp_path, capsys):
+    # gpt2 at batch 1: the peak is in the optimizer step, and foreach AdamW's temporaries (a parameter's worth)
+    # were reported as activations
+    assert main(["estimate", "--model", str(_gpt2_dir(tmp_path)), "--batch-size", "1", "--seq-len", "8",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    bd = doc["breakdown"]
+    assert doc["peak_phase"].endswith("/optimizer")
+    assert bd["optimizer_temporaries"] > bd["parameters"] / 2 and bd["activations"] < bd["optimizer_temporaries"] / 10
+    assert main(["estimate", "--model", str(tmp_path / "gpt2"), "--batch-size", "1", "--seq-len", "8"]) == 0
+    assert "optimizer temps" in capsys.readouterr().out

@@ -263,7 +263,8 @@ def test_largest_search_is_exact():
     (["--model", "{cfg}", "--optimizer", "lion"], "--optimizer"),
     (["--model", "{bad}"], "model_type"),
     (["--model", "{vit}"], "no causal language model"),
-    (["--model", "{cfg}", "--task", "lora", "--lora-targets", "nope_proj"], "nope_proj"),
+    (["--model", "{cfg}", "--task", "lora", "--lora-targets", "nope_proj", "--seq-len", "64"], "nope_proj"),
+    (["--model", "{cfg}", "--seq-len", "512"], "context length (max_position_embeddings 256)"),
     ([], "WORKLOAD.py or --model"),
 ])
 def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, argv, msg):

@@ -8,7 +8,7 @@ from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
 from oomdoctor.units import format_bytes
 
-ORDER = ("parameters", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "workspace",
+ORDER = ("parameters", "gradients", "optimizer_state", "optimizer_temporaries", "activations", "logits", "kv_cache", "workspace",
          "allocator_cache", "context")
 
 
@@ -39,6 +39,14 @@ def max_batch_payload(max_batch_size: int, limit: int, tried: dict[int, bool], b
     return out
 
 
+# text labels: the JSON key, spaced, except where it would not fit the column
+_LABELS = {"optimizer_temporaries": "optimizer temps"}
+
+
+def _label(key: str) -> str:
+    return _LABELS.get(key, key.replace("_", " "))
+
+
 def _bar(used: int, limit: int, width: int = 40) -> str:
     frac = used / limit if limit else 0.0
     filled = min(width, int(round(frac * width)))
@@ -54,7 +62,7 @@ def estimate_text(est: Any, source: str) -> str:
     lines.append("  at the peak:")
     for k in ORDER:
         if k in est.breakdown:
-            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(est.breakdown[k]):>12}")
+            lines.append(f"    {_label(k):<18}{format_bytes(est.breakdown[k]):>12}")
     if est.memory_limit_bytes is not None:
         what = f"{est.gpu}" if est.gpu else "memory limit"
         lines.append("")
@@ -79,7 +87,7 @@ def estimate_json(est: Any) -> str:
 
 
 def estimate_html(est: Any, source: str) -> str:
-    rows = [(k.replace("_", " "), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
+    rows = [(_label(k), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
     return render_page("estimate.html.j2", f"oomdoctor estimate: {source}", est=est, source=source, rows=rows,
                        fmt=format_bytes)
 
@@ -141,7 +149,7 @@ def _rank_text(est: Any, header: str, rank: dict[str, Any]) -> str:
     lines.append("  at the peak, per rank:")
     for k in ORDER:
         if k in rank["breakdown"]:
-            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
+            lines.append(f"    {_label(k):<18}{format_bytes(rank['breakdown'][k]):>12}")
     if est.memory_limit_bytes is not None:
         what = f"{est.gpu}" if est.gpu else "memory limit"
         used = rank.get("worst_rank_reserved_bytes") or rank["peak_reserved_bytes"]
