@@ -331,3 +331,109 @@ def test_a_broken_build_is_named_with_its_line(tmp_path, capsys):
     p.write_text("import torch\nraise ValueError('top')\n")
     assert main(["estimate", str(p), "--batch-size", "4"]) == 2
     assert f"{p}:2: importing it raised ValueError: top" in capsys.readouterr().err
+
+
+# new-user walkthrough (session 27, third pass) -------------------------------------------------------------------
+
+def _gpt2_dir(tmp_path):
+    """GPT-2's shape (a learned position table of n_positions), tiny: 2 layers of width 64."""
+    d = tmp_path / "gpt2"
+    d.mkdir()
+    d.joinpath("config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+                                                     "n_positions": 128, "vocab_size": 256,
+                                                     "bos_token_id": 0, "eos_token_id": 0}))
+    return d
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),  # ran as batch 1, exit 0
+    (["--batch-size", "-3"], "--batch-size must be at least 1"),
+    (["--seq-len", "0"], "--seq-len must be at least 1"),
+    (["--ranks", "0", "--parallel", "ddp"], "--ranks must be at least 1"),
+    (["--ranks", "0"], "--ranks must be at least 1"),  # silently ignored without --parallel
+    (["--ranks", "4"], "--ranks applies with --parallel"),
+    (["--shard-size", "0"], "--shard-size must be at least 1"),
+    (["--task", "generate", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+])
+def test_a_count_below_one_is_refused_in_one_line(tmp_path, capsys, argv, words):
+    assert main(["estimate", "--model", str(_gpt2_dir(tmp_path)), "--seq-len", "16", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err
+
+
+def test_a_workload_batch_size_of_zero_is_refused(mlp, capsys):
+    assert main(["estimate", str(mlp), "--batch-size", "0"]) == 2
+    assert "--batch-size must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, task", [("--lora", "lora"), ("--qlora", "qlora")])
+def test_a_task_written_as_a_flag_names_the_task_option(capsys, flag, task):
+    # `--lora` was "ambiguous option: --lora could match --lora-r, --lora-targets", no hint
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--model", "cfg", flag])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"use --task {task}" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--seq-len", "256"], "--seq-len 256 is past the model's context length (max_position_embeddings 128)"),
+    (["--task", "generate", "--seq-len", "100", "--max-new-tokens", "40"],
+     "--seq-len 100 + --max-new-tokens 40 = 140 tokens is past the model's context length"),
+])
+def test_a_sequence_past_the_learned_positions_is_refused(tmp_path, capsys, argv, words):
+    # gpt2 at --seq-len 2048 (n_positions 1024) gave 3.14 GiB, exit 0: a real run fails on its position table
+    rc = main(["estimate", "--model", str(_gpt2_dir(tmp_path)), "--batch-size", "1", *argv, "--format", "json"])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == ""
+    assert "\n" not in out.err.strip() and words in out.err
+
+
+def test_a_sequence_at_the_context_length_runs(tmp_path, capsys):
+    rc = main(["estimate", "--model", str(_gpt2_dir(tmp_path)), "--batch-size", "1", "--task", "generate",
+               "--seq-len", "100", "--max-new-tokens", "28", "--format", "json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["seq_len"] == 100
+
+
+def test_rope_scaling_past_the_context_length_warns_and_estimates(tmp_path, capsys):
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64,
+           "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc = main(["estimate", "--model", str(tmp_path), "--batch-size", "1", "--seq-len", "128", "--task", "infer",
+               "--format", "json"])
+    out = capsys.readouterr()
+    assert rc == 0 and json.loads(out.out)["seq_len"] == 128  # stdout stays the JSON document
+    assert "warning:" in out.err and "linear RoPE scaling" in out.err and "max_position_embeddings 64" in out.err
+    cfg.pop("rope_scaling")  # the same model without scaling is refused
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["estimate", "--model", str(tmp_path), "--seq-len", "128", "--task", "infer"]) == 2
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA RTX A6000", "rtx-a6000"), ("RTX A6000", "rtx-a6000"),
+                                       ("NVIDIA B200", "b200")])
+def test_common_cards_are_in_the_table(name, key):
+    from oomdoctor.knowledge.gpus import GIB, get_gpu
+    gpu = get_gpu(name)
+    assert gpu.key == key
+    # nvidia-smi totals 49140 MiB (A6000) and 183359 MiB (B200), less the NVML-to-torch gap
+    assert gpu.total_memory == {"rtx-a6000": 49140, "b200": 183359}[key] * 2**20 - 480 * 2**20 < 180 * GIB
+
+
+def test_an_unknown_gpu_says_how_to_go_on(mlp, capsys):
+    assert main(["estimate", str(mlp), "--batch-size", "2", "--gpu", "NVIDIA RTX 6000 Ada Generation"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--memory-limit SIZE instead of --gpu" in err and "47GiB" in err
+
+
+def test_optimizer_temporaries_are_not_activations(tmp_path, capsys):
+    # gpt2 at batch 1: the peak is in the optimizer step, and foreach AdamW's temporaries (a parameter's worth)
+    # were reported as activations
+    assert main(["estimate", "--model", str(_gpt2_dir(tmp_path)), "--batch-size", "1", "--seq-len", "8",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    bd = doc["breakdown"]
+    assert doc["peak_phase"].endswith("/optimizer")
+    assert bd["optimizer_temporaries"] > bd["parameters"] / 2 and bd["activations"] < bd["optimizer_temporaries"] / 10
+    assert main(["estimate", "--model", str(tmp_path / "gpt2"), "--batch-size", "1", "--seq-len", "8"]) == 0
+    assert "optimizer temps" in capsys.readouterr().out

@@ -8,6 +8,7 @@ Exit 1 when the step does not fit --gpu / --memory-limit.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from oomdoctor.cli.common import add_output_options, emit, progress
 from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
@@ -55,7 +56,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF to model (e.g. expandable_segments:True)")
     parser.add_argument("--max-batch", action="store_true", help="find the largest batch size that fits")
     parser.add_argument("--eager-loading", action="store_true", help="context as with CUDA_MODULE_LOADING=EAGER")
+    # `--lora` was read by argparse as an ambiguous prefix of --lora-r / --lora-targets, with no hint (session 27):
+    # hidden exact options that say which flag was meant
+    for flag, task in (("--lora", "lora"), ("--qlora", "qlora")):
+        parser.add_argument(flag, nargs=0, action=_TaskHint, task=task, help=argparse.SUPPRESS)
     add_output_options(parser)
+
+
+class _TaskHint(argparse.Action):
+    """A task written as a flag (`--lora`): one line naming the option that selects it."""
+
+    def __init__(self, option_strings, dest, task: str, **kw) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.task = task
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is not an option: use --task {self.task}")
+
+
+# integer options and their smallest meaningful value: argparse takes any int, and a 0 that a falsy test turned
+# into a default (`--batch-size 0` ran as batch 1, session 27) is refused instead, like a negative one
+_COUNTS = (("batch_size", "--batch-size"), ("seq_len", "--seq-len"), ("ranks", "--ranks"),
+           ("shard_size", "--shard-size"), ("max_new_tokens", "--max-new-tokens"), ("num_beams", "--num-beams"),
+           ("lora_r", "--lora-r"))
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for attr, flag in _COUNTS:
+        value = getattr(args, attr, None)
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from oomdoctor.knowledge.gpus import get_gpu
     from oomdoctor.render import estimate as render
 
+    _check_counts(args)
     limit = parse_size(args.memory_limit) if args.memory_limit else None
     if args.gpu:
         get_gpu(args.gpu)
@@ -132,10 +163,16 @@ _MODEL_ONLY: tuple[tuple[str, str, object, tuple[str, ...] | None], ...] = (
     ("kbit_prep", "--kbit-prep", False, ("qlora",)), ("parallel", "--parallel", None, None),
     ("no_search", "--no-search", False, None),
 )
+# --parallel's own options: refused without it rather than silently dropped
+_PARALLEL_ONLY = (("ranks", "--ranks", 8), ("shard_size", "--shard-size", None))
 
 
 def _refuse_unused(args: argparse.Namespace) -> None:
     from oomdoctor.estimate.hf import TASKS
+
+    for attr, flag, default in _PARALLEL_ONLY:
+        if getattr(args, attr, default) != default and not getattr(args, "parallel", None):
+            raise UsageError(f"{flag} applies with --parallel STRATEGY (with --model)")
 
     for attr, flag, default, tasks in _MODEL_ONLY:
         if getattr(args, attr, default) == default:
@@ -168,9 +205,7 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
                        optimizer=optimizer_of(args), gradient_checkpointing=args.gradient_checkpointing,
                        lora_r=args.lora_r, lora_targets=targets, max_new_tokens=args.max_new_tokens,
                        num_beams=args.num_beams, kbit_prep=args.kbit_prep).check()
-    batch = args.batch_size or 1
-    if batch < 1:
-        raise UsageError("--batch-size must be at least 1")
+    batch = 1 if args.batch_size is None else args.batch_size
     if args.parallel:
         from oomdoctor.estimate.parallel import STRATEGIES
 
@@ -184,6 +219,9 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
             raise UsageError("--parallel with --task qlora: only ddp is modelled (FSDP-QLoRA and ZeRO over a "
                              "4-bit base are not)")
     config = hf.load_config(args.model)
+    warning = hf.check_context(config, recipe)  # refuses a run past a learned position table
+    if warning:
+        print(f"oomdoctor estimate: warning: {warning}", file=sys.stderr)
     with progress(f"tracing {args.model} ({recipe.task}) at batch size {batch}", args) as update:
         est = hf.estimate_model(config, recipe, batch, gpu=args.gpu, memory_limit=limit, alloc_conf=conf)
         search = None
@@ -204,4 +242,7 @@ def _run_model(args: argparse.Namespace, limit: int | None, conf) -> int:
     else:
         out = render.model_text(est, args.model, search, rank)
     emit(out, args)
-    return EXIT_FINDINGS if est.fits is False or (rank is not None and rank.get("fits") is False) else EXIT_OK
+    # with --parallel the per-rank figure is the answer: one GPU without parallelism not fitting is the reason to
+    # shard, not a finding
+    fits = est.fits if rank is None else rank.get("fits")
+    return EXIT_FINDINGS if fits is False else EXIT_OK

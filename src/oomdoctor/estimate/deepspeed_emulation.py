@@ -10,7 +10,22 @@ GPUs: docs/validation/estimate.md.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
+
+# torch's UserWarning when a module whose inputs need no gradient (the embedding, fed token ids) has a full
+# backward hook: Zero3Emulation's gather hooks, not the user's code (walkthrough, session 27)
+_OWN_HOOK_WARNING = r"Full backward hook is firing when gradients are computed with respect to module outputs"
+
+
+@contextlib.contextmanager
+def quiet_own_hooks() -> Iterator[None]:
+    """Silence that one warning while a ZeRO-3 emulation traces; the filters are restored after."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_OWN_HOOK_WARNING, category=UserWarning)
+        yield
 
 # DeepSpeed ZeRO-2 as it allocates (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) under its most
 # common configuration: bf16 enabled and DeepSpeed's defaults (contiguous_gradients, no overlap_comm,

@@ -77,6 +77,59 @@ class Recipe:
         return self
 
 
+# where configs name their context length: max_position_embeddings (transformers maps GPT-2's n_positions onto it),
+# else the names a few architectures use (MPT's max_seq_len, ChatGLM's seq_length)
+_CONTEXT_NAMES = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
+
+
+def context_length(config: Any) -> tuple[int, str] | None:
+    """(the model's context length, the config key naming it), or None when the config names none."""
+    for name in _CONTEXT_NAMES:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, name
+    return None
+
+
+def _scaled_positions(config: Any) -> str | None:
+    """Why the context length may stretch past the config's figure (RoPE scaling, ALiBi), else None."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = getattr(config, key, None)
+        if isinstance(rope, dict):
+            kind = rope.get("rope_type") or rope.get("type")
+            if kind not in (None, "default"):
+                return f"{kind} RoPE scaling"
+    if getattr(config, "alibi", False) or getattr(config, "position_embedding_type", None) == "alibi":
+        return "ALiBi positions"
+    return None
+
+
+def check_context(config: Any, recipe: Recipe) -> str | None:
+    """Tokens a sequence reaches (the prompt and every new token under generate) against the model's context
+    length: a real run past a learned position table fails (GPT-2 at 2048 of 1024 positions indexes past its
+    wpe), so UsageError; where the positions may stretch (RoPE scaling, ALiBi, a non-standard key) the warning
+    to print, since the figure is still the memory such a run takes; None within the context."""
+    ctx = context_length(config)
+    if ctx is None:
+        return None
+    limit, name = ctx
+    tokens = recipe.seq_len + (recipe.max_new_tokens if recipe.task == "generate" else 0)
+    if tokens <= limit:
+        return None
+    what = (f"--seq-len {recipe.seq_len} + --max-new-tokens {recipe.max_new_tokens} = {tokens} tokens"
+            if recipe.task == "generate" else f"--seq-len {tokens}")
+    stretch = _scaled_positions(config)
+    if stretch is not None or name != "max_position_embeddings":
+        why = f"with {stretch} it may run longer" if stretch else f"the config calls it {name}"
+        return (f"{what} is past the model's context length ({name} {limit}); {why}: the estimate assumes "
+                "the model runs at this length")
+    rope = any(getattr(config, k, None) is not None for k in ("rope_theta", "rope_parameters", "rope_scaling"))
+    why = ("its rotary positions were trained up to there" if rope
+           else "a real run fails there, past its learned position table")
+    raise UsageError(f"{what} is past the model's context length ({name} {limit}): {why}; "
+                     f"use at most {limit} tokens")
+
+
 def load_config(source: str) -> Any:
     """A transformers config from a model directory, a config.json, or a hub id (cached, or the hub answering)."""
     try:

@@ -13,6 +13,8 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "work
 # set by a labeler (estimate --model) and present in a breakdown only then: the part of activations
 # that is the logits (and their loss and gradient) and the KV cache
 EXTRA_CATEGORIES = ("logits", "kv_cache")
+# what the optimizer step allocates besides its state (foreach temporaries), present when alive at the peak
+OPTIMIZER_TEMPORARIES = "optimizer_temporaries"
 
 
 @dataclass

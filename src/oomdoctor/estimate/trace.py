@@ -24,7 +24,7 @@ from oomdoctor.errors import InputError
 from oomdoctor.estimate import periodic, step_errors
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
 from oomdoctor.estimate.fake_module import fake_safe_apply
-from oomdoctor.estimate.memtrace import MemTrace
+from oomdoctor.estimate.memtrace import OPTIMIZER_TEMPORARIES, MemTrace
 from oomdoctor.estimate.workspace_ops import conv_workspace_sizes, reduce_staging_sizes
 from oomdoctor.estimate.workspaces import Workspaces
 from oomdoctor.workload.load import WorkloadSpec
@@ -168,7 +168,9 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
             sid = self.next_sid
             self.next_sid += 1
             trace.events.append(("a", sid, nbytes, stream() if stream is not None else 0))
-            category = category or self.category
+            # what the optimizer step makes and nothing names (foreach AdamW's temporaries, a parameter's worth)
+            # is optimizer scratch, not activations (walkthrough, session 27); its state is relabelled at zero_grad
+            category = category or self.category or (OPTIMIZER_TEMPORARIES if self.phase == "optimizer" else None)
             if category:
                 trace.categories[sid] = category
             return sid
@@ -366,8 +368,10 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     with step_errors.quiet_fake_tensor_log():  # an op's error is reported once, in one line, not logged too
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
+            from oomdoctor.estimate.deepspeed_emulation import quiet_own_hooks
 
-            with parallel_trace.fake_world(parallel) as mesh:
+            quiet = quiet_own_hooks() if parallel.strategy == "zero3" else contextlib.nullcontext()
+            with parallel_trace.fake_world(parallel) as mesh, quiet:
                 return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
                                    decode_traced=decode_traced, parallel=parallel, mesh=mesh)
         return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,

@@ -69,7 +69,7 @@ _NVML_TO_TORCH = 480 * MiB  # measured on H100: NVML total 81559 MiB vs torch to
 # Resident threads per SM by compute capability: CUDA C++ Programming Guide, "Compute Capabilities",
 # table "Technical Specifications per Compute Capability" (Maximum number of resident threads per SM).
 _THREADS_PER_SM = {(7, 0): 2048, (7, 5): 1024, (8, 0): 2048, (8, 6): 1536, (8, 7): 2048, (8, 9): 1536,
-                   (9, 0): 2048}
+                   (9, 0): 2048, (10, 0): 2048}
 
 
 def _ds(key: str, name: str, nvml_mib: int, cap: tuple[int, int], sms: int) -> GpuSpec:
@@ -101,6 +101,13 @@ GPUS: dict[str, GpuSpec] = {g.key: g for g in (
     _ds("v100-32gb", "NVIDIA Tesla V100 32GB", 32768, (7, 0), 80),
     _ds("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, (8, 9), 128),
     _ds("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, (8, 6), 82),
+    # RTX A6000: 48 GB GDDR6, GA102 (8.6), 10752 CUDA cores = 84 SMs (NVIDIA RTX A6000 datasheet); nvidia-smi
+    # "NVIDIA RTX A6000 | 49140 MiB" (noonghunna/club-3090#1047)
+    _ds("rtx-a6000", "NVIDIA RTX A6000 48GB", 49140, (8, 6), 84),
+    # B200: nvidia-smi "NVIDIA B200 ... / 183359MiB" (NVIDIA/TensorRT-LLM#10278); compute capability 10.0, 148 SMs,
+    # 2048 threads/SM from cudaGetDeviceProperties on a B200 (pytorch/ao#4002); NVIDIA sells it as 180 GB (HGX B200)
+    _ds("b200", "NVIDIA B200 180GB HBM3e", 183359, (10, 0), 148),
+    # not listed, no published nvidia-smi total found to source them: RTX 6000 Ada, L40 (give --memory-limit)
 )}
 
 
@@ -121,6 +128,8 @@ _VARIANTS: tuple[tuple[str, frozenset[str | None], int, str], ...] = (
     ("a10g", frozenset({None}), 24, "a10g"), ("a10", frozenset({None, "pcie"}), 24, "a10"),
     ("t4", frozenset({None, "pcie"}), 16, "t4"),
     ("rtx-4090", frozenset({None}), 24, "rtx-4090"), ("rtx-3090", frozenset({None}), 24, "rtx-3090"),
+    ("rtx-a6000", frozenset({None}), 48, "rtx-a6000"),  # nvidia-smi: "NVIDIA RTX A6000"
+    ("b200", frozenset({None, "sxm"}), 180, "b200"),  # nvidia-smi: "NVIDIA B200"
 )
 _VENDOR = {"nvidia", "geforce", "tesla"}
 _MEMORY_TYPE = {"hbm2", "hbm2e", "hbm3", "hbm3e"}
@@ -136,7 +145,7 @@ def _parse(name: str) -> tuple[str | None, set[str | None], int | None, list[str
         w = words[i]
         rtx = re.fullmatch(r"rtx(\d{4})?", w)
         if rtx and family is None:  # "RTX 4090", "rtx4090", "rtx-4090"
-            num = rtx.group(1) or (words[i + 1] if i + 1 < len(words) and re.fullmatch(r"\d{4}", words[i + 1]) else None)
+            num = rtx.group(1) or (words[i + 1] if i + 1 < len(words) and re.fullmatch(r"a?\d{4}", words[i + 1]) else None)
             if num and not rtx.group(1):
                 i += 1
             family = f"rtx-{num}" if num else "rtx"
@@ -165,8 +174,13 @@ def _closest(family: str | None, forms: set[str | None], text: str) -> list[str]
 
 
 def _unknown(key: str, close: list[str]) -> UsageError:
+    """Names the way on, not just the table: --memory-limit takes any card (an unknown GPU is not a dead end)."""
     hint = f"closest: {', '.join(close)}; " if close else ""
-    return UsageError(f"unknown GPU {key[:80]!r}; {hint}known: {', '.join(sorted(GPUS))}")
+    gib = physical_gib(key)
+    example = f"{gib - 1:g}GiB for this {gib:g} GB card" if gib else "48GiB for a 48 GB card"
+    return UsageError(f"unknown GPU {key[:80]!r}; {hint}known: {', '.join(sorted(GPUS))}; for another GPU give "
+                      f"--memory-limit SIZE instead of --gpu, a little under its memory (e.g. {example}: "
+                      "nvidia-smi's total less about 0.5 GiB)")
 
 
 def get_gpu(key: str) -> GpuSpec:

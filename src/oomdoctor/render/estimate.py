@@ -8,7 +8,7 @@ from oomdoctor.render.envelope import dumps
 from oomdoctor.render.html import render_page
 from oomdoctor.units import format_bytes
 
-ORDER = ("parameters", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "workspace",
+ORDER = ("parameters", "gradients", "optimizer_state", "optimizer_temporaries", "activations", "logits", "kv_cache", "workspace",
          "allocator_cache", "context")
 
 
@@ -39,6 +39,14 @@ def max_batch_payload(max_batch_size: int, limit: int, tried: dict[int, bool], b
     return out
 
 
+# text labels: the JSON key, spaced, except where it would not fit the column
+_LABELS = {"optimizer_temporaries": "optimizer temps"}
+
+
+def _label(key: str) -> str:
+    return _LABELS.get(key, key.replace("_", " "))
+
+
 def _bar(used: int, limit: int, width: int = 40) -> str:
     frac = used / limit if limit else 0.0
     filled = min(width, int(round(frac * width)))
@@ -54,7 +62,7 @@ def estimate_text(est: Any, source: str) -> str:
     lines.append("  at the peak:")
     for k in ORDER:
         if k in est.breakdown:
-            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(est.breakdown[k]):>12}")
+            lines.append(f"    {_label(k):<18}{format_bytes(est.breakdown[k]):>12}")
     if est.memory_limit_bytes is not None:
         what = f"{est.gpu}" if est.gpu else "memory limit"
         lines.append("")
@@ -79,7 +87,7 @@ def estimate_json(est: Any) -> str:
 
 
 def estimate_html(est: Any, source: str) -> str:
-    rows = [(k.replace("_", " "), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
+    rows = [(_label(k), format_bytes(est.breakdown[k])) for k in ORDER if k in est.breakdown]
     return render_page("estimate.html.j2", f"oomdoctor estimate: {source}", est=est, source=source, rows=rows,
                        fmt=format_bytes)
 
@@ -113,33 +121,69 @@ def _bound(bound: str | None, context: int | None) -> str:
     return ""
 
 
+def _verdict(fits: bool | None) -> str:
+    return "  FITS" if fits else "  DOES NOT FIT: expect CUDA out of memory"
+
+
+def _rank_text(est: Any, header: str, rank: dict[str, Any]) -> str:
+    """estimate --parallel: the headline is the per-rank figure (walkthrough, session 27: it said one GPU's
+    674 MiB and put the 1.90 GiB per rank in a 400-character line at the bottom); one GPU without parallelism
+    follows as the comparison, the validation note wrapped."""
+    import textwrap
+
+    plan = f"{rank['strategy']} over {rank['ranks']} ranks" + (
+        f" (shard groups of {rank['shard_size']})" if rank.get("shard_size") else "")
+    lines = [f"oomdoctor estimate: {header}, batch size {est.batch_size} per rank, {plan}", ""]
+    lines.append(f"  peak reserved    {format_bytes(rank['peak_reserved_bytes']):>12}   per rank "
+                 "(torch.cuda.max_memory_reserved on each GPU)")
+    if rank.get("peak_phase"):
+        lines.append(f"  peak at          {rank['peak_phase']}")
+    lines.append(f"  process total    {format_bytes(rank['process_total_bytes']):>12}   per rank "
+                 "(as NVML shows: + CUDA context)")
+    if rank.get("worst_rank_reserved_bytes") is not None:
+        lines.append(f"  worst rank       {format_bytes(rank['worst_rank_reserved_bytes']):>12}   where DDP's bucket "
+                     "rebuild holds the old buckets through step 2")
+        lines.append("                                  (a race: some ranks, some runs; the fit is judged on it;")
+        lines.append("                                  DDP(..., gradient_as_bucket_view=True) avoided it in a probe)")
+    lines.append("")
+    lines.append("  at the peak, per rank:")
+    for k in ORDER:
+        if k in rank["breakdown"]:
+            lines.append(f"    {_label(k):<18}{format_bytes(rank['breakdown'][k]):>12}")
+    if est.memory_limit_bytes is not None:
+        what = f"{est.gpu}" if est.gpu else "memory limit"
+        used = rank.get("worst_rank_reserved_bytes") or rank["peak_reserved_bytes"]
+        lines.append("")
+        lines.append(f"  {what}: {format_bytes(est.memory_limit_bytes)} for the allocator, per rank  "
+                     f"{_bar(used, est.memory_limit_bytes)}")
+        if "fits" in rank:
+            lines.append(_verdict(rank["fits"]))
+    lines.append("")
+    note = "NOT VALIDATED: " + (rank.get("validation") or "not validated on hardware")
+    lines.extend(textwrap.wrap(note, width=100, initial_indent="  ", subsequent_indent="    "))
+    lines.append("")
+    lines.append(f"  for comparison, one GPU running the whole step without parallelism: peak reserved "
+                 f"{format_bytes(est.peak_reserved_bytes)},")
+    lines.append(f"    process total {format_bytes(est.process_total_bytes)} (at {est.peak_phase})"
+                 + ("" if est.fits is None else ("; fits" if est.fits else "; does not fit")))
+    return "\n".join(lines) + "\n"
+
+
 def model_text(est: Any, source: str, search: dict[str, int] | None, rank: dict[str, Any] | None = None) -> str:
     d = est.details
     train = d.get("task") in ("train", "lora", "qlora")
     text = estimate_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}"
                                   + (f", {d.get('optimizer')})" if train else ")"))
+    if rank is not None:  # the per-rank figure is the answer asked for; one GPU's is the comparison
+        text = _rank_text(est, f"{source} ({d.get('task')}, seq {d.get('seq_len')}, {d.get('dtype')}"
+                                + (f", {d.get('optimizer')})" if train else ")"), rank)
     lines = [text.rstrip("\n")]
+    one_gpu = " on one GPU, without --parallel" if rank is not None else ""
     if search is not None:
-        lines.append(f"  largest batch that fits (seq {d.get('seq_len')}): {search['max_batch_size']}"
+        lines.append(f"  largest batch that fits{one_gpu} (seq {d.get('seq_len')}): {search['max_batch_size']}"
                      + _bound(search.get("max_batch_size_bound"), None))
-        lines.append(f"  longest sequence that fits (batch {est.batch_size}): {search['max_seq_len']}"
+        lines.append(f"  longest sequence that fits{one_gpu} (batch {est.batch_size}): {search['max_seq_len']}"
                      + _bound(search.get("max_seq_len_bound"), search.get("context_length")))
-    if rank is not None:
-        lines.append("")
-        lines.append(f"  per rank, {rank['strategy']} over {rank['ranks']} ranks (NOT VALIDATED: "
-                     f"{rank.get('validation') or 'not validated on hardware'}): "
-                     f"peak reserved {format_bytes(rank['peak_reserved_bytes'])}, process total "
-                     f"{format_bytes(rank['process_total_bytes'])}"
-                     + (f" (at {rank['peak_phase']})" if rank.get("peak_phase") else "")
-                     + ("" if "fits" not in rank or rank.get("worst_rank_reserved_bytes") is not None
-                        else ("  FITS" if rank["fits"] else "  DOES NOT FIT")))
-        for k in ("parameters", "gradients", "optimizer_state"):
-            lines.append(f"    {k.replace('_', ' '):<18}{format_bytes(rank['breakdown'][k]):>12}")
-        if rank.get("worst_rank_reserved_bytes") is not None:
-            verdict = "" if "fits" not in rank else ("  FITS" if rank["fits"] else "  DOES NOT FIT")
-            lines.append(f"    worst rank: peak reserved {format_bytes(rank['worst_rank_reserved_bytes'])} where DDP's bucket "
-                         "rebuild holds the old buckets through step 2 (a race: some ranks, some runs; the fit is judged "
-                         "on this); DDP(..., gradient_as_bucket_view=True) avoided it in a probe" + verdict)
     red = d.get("reduced_depth")
     if red:
         lines.append(f"  traced at {red['traced_depths'][0]} and {red['traced_depths'][1]} of {red['depth']} blocks, "
