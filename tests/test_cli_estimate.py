@@ -405,9 +405,11 @@ def test_rope_scaling_past_the_context_length_warns_and_estimates(tmp_path, caps
     out = capsys.readouterr()
     assert rc == 0 and json.loads(out.out)["seq_len"] == 128  # stdout stays the JSON document
     assert "warning:" in out.err and "linear RoPE scaling" in out.err and "max_position_embeddings 64" in out.err
-    cfg.pop("rope_scaling")  # the same model without scaling is refused
+    cfg.pop("rope_scaling")  # without scaling: rotary positions are computed for any length, so a warning too
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert main(["estimate", "--model", str(tmp_path), "--seq-len", "128", "--task", "infer"]) == 2
+    assert main(["estimate", "--model", str(tmp_path), "--seq-len", "128", "--task", "infer", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["seq_len"] == 128 and "rotary positions were trained up to there" in out.err
 
 
 @pytest.mark.parametrize("name, key", [("NVIDIA RTX A6000", "rtx-a6000"), ("RTX A6000", "rtx-a6000"),

@@ -107,7 +107,7 @@ def _scaled_positions(config: Any) -> str | None:
 def check_context(config: Any, recipe: Recipe) -> str | None:
     """Tokens a sequence reaches (the prompt and every new token under generate) against the model's context
     length: a real run past a learned position table fails (GPT-2 at 2048 of 1024 positions indexes past its
-    wpe), so UsageError; where the positions may stretch (RoPE scaling, ALiBi, a non-standard key) the warning
+    wpe), so UsageError; where the positions may stretch (rotary, RoPE scaling, ALiBi, a non-standard key) the warning
     to print, since the figure is still the memory such a run takes; None within the context."""
     ctx = context_length(config)
     if ctx is None:
@@ -123,11 +123,13 @@ def check_context(config: Any, recipe: Recipe) -> str | None:
         why = f"with {stretch} it may run longer" if stretch else f"the config calls it {name}"
         return (f"{what} is past the model's context length ({name} {limit}); {why}: the estimate assumes "
                 "the model runs at this length")
-    rope = any(getattr(config, k, None) is not None for k in ("rope_theta", "rope_parameters", "rope_scaling"))
-    why = ("its rotary positions were trained up to there" if rope
-           else "a real run fails there, past its learned position table")
-    raise UsageError(f"{what} is past the model's context length ({name} {limit}): {why}; "
-                     f"use at most {limit} tokens")
+    if any(getattr(config, k, None) is not None for k in ("rope_theta", "rope_parameters", "rope_scaling")):
+        # rotary positions are computed for any length: such a run works (its quality past training is another
+        # matter), so the memory figure stands; a learned table (GPT-2's wpe) has no row past it
+        return (f"{what} is past the model's context length ({name} {limit}); its rotary positions were trained "
+                "up to there: a longer run works, its quality may not; the estimate assumes it runs at this length")
+    raise UsageError(f"{what} is past the model's context length ({name} {limit}): a real run fails there, past "
+                     f"its learned position table; use at most {limit} tokens")
 
 
 def load_config(source: str) -> Any:
