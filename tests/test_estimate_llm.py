@@ -264,7 +264,7 @@ def test_largest_search_is_exact():
     (["--model", "{bad}"], "model_type"),
     (["--model", "{vit}"], "no causal language model"),
     (["--model", "{cfg}", "--task", "lora", "--lora-targets", "nope_proj", "--seq-len", "64"], "nope_proj"),
-    (["--model", "{cfg}", "--seq-len", "512"], "context length (max_position_embeddings 256)"),
+    (["--model", "{gpt2}", "--seq-len", "512"], "context length (max_position_embeddings 256)"),  # a learned table
     ([], "WORKLOAD.py or --model"),
 ])
 def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, argv, msg):
@@ -272,7 +272,10 @@ def test_cli_model_bad_input_is_one_line_exit_2(capsys, model_dir, tmp_path, arg
     bad.write_text('{"hidden_size": 3}')
     vit = tmp_path / "vit.json"
     vit.write_text('{"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}')
-    argv = [a.format(cfg=model_dir / "config.json", bad=bad, vit=vit) for a in argv]
+    gpt2 = tmp_path / "gpt2.json"
+    gpt2.write_text('{"model_type": "gpt2", "n_positions": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, '
+                    '"vocab_size": 256}')
+    argv = [a.format(cfg=model_dir / "config.json", bad=bad, vit=vit, gpt2=gpt2) for a in argv]
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err
