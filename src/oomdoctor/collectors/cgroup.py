@@ -92,7 +92,8 @@ def _v2(ctx: CollectContext, path: str) -> list[Entry]:
     root = (path == "/" and not ctx.exists(f"{_BASE}/memory.max") and not ctx.exists(f"{_BASE}/memory.current")
             and (not ctx.bundle or ctx.exists(_BASE)))
     out = [
-        _one(ctx, "cgroup.memory_limit_bytes", _candidates(ctx, "", path, "memory.max"), parse_limit, root, None),
+        _parent_limit(ctx, path, _one(ctx, "cgroup.memory_limit_bytes", _candidates(ctx, "", path, "memory.max"),
+                                      parse_limit, root, None)),
         _one(ctx, "cgroup.memory_high_bytes", _candidates(ctx, "", path, "memory.high"), parse_limit, root, None),
         _one(ctx, "cgroup.memory_usage_bytes", _candidates(ctx, "", path, "memory.current"), parse_counter, False),
         _one(ctx, "cgroup.memory_peak_bytes", _candidates(ctx, "", path, "memory.peak"), parse_counter, False),
@@ -106,6 +107,32 @@ def _v2(ctx: CollectContext, path: str) -> list[Entry]:
         else:
             out.append(Unavailable(key, why or f"no {field} line in memory.events", src))
     return out
+
+
+def _parent_limit(ctx: CollectContext, path: str, own: Entry) -> Entry:
+    """The tightest memory.max on the way up when the job's own cgroup has none: a Slurm job's or a pod's limit
+    on a parent binds the job as much (the recorder reads the same chain: injob/record/probes.py). Only where the
+    job's cgroup was found under its path; a container's namespace top has no parents to read."""
+    if not isinstance(own, Fact) or own.value is not None or path in ("", "/"):
+        return own
+    parts = [p for p in path.strip("/").split("/") if p and p not in (".", "..")]
+    if not ctx.exists(f"{_BASE}/{'/'.join(parts)}/memory.max"):
+        return own
+    best: tuple[int, str] | None = None
+    for n in range(len(parts) - 1, 0, -1):
+        rel = f"{_BASE}/{'/'.join(parts[:n])}/memory.max"
+        text, _ = ctx.read_text(rel, limit=4096)
+        if text is None:
+            continue
+        try:
+            limit = parse_limit(text)
+        except Unparsable:
+            continue
+        if limit is not None and (best is None or limit < best[0]):
+            best = (limit, rel)
+    if best is None:
+        return own
+    return Fact("cgroup.memory_limit_bytes", best[0], f"{ctx.label(best[1])} (a parent cgroup's limit)")
 
 
 def _v1(ctx: CollectContext, path: str, cpu_path: str) -> list[Entry]:

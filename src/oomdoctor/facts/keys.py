@@ -31,7 +31,7 @@ _KEYS: tuple[FactKey, ...] = (
     _K("host.cpu_count", "resources", "logical CPUs visible", 5, True),
     _K("cgroup.version", "resources", "1 or 2 (from /proc/mounts)", 30, True),
     _K("cgroup.path", "resources", "the job's cgroup path (from /proc/self/cgroup)", 2),
-    _K("cgroup.memory_limit_bytes", "resources", "memory.max / memory.limit_in_bytes; null = unlimited", 70, True),
+    _K("cgroup.memory_limit_bytes", "resources", "memory.max / memory.limit_in_bytes (v2: a parent's when the job's own is max); null = unlimited", 70, True),
     _K("cgroup.memory_high_bytes", "resources", "memory.high (v2); null = unlimited", 30),
     _K("cgroup.memory_usage_bytes", "resources", "memory.current / memory.usage_in_bytes", 10),
     _K("cgroup.memory_peak_bytes", "resources", "memory.peak / memory.max_usage_in_bytes", 20),
