@@ -66,16 +66,22 @@ _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma")
 MAX_DECOMPRESSED = 16 << 30
 
 
-def compression(path: str) -> str | None:
-    """The standard-library module that decompresses this file (by its first bytes), or None."""
-    if path == "-" or log_size(path) == 0:  # stdin, a pipe (opening one would wait for a writer, reading eat it)
+def _head(path: str, n: int) -> bytes | None:
+    """The first n bytes of a regular file; None for stdin and pipes (opening one would wait for a writer, and
+    reading would eat what the log's reader needs)."""
+    if path == "-" or log_size(path) == 0:
         return None
     try:
         with open(path, "rb") as f:
-            head = f.read(6)
+            return f.read(n)
     except OSError:
         return None
-    return next((mod for magic, mod in _COMPRESSED if head.startswith(magic)), None)
+
+
+def compression(path: str) -> str | None:
+    """The standard-library module that decompresses this file (by its first bytes), or None."""
+    head = _head(path, 6)
+    return None if head is None else next((mod for magic, mod in _COMPRESSED if head.startswith(magic)), None)
 
 
 class _Prefixed:
@@ -178,14 +184,8 @@ class _Transcoded:
 def encoding(path: str) -> str | None:
     """text_encoding of a regular, uncompressed file (None for stdin and pipes: their first bytes cannot be
     looked at twice; a compressed log is looked at once decompressed, in _blocks_at)."""
-    if path == "-" or log_size(path) == 0:
-        return None
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return None
-    return text_encoding(head)
+    head = _head(path, 64)
+    return None if head is None else text_encoding(head)
 
 
 def one_stream(path: str) -> bool:

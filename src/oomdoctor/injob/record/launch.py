@@ -40,10 +40,7 @@ def _warn(msg: str) -> None:
 
 
 def _write_meta(run_dir: str, meta: dict[str, Any]) -> None:
-    path = os.path.join(run_dir, recording.RUN_META)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(path + ".tmp", path)
+    runmeta.write(os.path.join(run_dir, recording.RUN_META), meta)
 
 
 class OutsideSampler(threading.Thread):

@@ -229,19 +229,15 @@ def cgroup_oom_kills(root: str = "/") -> int | None:
 
 def host_meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
     """`mem_available` and `mem_total` of the host (bytes; Linux): was the machine's RAM nearly used up?"""
-    out: dict[str, int] = {}
+    from oomdoctor.parsers.procfs import parse_meminfo
+
     try:
-        with open(path, "rb") as f:
-            for line in f:
-                if line.startswith(b"MemTotal:"):
-                    out["mem_total"] = int(line.split()[1]) * 1024
-                elif line.startswith(b"MemAvailable:"):
-                    out["mem_available"] = int(line.split()[1]) * 1024
-                if len(out) == 2:
-                    break
+        with open(path, encoding="ascii", errors="replace") as f:
+            info = parse_meminfo(f.read(1 << 16))
     except Exception:
         return {}
-    return out
+    return {ours: info[theirs] for ours, theirs in (("mem_total", "MemTotal"), ("mem_available", "MemAvailable"))
+            if theirs in info}
 
 
 def shm_usage(path: str = "/dev/shm") -> dict[str, int]:

@@ -119,7 +119,8 @@ def choose_dir(run_dir: str, key: str) -> str:
     return f"{base}-{int(time.time())}-{os.getpid()}"
 
 
-def _write(path: str, meta: dict[str, Any], exclusive: bool = False) -> None:
+def write(path: str, meta: dict[str, Any], exclusive: bool = False) -> None:
+    """run.json written whole or not at all (a temporary file renamed, or linked when `exclusive`)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
@@ -165,7 +166,7 @@ def begin(run_dir: str, key: str) -> None:
                 "argv": redact_manifest(list(sys.argv)), "cwd": os.getcwd(), "host": socket.gethostname(),
                 "start": time.time(), "recorded_by": "watch", "job": key,
                 "world_size": 1 if key.startswith("process:") else world_size()}
-        _write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
+        write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
     except Exception:
         pass
 
@@ -183,6 +184,6 @@ def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
                          "blocks_ended": (ended if isinstance(ended, int) else 0) + 1})
             if exc is not None and not isinstance(meta.get("exception"), dict):  # the first one stays
                 meta["exception"] = {"type": type(exc).__name__, "oom": bool(is_oom), "pid": os.getpid()}
-            _write(path, meta)
+            write(path, meta)
     except Exception:
         pass
