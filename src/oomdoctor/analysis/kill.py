@@ -100,8 +100,10 @@ def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) 
 
 def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
     """(killed by the OOM killer?, why unknown) from run.json. `kernel_oom_kills`: the kill lines the recorder kept
-    (after the job's start, at most ~20), each with `pid_match`/`comm_match`; decided here. Older records carry
-    only `kernel_oom_kill` (the recorder's answer) or `kernel_log` (why it was not read)."""
+    (after the job's start, at most ~20), each with `pid_match`/`comm_match` and, from newer recorders,
+    `pid_live_at_end`; decided here: the pid decides, the name only where the pid may have been reused (the job's
+    process had ended before the job did). Older records carry only `kernel_oom_kill` (the recorder's answer) or
+    `kernel_log` (why it was not read)."""
     kills = meta.get("kernel_oom_kills")
     why = meta.get("kernel_log")
     if isinstance(kills, list):
@@ -112,7 +114,8 @@ def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
             return None, (why if isinstance(why, str) else
                           "the kernel log names pids of another pid namespace (the host's); no kill after the "
                           "job's start names its process")
-        if any(k.get("pid_match") is True and k.get("comm_match") is not False for k in rows):
+        if any(k.get("pid_match") is True and (k.get("comm_match") is not False or k.get("pid_live_at_end") is True)
+               for k in rows):
             return True, None
         return False, None
     kernel = meta.get("kernel_oom_kill")
