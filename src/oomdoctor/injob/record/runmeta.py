@@ -159,20 +159,22 @@ def _locked(run_dir: str) -> Iterator[None]:
             os.close(fd)
 
 
-def begin(run_dir: str, key: str) -> None:
-    """Create run.json for a watch() run unless this job's other processes already did."""
+def begin(run_dir: str, key: str, block: str = "watch") -> None:
+    """Create run.json for a watch() run unless this job's other processes already did. `block`: what is
+    recorded ("watch", or a callback's: "hf", "lightning.fit", ...), for the report's wording."""
     try:
         meta = {"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, "tool_version": __version__,
                 "argv": redact_manifest(list(sys.argv)), "cwd": os.getcwd(), "host": socket.gethostname(),
-                "start": time.time(), "recorded_by": "watch", "job": key,
+                "start": time.time(), "recorded_by": "watch", "block": block, "job": key,
                 "world_size": 1 if key.startswith("process:") else world_size()}
         write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
     except Exception:
         pass
 
 
-def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
-    """Record that the watched block ended: cleanly, or by an exception (its type; an OOM as such)."""
+def finish(run_dir: str, exc: BaseException | None, is_oom: bool, exited: bool = False) -> None:
+    """Record that the watched block ended: cleanly, by an exception (its type; an OOM as such), or (`exited`)
+    by the process exiting inside it (a callback's training that never reached its end)."""
     try:
         path = os.path.join(run_dir, recording.RUN_META)
         with _locked(run_dir):
@@ -184,6 +186,8 @@ def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
                          "blocks_ended": (ended if isinstance(ended, int) else 0) + 1})
             if exc is not None and not isinstance(meta.get("exception"), dict):  # the first one stays
                 meta["exception"] = {"type": type(exc).__name__, "oom": bool(is_oom), "pid": os.getpid()}
+            if exited:
+                meta["exited_inside"] = True
             write(path, meta)
     except Exception:
         pass
