@@ -139,6 +139,7 @@ def _watch_dir(run_dir: Any, by: str = "watch") -> str | None:
             _warn_once(f"oomdoctor.watch: {run_dir} already holds another run's recording; recording into {chosen}")
         os.makedirs(chosen, exist_ok=True)
         runmeta.begin(chosen, key, by)
+        runmeta.note_process(chosen)
         return chosen
     except Exception:
         return None
