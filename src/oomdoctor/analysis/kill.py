@@ -32,16 +32,29 @@ def _signal_name(n: int) -> str | None:
         return None
 
 
+# run.json's `block`: what an in-process recording covered (oomdoctor.watch, or training under a callback)
+_BLOCKS = {
+    "watch": "the watched block (oomdoctor.watch)",
+    "hf": "Trainer.train (the Hugging Face callback)",
+    **{f"lightning.{stage}": f"trainer.{stage} (the Lightning callback)"
+       for stage in ("fit", "validate", "test", "predict")},
+}
+
+
 def exit_wording(meta: dict[str, Any]) -> str | None:
     """One wording of how the job ended, used everywhere a report says it: `exit 1`, `killed by SIGKILL
     (exit 137 in a shell)`. Python gives a death by signal as -N; a shell shows 128 + N."""
     rc = meta.get("returncode")
-    if meta.get("ended_by") == "watch":  # oomdoctor.watch: the block's end, not a process's exit status
+    if meta.get("ended_by") == "watch":  # oomdoctor.watch or a callback: the block's end, not an exit status
+        block = meta.get("block")
+        what = _BLOCKS.get(block if isinstance(block, str) else "watch", _BLOCKS["watch"])
         exc = meta.get("exception")
         if isinstance(exc, dict):
-            what = "a CUDA out-of-memory error" if exc.get("oom") else "an exception"
-            return f"the watched block (oomdoctor.watch) raised {what} ({exc.get('type') or 'unknown type'})"
-        return "the watched block (oomdoctor.watch) ended normally"
+            how = "a CUDA out-of-memory error" if exc.get("oom") else "an exception"
+            return f"{what} raised {how} ({exc.get('type') or 'unknown type'})"
+        if meta.get("exited_inside") is True:
+            return f"the process exited inside {what}, before its end"
+        return f"{what} ended normally"
     if not isinstance(rc, int) or isinstance(rc, bool):
         return None
     if rc < 0:
@@ -100,8 +113,10 @@ def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) 
 
 def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
     """(killed by the OOM killer?, why unknown) from run.json. `kernel_oom_kills`: the kill lines the recorder kept
-    (after the job's start, at most ~20), each with `pid_match`/`comm_match`; decided here. Older records carry
-    only `kernel_oom_kill` (the recorder's answer) or `kernel_log` (why it was not read)."""
+    (after the job's start, at most ~20), each with `pid_match`/`comm_match` and, from newer recorders,
+    `pid_live_at_end`; decided here: the pid decides, the name only where the pid may have been reused (the job's
+    process had ended before the job did). Older records carry only `kernel_oom_kill` (the recorder's answer) or
+    `kernel_log` (why it was not read)."""
     kills = meta.get("kernel_oom_kills")
     why = meta.get("kernel_log")
     if isinstance(kills, list):
@@ -112,7 +127,8 @@ def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
             return None, (why if isinstance(why, str) else
                           "the kernel log names pids of another pid namespace (the host's); no kill after the "
                           "job's start names its process")
-        if any(k.get("pid_match") is True and k.get("comm_match") is not False for k in rows):
+        if any(k.get("pid_match") is True and (k.get("comm_match") is not False or k.get("pid_live_at_end") is True)
+               for k in rows):
             return True, None
         return False, None
     kernel = meta.get("kernel_oom_kill")

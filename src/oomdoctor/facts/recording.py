@@ -4,7 +4,8 @@ Shared by the in-job recorder (writes) and the report (reads), so both sides nam
 kinds the same way. A run directory holds:
 
     run.json                    the command, start/end, exit status (`oomdoctor record`), or how the
-                                watched block ended (`oomdoctor.watch`: ended_by, exception)
+                                watched block ended (`oomdoctor.watch` and the callbacks: block,
+                                ended_by, exception, exited_inside)
     timeline-<label>.jsonl      one per process: rank<N> when the rank is known, else pid<N>
     outside.jsonl               NVML + host samples taken by the parent, outside the job
     oom-<label>-<n>.json        post-mortem evidence at each OOM (stats, snapshot summary, trace tail)

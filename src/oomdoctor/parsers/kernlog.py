@@ -19,7 +19,11 @@ _NVRM_ERROR = re.compile(
     r"initialization failed|failed to|error)|nvidia-uvm: .*(?:err|fail)",
     re.IGNORECASE,
 )
-_KILLED = re.compile(r"Killed process (\d+) \((.*?)\)(.*)")
+# The name is the victim's comm (15 characters at most, kernel 6.x still): it may hold parentheses and spaces
+# (setproctitle("trainer (rank 0)") leaves `trainer (rank 0`), so it runs to the last `)` followed by a space,
+# a comma or the end within 64 characters, not to the first `)`; a line of another shape, to the first `)`.
+_KILLED = re.compile(r"Killed process (\d+) \((.{0,64})\)(?=[\s,]|$)(.*)")
+_KILLED_ANY = re.compile(r"Killed process (\d+) \((.*?)\)(.*)")
 _RSS = re.compile(r"\b(total-vm|anon-rss|file-rss|shmem-rss):(\d+)kB")
 _OOM_KILL_CONSTRAINT = re.compile(r"oom-kill:constraint=(\w+).*?(?:oom_memcg=([^,]*))?,task_memcg=([^,]*),task=([^,]*),pid=(\d+)")
 _REASON = re.compile(r"(Memory cgroup out of memory|Out of memory)")
@@ -82,7 +86,7 @@ def parse_oom_kills(lines: Iterable[str]) -> list[dict[str, Any]]:
         if c:
             pending = {"constraint": c.group(1), "memcg": c.group(2) or c.group(3)}
             continue
-        m = _KILLED.search(line)
+        m = _KILLED.search(line) or _KILLED_ANY.search(line)
         if not m or len(m.group(1)) > 12:
             continue
         rss = {k: int(v) for k, v in _RSS.findall(m.group(3)) if len(v) < 16}

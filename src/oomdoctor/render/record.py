@@ -116,9 +116,11 @@ def _live_lines(live: dict[str, Any] | None) -> list[str]:
 
 def ended_unknown(meta: dict[str, Any]) -> str:
     """No exit wording: run.json begun but never finished is a recording cut short; no run.json at all is an
-    in-process recording (oomdoctor.watch before it wrote one), whose end is the end of the watched block."""
+    in-process recording by an older oomdoctor.watch or callback (before they wrote one), whose end is the end of
+    the watched block."""
     if not meta:
-        return "not recorded (no run.json: an in-process recording, oomdoctor.watch or a callback, that ends with its block)"
+        return ("not recorded (no run.json: an in-process recording by an older oomdoctor.watch or callback, "
+                "which ends with its block)")
     return "exit status not recorded (the recording was cut short)"
 
 

@@ -1,7 +1,10 @@
 """Lightning: `Trainer(callbacks=[OomDoctorCallback("runs/oom")])` records every rank's memory per batch.
 
-Works with `lightning` (lightning.pytorch) or the older `pytorch_lightning` package. If a recorder is
-already running (under `oomdoctor record`), the callback only adds step markers.
+Works with `lightning` (lightning.pytorch) or the older `pytorch_lightning` package. Each trainer entry point
+(`fit`, `validate`, `test`, `predict`) is one recorded run, with run.json as `oomdoctor.watch` writes it
+(record.Block): it ends at `teardown`, or at `on_exception` with the exception (Lightning calls no teardown
+hook of a callback then). If a recorder is already running (under `oomdoctor record`, or in a `watch`
+block), the callback only adds step markers and records the exception.
 """
 
 from __future__ import annotations
@@ -21,21 +24,23 @@ class OomDoctorCallback(Callback):
                  history: int = record.DEFAULT_HISTORY):
         super().__init__()
         self.run_dir, self.every_ms, self.history = run_dir, every_ms, history
-        self._owned: Any = None
+        self._block: record.Block | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if record.current() is None:
-            self._owned = record.start(self.run_dir, every_ms=self.every_ms, history=self.history)
+        if self._block is None or self._block.ended:
+            name = getattr(stage, "value", stage)  # a TrainerFn enum ("fit") in Lightning 2.x
+            self._block = record.Block(self.run_dir, f"lightning.{name}", until_exit=True,
+                                       every_ms=self.every_ms, history=self.history)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         record.step()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        rec = record.current()
-        if rec is not None:
+        if self._block is not None and not self._block.ended:
+            self._block.end(exception)
+        elif (rec := record.current()) is not None:
             rec.record_exception(exception)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self._owned is not None:
-            self._owned.stop()
-            self._owned = None
+        if self._block is not None:
+            self._block.end()

@@ -6,6 +6,7 @@ CUDA itself. Nothing in this package raises into the training loop.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 from oomdoctor.injob.record import oom, runmeta
 from oomdoctor.injob.record.recorder import DEFAULT_EVERY_MS, DEFAULT_HISTORY, Recorder
 
-__all__ = ["Recorder", "watch", "step", "current", "start", "DEFAULT_EVERY_MS", "DEFAULT_HISTORY"]
+__all__ = ["Block", "Recorder", "watch", "step", "current", "start", "DEFAULT_EVERY_MS", "DEFAULT_HISTORY"]
 
 _current: Recorder | None = None
 _lock = threading.Lock()
@@ -51,6 +52,64 @@ def step(n: int | None = None) -> None:
         rec.step(n)
 
 
+class Block:
+    """One recorded stretch of a job: `watch`'s with-block, or training under a callback (`by`: "watch", "hf",
+    "lightning.fit", ...; run.json's `block`). Starts a recorder unless one already runs in this process (then it
+    only adds to it), begins run.json in a directory free of other runs, and ends both once: end(exc).
+
+    A callback's block (`until_exit`) may never see its end: transformers has no exception hook, so an exception
+    that ends the process ends the block through sys.excepthook, and a process that exits inside it (sys.exit, an
+    exception the job swallowed) leaves `exited_inside` in run.json at exit. Never raises."""
+
+    def __init__(self, run_dir: Any, by: str = "watch", *, until_exit: bool = False, **options: Any):
+        self.ended = False
+        self.owned = current() is None
+        self.meta_dir: str | None = None
+        self._prev_hook: Any = None
+        if self.owned:
+            self.meta_dir = _watch_dir(run_dir, by)
+            self.rec = start(self.meta_dir or str(run_dir), **options)
+        else:
+            self.rec = current()
+        if until_exit and self.owned and self.rec is not None:
+            self._prev_hook = sys.excepthook
+            sys.excepthook = self._excepthook
+            atexit.register(self._at_exit)
+
+    def end(self, exc: BaseException | None = None, *, exited: bool = False, restore: bool = True) -> None:
+        """The block is left: with `exc` when it raised; `exited` when the process exits inside it. `restore`:
+        turn torch's allocation history off again (not when the process ends: disabling it then warns)."""
+        global _current
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            if exc is not None and self.rec is not None:
+                self.rec.record_exception(exc)
+            if self.meta_dir is not None:
+                runmeta.finish(self.meta_dir, exc, exc is not None and oom.is_oom_exception(exc), exited=exited)
+            if self.owned and self.rec is not None:
+                self.rec.stop(restore=restore)
+                with _lock:
+                    if _current is self.rec:
+                        _current = None
+            if self._prev_hook is not None:
+                atexit.unregister(self._at_exit)
+                if sys.excepthook == self._excepthook:
+                    sys.excepthook = self._prev_hook
+        except Exception:
+            pass
+
+    def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
+        prev = self._prev_hook or sys.__excepthook__
+        if isinstance(value, BaseException):
+            self.end(value, restore=False)
+        prev(etype, value, tb)
+
+    def _at_exit(self) -> None:
+        self.end(exited=True, restore=False)
+
+
 @contextlib.contextmanager
 def watch(run_dir: str = "oomdoctor-run", *, every_ms: int = DEFAULT_EVERY_MS,
           history: int = DEFAULT_HISTORY, **options: Any) -> Iterator[Recorder | None]:
@@ -61,42 +120,26 @@ def watch(run_dir: str = "oomdoctor-run", *, every_ms: int = DEFAULT_EVERY_MS,
     another run's recording is not mixed into: the block records into `run_dir-2` (the next free one)
     and says so once on stderr. run.json says how the block ended (runmeta).
     """
-    global _current
-    owned = current() is None
-    rec, meta_dir = None, None
-    if owned:
-        meta_dir = _watch_dir(run_dir)
-        rec = start(meta_dir or str(run_dir), every_ms=every_ms, history=history, **options)
-    else:
-        rec = current()
+    block = Block(run_dir, "watch", every_ms=every_ms, history=history, **options)
     try:
-        yield rec
+        yield block.rec
     except BaseException as exc:
-        if rec is not None:
-            rec.record_exception(exc)
-        if meta_dir is not None:
-            runmeta.finish(meta_dir, exc, oom.is_oom_exception(exc))
-            meta_dir = None
+        block.end(exc)
         raise
     finally:
-        if owned and rec is not None:
-            rec.stop()
-            with _lock:
-                if _current is rec:
-                    _current = None
-        if meta_dir is not None:
-            runmeta.finish(meta_dir, None, False)
+        block.end()
 
 
-def _watch_dir(run_dir: Any) -> str | None:
-    """The directory this watch records into, with its run.json begun; None if that failed (never raises)."""
+def _watch_dir(run_dir: Any, by: str = "watch") -> str | None:
+    """The directory this block records into, with its run.json begun; None if that failed (never raises)."""
     try:
         key = runmeta.job_key()
         chosen = runmeta.choose_dir(str(run_dir), key)
         if chosen != (str(run_dir).rstrip("/") or str(run_dir)):
             _warn_once(f"oomdoctor.watch: {run_dir} already holds another run's recording; recording into {chosen}")
         os.makedirs(chosen, exist_ok=True)
-        runmeta.begin(chosen, key)
+        runmeta.begin(chosen, key, by)
+        runmeta.note_process(chosen)
         return chosen
     except Exception:
         return None

@@ -3,9 +3,11 @@
 A watch() run had no run.json, and the report then called every one of them "cut short" (session 27).
 watch() now writes one at the start (`recorded_by: "watch"`, a start, no exit status: a process killed
 inside the block stays "cut short", as it should) and finishes it when the block is left: `end`,
-`returncode: null`, `ended_by: "watch"`, and `exception` when the block raised. Ranks of one job (one
-watch per process, same directory) share the file: the first creates it, each leaving one updates it
-under a lock taken for at most LOCK_WAIT_S; an exception, once written, is never replaced by a clean end.
+`returncode: null`, `ended_by: "watch"`, and `exception` when the block raised. The Hugging Face and
+Lightning callbacks write the same file (`block` says which). Ranks of one job (one watch per process,
+same directory, on one node or several: job_key) share the file: the first creates it, each leaving one
+updates it under a lock taken for at most LOCK_WAIT_S; an exception, once written, is never replaced by a
+clean end.
 
 A directory holds another run when it has a timeline or a run.json that is not this job's: `record`
 refuses it, watch() records into a fresh sibling (`RUN_DIR-2`, ...) so two runs never mix.
@@ -28,6 +30,7 @@ from oomdoctor.redact import redact_manifest
 
 LOCK_WAIT_S = 1.0
 MAX_SIBLINGS = 100
+PROCS_DIR = ".procs"  # one empty file per watching process, by machine: PROCS_DIR/HOST/PID-START
 
 
 def holds_recording(run_dir: str) -> bool:
@@ -62,17 +65,43 @@ def world_size() -> int | None:
     return _int_env("WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
+_LOOPBACK = ("localhost", "127.", "::1", "0:0:0:0:0:0:0:1", "ip6-localhost")
+
+
+def _rendezvous() -> str | None:
+    """MASTER_ADDR:MASTER_PORT, the point every rank of a torch.distributed job connects to, when it names a
+    machine other ranks can reach: a loopback address is every single-node job's, so it identifies none."""
+    addr, port = os.environ.get("MASTER_ADDR", "").strip(), os.environ.get("MASTER_PORT", "").strip()
+    if not addr or not port or addr.lower().startswith(_LOOPBACK):
+        return None
+    return f"{addr}:{port}"
+
+
 def job_key() -> str:
-    """What the processes of one job share, and the next run does not: the launcher's run id, else the
-    parent process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
-    A run id can be reused by the next run (a fixed --rdzv-id): once `world_size` blocks have ended, the
-    job is over (choose_dir)."""
+    """What the processes of one job share, on every node, and the next run does not (docs/record.md, "One run
+    per directory"): the launcher's run id (torchrun's TORCHELASTIC_RUN_ID); for a job of several processes the
+    scheduler's job (Slurm's job and step, the PMIx namespace of mpirun/prterun, LSF's or PBS's job id), else the
+    rendezvous point its ranks connect to (MASTER_ADDR:MASTER_PORT, not a loopback address); else the parent
+    process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
+
+    Without a key shared across nodes, each node's ranks found the others' run.json "another run" and recorded
+    into DIR-2, DIR-3... A key can be reused by the next run (a fixed --rdzv-id or MASTER_PORT): once
+    `world_size` blocks have ended, or every process of the run on this machine is gone, the job is over
+    (choose_dir). JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index) says a process is one of
+    several, not which job it belongs to."""
     env = os.environ
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
-    if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
-        return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+    ranked = any(k in env for k in ("RANK", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "JOB_COMPLETION_INDEX"))
+    if (world_size() or 1) > 1 or ranked:
+        if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
+            return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+        for var, name in (("PMIX_NAMESPACE", "pmix"), ("LSB_JOBID", "lsf"), ("PBS_JOBID", "pbs")):
+            if env.get(var, "").strip():
+                return f"{name}:{env[var].strip()}"
+        if (rdzv := _rendezvous()) is not None:
+            return f"rendezvous:{rdzv}"
     spawned = False
     try:
         import multiprocessing
@@ -81,10 +110,56 @@ def job_key() -> str:
     except Exception:
         pass
     host = socket.gethostname()
-    if spawned or any(k in env for k in ("RANK", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")):
+    if spawned or ranked:
         ppid = os.getppid()
         return f"parent:{host}:{ppid}:{_start_time(ppid)}"
     return f"process:{host}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _host_dir(run_dir: str) -> str:
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())[:200].lstrip(".") or "host"
+    return os.path.join(run_dir, PROCS_DIR, host)
+
+
+def note_process(run_dir: str) -> None:
+    """Leave this process's mark in the run (RUN_DIR/.procs/HOST/PID-START, empty): a later process of the
+    same key on this machine tells a live run from a dead one by it (_gone_here). Never raises."""
+    try:
+        d = _host_dir(run_dir)
+        os.makedirs(d, exist_ok=True)
+        pid = os.getpid()
+        with open(os.path.join(d, f"{pid}-{_start_time(pid)}"), "a", encoding="ascii"):
+            pass
+    except Exception:
+        pass
+
+
+def _alive(pid: int, start: str) -> bool:
+    if start != "?":
+        return _start_time(pid) == start  # the same pid and start time: the same process
+    try:
+        os.kill(pid, 0)
+        return True
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
+def _gone_here(run_dir: str) -> bool:
+    """True when processes of this run ran on this machine and none of them is alive now: the run is over here
+    (killed, or ended), so a process of the same key is the next run's. False when none ran here (the first rank
+    of a node joins on the key and blocks) or one is alive."""
+    try:
+        names = os.listdir(_host_dir(run_dir))
+    except OSError:
+        return False
+    marks = []
+    for name in names[:10_000]:
+        pid, _, start = name.partition("-")
+        if pid.isdigit():
+            marks.append((int(pid), start))
+    return bool(marks) and not any(_alive(pid, start) for pid, start in marks)
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -98,10 +173,11 @@ def _read(path: str) -> dict[str, Any] | None:
 
 def _ours(run_dir: str, key: str) -> bool:
     """This job's run.json, still running: joined. Once as many blocks ended as the job has processes (one for
-    a lone process: a notebook cell run again), the job is over and the next block is a new run; its timeline
-    would otherwise be appended to the last one's."""
+    a lone process: a notebook cell run again), or every process of it on this machine is gone, the job is over
+    and the next block is a new run; its timeline would otherwise be appended to the last one's, and a killed
+    run's evidence mixed with the next run's."""
     meta = _read(os.path.join(run_dir, recording.RUN_META))
-    if not meta or meta.get("recorded_by") != "watch" or meta.get("job") != key:
+    if not meta or meta.get("recorded_by") != "watch" or meta.get("job") != key or _gone_here(run_dir):
         return False
     size, ended = meta.get("world_size"), meta.get("blocks_ended")
     return not (isinstance(size, int) and isinstance(ended, int) and ended >= size)
@@ -159,20 +235,22 @@ def _locked(run_dir: str) -> Iterator[None]:
             os.close(fd)
 
 
-def begin(run_dir: str, key: str) -> None:
-    """Create run.json for a watch() run unless this job's other processes already did."""
+def begin(run_dir: str, key: str, block: str = "watch") -> None:
+    """Create run.json for a watch() run unless this job's other processes already did. `block`: what is
+    recorded ("watch", or a callback's: "hf", "lightning.fit", ...), for the report's wording."""
     try:
         meta = {"schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT, "tool_version": __version__,
                 "argv": redact_manifest(list(sys.argv)), "cwd": os.getcwd(), "host": socket.gethostname(),
-                "start": time.time(), "recorded_by": "watch", "job": key,
+                "start": time.time(), "recorded_by": "watch", "block": block, "job": key,
                 "world_size": 1 if key.startswith("process:") else world_size()}
         write(os.path.join(run_dir, recording.RUN_META), meta, exclusive=True)
     except Exception:
         pass
 
 
-def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
-    """Record that the watched block ended: cleanly, or by an exception (its type; an OOM as such)."""
+def finish(run_dir: str, exc: BaseException | None, is_oom: bool, exited: bool = False) -> None:
+    """Record that the watched block ended: cleanly, by an exception (its type; an OOM as such), or (`exited`)
+    by the process exiting inside it (a callback's training that never reached its end)."""
     try:
         path = os.path.join(run_dir, recording.RUN_META)
         with _locked(run_dir):
@@ -184,6 +262,8 @@ def finish(run_dir: str, exc: BaseException | None, is_oom: bool) -> None:
                          "blocks_ended": (ended if isinstance(ended, int) else 0) + 1})
             if exc is not None and not isinstance(meta.get("exception"), dict):  # the first one stays
                 meta["exception"] = {"type": type(exc).__name__, "oom": bool(is_oom), "pid": os.getpid()}
+            if exited:
+                meta["exited_inside"] = True
             write(path, meta)
     except Exception:
         pass

@@ -1,0 +1,137 @@
+"""Ranks of one job on several nodes watch one directory on a shared filesystem: one run, not DIR-2, DIR-3...
+
+Without a launcher run id each node keyed its ranks on their parent process, so every node after the first found
+"another run" in the directory and recorded beside it. What identifies a job now: the launcher's run id, the
+scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the rendezvous point every rank connects to
+(MASTER_ADDR:MASTER_PORT, when not a loopback address), else the parent process. A key the next run reuses (a fixed
+port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it on this
+machine gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.injob.record import runmeta
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "LSB_JOBID", "PBS_JOBID",
+            "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "JOB_COMPLETION_INDEX",
+            "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+            "OMPI_COMM_WORLD_RANK")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for k in JOB_VARS:
+        monkeypatch.delenv(k, raising=False)
+    return monkeypatch
+
+
+def _on_node(monkeypatch, host: str, parent: int, **env: str) -> str:
+    """This process as a rank on `host`, started by `parent`, with the launcher's environment: its job key."""
+    monkeypatch.setattr(runmeta.socket, "gethostname", lambda: host)
+    monkeypatch.setattr(runmeta.os, "getppid", lambda: parent)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return runmeta.job_key()
+
+
+def _watch_as(run: Path, key: str) -> str:
+    chosen = runmeta.choose_dir(str(run), key)
+    os.makedirs(chosen, exist_ok=True)
+    runmeta.begin(chosen, key)
+    runmeta.note_process(chosen)
+    return chosen
+
+
+def test_ranks_of_one_job_on_two_nodes_share_the_directory(tmp_path, clean_env):
+    """torchrun with a static rendezvous (--master-addr, run id "none") on two nodes, nothing else to go by."""
+    run = tmp_path / "run"
+    job = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "16", "TORCHELASTIC_RUN_ID": "none"}
+    a = _on_node(clean_env, "node-a", 4100, RANK="0", LOCAL_RANK="0", **job)
+    assert _watch_as(run, a) == str(run)
+    b = _on_node(clean_env, "node-b", 7300, RANK="8", LOCAL_RANK="0", **job)
+    assert b == a
+    assert _watch_as(run, b) == str(run)
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_JOB_ID": "81234", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "16"},
+    {"PMIX_NAMESPACE": "prterun-login1-3321@1", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_RANK": "3"},
+    {"LSB_JOBID": "5521", "WORLD_SIZE": "16", "RANK": "3"},
+    {"PBS_JOBID": "1201.pbs-server", "WORLD_SIZE": "16", "RANK": "3"},
+    {"MASTER_ADDR": "trainer-0.trainer", "MASTER_PORT": "23456", "WORLD_SIZE": "4", "JOB_COMPLETION_INDEX": "2"},
+])
+def test_the_job_identity_is_the_same_on_every_node(clean_env, env):
+    a = _on_node(clean_env, "node-a", 4100, **env)
+    b = _on_node(clean_env, "node-b", 7300, **env)
+    assert a == b and not a.startswith(("parent:", "process:"))
+
+
+def test_a_loopback_rendezvous_is_one_machines(clean_env):
+    """MASTER_ADDR=localhost is every single-node job's: two of them on two machines are two jobs."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "0"}
+    assert _on_node(clean_env, "node-a", 4100, **env) != _on_node(clean_env, "node-b", 4100, **env)
+
+
+def test_a_job_of_another_identity_still_records_beside_it(tmp_path, clean_env):
+    run = tmp_path / "run"
+    a = _on_node(clean_env, "node-a", 4100, MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", WORLD_SIZE="2", RANK="0")
+    assert _watch_as(run, a) == str(run)
+    b = _on_node(clean_env, "node-b", 7300, MASTER_ADDR="10.0.0.9", MASTER_PORT="29500", WORLD_SIZE="2", RANK="1")
+    assert _watch_as(run, b) == f"{run}-2"
+
+
+DIES_INSIDE = """
+import os, signal, sys, oomdoctor
+with oomdoctor.watch(sys.argv[1], every_ms=20):
+    oomdoctor.step()
+    os.kill(os.getpid(), signal.SIGKILL)  # killed inside its block: the run never ends
+"""
+
+
+def test_the_next_run_with_the_same_rendezvous_does_not_join_a_dead_one(tmp_path, clean_env):
+    """A fixed MASTER_PORT: the next run has the same key. The last run was killed (no block ended), but its
+    processes on this machine are gone: the next run records beside it, leaving the dead run's evidence alone."""
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "0"}
+    script = tmp_path / "dies.py"
+    script.write_text(DIES_INSIDE)
+    child_env = {k: v for k, v in os.environ.items() if k not in JOB_VARS and not k.startswith("OOMDOCTOR")}
+    child_env.update(env, PYTHONPATH=str(ROOT / "src"))
+    dead = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=child_env, timeout=120)
+    assert dead.returncode == -signal.SIGKILL
+    old = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert "end" not in old and old["job"].startswith("rendezvous:")
+    for k, v in env.items():
+        clean_env.setenv(k, v)
+    key = runmeta.job_key()
+    assert key == old["job"]
+    assert runmeta.choose_dir(str(tmp_path / "run"), key) == f"{tmp_path / 'run'}-2"
+
+
+def test_a_live_rank_on_this_machine_keeps_the_run_open(tmp_path, clean_env):
+    """The first rank of a node joins while its job's ranks elsewhere run; a second rank on a node with a live one
+    joins too."""
+    run = tmp_path / "run"
+    key = _on_node(clean_env, "node-a", 4100, MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", WORLD_SIZE="4", RANK="0")
+    assert _watch_as(run, key) == str(run)  # this process: alive
+    assert runmeta.choose_dir(str(run), key) == str(run)
+
+
+def test_record_still_refuses_a_directory_a_watch_run_recorded_into(tmp_path):
+    from oomdoctor.errors import InputError
+    from oomdoctor.injob.record import launch
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    runmeta.begin(str(run), "rendezvous:10.0.0.1:29500")
+    with pytest.raises(InputError, match="already holds a recording"):
+        launch.check_new_run_dir(str(run))
