@@ -7,10 +7,16 @@ the meta device: failing there too, it is the workload's error (then, when its i
 more on zero-filled CPU tensors, for the error as a real run words it: "mat1 and mat2 shapes cannot be
 multiplied (4x5 and 4x4)"); running there, the fake tensors are at fault. Errors of fake
 tensors' own kinds (no meta kernel, data-dependent output) are limitations without a second run.
+
+Autograd's own refusals (a loss without a gradient, a leaf changed in place) are raised above the ops, by
+the step as a GPU runs it too: they are the workload's. When none of the workload file's code is on the
+stack (torch's ReLU changing build()'s batch in place), the line named is that of the code that made what
+failed: the loss function, the model's forward, else build().
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import logging
 import os
@@ -81,6 +87,62 @@ def rerun(func: Any, args: tuple, kwargs: dict, device: str, shrink: bool = Fals
         except Exception as exc:  # noqa: BLE001 - the op's own error is the answer
             return exc
     return None
+
+
+# autograd's refusals (torch/csrc/autograd), which a run on the GPU raises as well
+_AUTOGRAD_ERRORS = (
+    "does not require grad and does not have a grad_fn",
+    "that requires grad is being used in an in-place operation",
+    "needed for gradient computation has been modified by an inplace operation",
+    "is a view and is being modified inplace",
+    "Trying to backward through the graph a second time",
+    "grad can be implicitly created only for scalar outputs",
+)
+
+
+def autograd_error(exc: BaseException) -> bool:
+    """Whether `exc` is one of autograd's own refusals of the step (not an op's, not fake tensors')."""
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _AUTOGRAD_ERRORS)
+
+
+def in_place_on_leaf(exc: BaseException) -> bool:
+    return "that requires grad is being used in an in-place operation" in str(exc)
+
+
+def _is_source(path: str, source: str) -> bool:
+    return bool(source) and not source.startswith("<") and os.path.isfile(source) and \
+        os.path.realpath(path) == os.path.realpath(source)
+
+
+def defined_at(obj: Any, source: str) -> int | None:
+    """The line where function `obj` (or, for a module or other object, its class's forward) is defined, when
+    that is in the workload file `source`; None otherwise."""
+    func = obj if hasattr(obj, "__code__") else getattr(type(obj), "forward", None)
+    code = getattr(func, "__code__", None)
+    if code is None or not _is_source(code.co_filename, source):
+        return None
+    return code.co_firstlineno
+
+
+def build_line(source: str) -> int | None:
+    """The line of the workload file's top-level `def build`; None for no file or no such definition."""
+    if not source.endswith(".py") or not os.path.isfile(source):
+        return None
+    try:
+        with open(source, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return next((node.lineno for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "build"), None)
+
+
+def leaf_input(inputs: Any) -> bool:
+    """Whether the tensors build() returned as inputs or target include a leaf that requires grad."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return any(isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad for t in tree_flatten(inputs)[0])
 
 
 def where(exc: BaseException, model: Any, source: str) -> tuple[int | None, str]:

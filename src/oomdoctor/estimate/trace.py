@@ -435,8 +435,9 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
                 runner.step()
     except OpRejected as exc:
         at, module = step_errors.where(exc, spec.model, source)
+        at, made = _or_build(at, source)
         raise InputError(f"{source}{f':{at}' if at else ''}: the step fails at {_op_name(exc.op)}"
-                         f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}") from exc
+                         f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}{made}") from exc
     except OpNotTraceable as exc:
         raise InputError(f"{source}: the model uses {exc.op}, which fake tensors cannot run "
                          f"({type(exc.exc).__name__})") from exc
@@ -444,9 +445,12 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
         raise
     except Exception as exc:
         at, module = step_errors.where(exc, spec.model, source)
+        if step_errors.autograd_error(exc):
+            raise _autograd_refusal(exc, spec, source, rec.phase, at, module) from exc
         if _users_error(exc, source):  # a check in the workload's forward, or in torch's Python
+            at, made = _or_build(at, source)
             raise InputError(f"{source}{f':{at}' if at else ''}: the step raised {type(exc).__name__}"
-                             f"{f' (in {module})' if module else ''}: {_one_line(exc)}") from exc
+                             f"{f' (in {module})' if module else ''}: {_one_line(exc)}{made}") from exc
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
     finally:
@@ -465,6 +469,40 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
     info["train"] = spec.train
     info["torch_version"] = torch.__version__
     return trace, info
+
+
+_MADE_BY_BUILD = "build(), which made the model and its inputs"
+
+
+def _or_build(at: int | None, source: str, what: str = _MADE_BY_BUILD) -> tuple[int | None, str]:
+    """The file's line on the stack; with none there (the error rose in torch's code, from what build() made),
+    build()'s line, and a note saying whose line it is."""
+    if at is not None:
+        return at, ""
+    line = step_errors.build_line(source)
+    return (line, f" (line {line}: {what})") if line else (None, "")
+
+
+def _autograd_refusal(exc: BaseException, spec: WorkloadSpec, source: str, phase: str, at: int | None,
+                      module: str) -> InputError:
+    """One of autograd's refusals: the workload's step fails so on a GPU too. Without a line of the file on the
+    stack, the line of what made the failing tensor: the loss function (at backward), the model's forward, or
+    build() (its batch, when that is the leaf changed in place)."""
+    when = {"backward": "at loss.backward()", "optimizer": "at optimizer.step()"}.get(phase, "in the forward")
+    made = ""
+    if at is None:
+        leaf = step_errors.in_place_on_leaf(exc) and step_errors.leaf_input((spec.inputs, spec.target))
+        loss = step_errors.defined_at(spec.loss, source) if phase == "backward" and spec.loss is not None else None
+        forward = None if leaf else step_errors.defined_at(spec.model, source)
+        if loss:
+            at, made = loss, f" (line {loss}: the loss function)"
+        elif forward:
+            at, made = forward, f" (line {forward}: the model's forward)"
+        else:
+            at, made = _or_build(None, source, "build(), whose inputs include a leaf tensor that requires grad"
+                                 if leaf else _MADE_BY_BUILD)
+    return InputError(f"{source}{f':{at}' if at else ''}: the workload's own step fails {when}, as it would on a "
+                      f"GPU{f' (in {module})' if module else ''}: {type(exc).__name__}: {_one_line(exc)}{made}")
 
 
 @contextlib.contextmanager
