@@ -151,3 +151,130 @@ def test_a_workload_built_by_a_callable_has_no_line_to_name():
     with pytest.raises(InputError) as info:
         estimator.estimate(build, 2)
     assert str(info.value).startswith("build: the workload's own step fails at loss.backward()")
+
+
+# an op of the workload's own library with a CPU kernel and no meta (fake) one
+CUSTOM_LIBRARY_OP = """import torch
+
+lib = torch.library.Library("oomdoctor_test_wl", "DEF")
+lib.define("scale(Tensor x) -> Tensor")
+lib.impl("scale", lambda x: x * 2, "CPU")
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.ops.oomdoctor_test_wl.scale(self.lin(x))
+
+
+def build(batch_size):
+    return {"model": M(), "inputs": torch.randn(batch_size, 8), "optimizer": "sgd"}
+"""
+
+CUSTOM_OP = """import torch
+
+
+@torch.library.custom_op("oomdoctor_test_wl2::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return scale(self.lin(x))
+
+
+def build(batch_size):
+    return {"model": M(), "inputs": torch.randn(batch_size, 8), "optimizer": "sgd"}
+"""
+
+# MultiMarginLoss's backward has no meta kernel in torch 2.x: fake tensors run it for real on zero-filled CPU tensors
+MARGIN_LOSS = """import torch
+
+
+def build(batch_size):
+    return {"model": torch.nn.Linear(64, 1000), "inputs": torch.randn(batch_size, 64),
+            "target": torch.randint(0, 1000, (batch_size,)), "loss": torch.nn.MultiMarginLoss(), "optimizer": "sgd"}
+"""
+
+
+def _no_meta_line(err: str, path, op: str) -> None:
+    import torch
+
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{path}: {op} has no meta (fake tensor) implementation in torch {torch.__version__}" in err
+    assert "a limit of estimating without a GPU" in err and f"oomdoctor max-batch {path}" in err
+    assert "replace the op" in err
+    assert "the step fails at" not in err and "the workload's own step" not in err
+
+
+@pytest.mark.parametrize("text, op", [(CUSTOM_LIBRARY_OP, "oomdoctor_test_wl.scale"),
+                                      (CUSTOM_OP, "oomdoctor_test_wl2.scale")], ids=["library", "custom_op"])
+def test_an_op_without_a_meta_kernel_is_a_limit_of_the_estimate(tmp_path, capfd, text, op):
+    p = tmp_path / "wl.py"
+    p.write_text(text)
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 2
+    err = capfd.readouterr().err
+    _no_meta_line(err, p, op)
+    assert "torch.library.register_fake" in err  # the workload's own op can be given one
+
+
+def test_a_big_op_without_a_meta_kernel_whose_cpu_run_fails_is_no_error_of_the_workload(tmp_path, capfd, monkeypatch):
+    """Fake tensors run an op without a meta kernel for real, on zero-filled CPU tensors of its full size: a big one
+    exhausts the host's memory (measured: batch 2M under a 10 GB address-space limit). That was reported as the
+    workload's step failing with the CPU allocator's words."""
+    from torch._subclasses import fake_tensor
+
+    real_fallback = fake_tensor.run_fallback_kernel
+
+    def host_out_of_memory(mode, func, *args, **kwargs):
+        if "multi_margin_loss_backward" in str(func):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 8000000000 bytes. Error code 12 (Cannot allocate memory)")
+        return real_fallback(mode, func, *args, **kwargs)
+
+    monkeypatch.setattr(fake_tensor, "run_fallback_kernel", host_out_of_memory)
+    p = tmp_path / "margin.py"
+    p.write_text(MARGIN_LOSS)
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 2
+    err = capfd.readouterr().err
+    _no_meta_line(err, p, "aten.multi_margin_loss_backward")
+    assert "can't allocate memory" in err  # what the CPU run in its place said
+    assert "register_fake" not in err  # torch's own op: measure or replace
+
+
+def test_a_small_op_without_a_meta_kernel_still_estimates(tmp_path, capsys):
+    p = tmp_path / "margin.py"
+    p.write_text(MARGIN_LOSS)
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 0
+
+
+CTC = """import torch
+
+
+def build(batch_size):
+    lengths = torch.full((batch_size,), 50, dtype=torch.long)
+    return {"model": torch.nn.Sequential(torch.nn.Linear(32, 20), torch.nn.LogSoftmax(-1)),
+            "inputs": torch.randn(50, batch_size, 32), "target": torch.randint(1, 20, (batch_size, 10)),
+            "loss": lambda out, tg: torch.nn.functional.ctc_loss(out, tg, lengths, torch.full_like(lengths, 10)),
+            "optimizer": "sgd"}
+"""
+
+
+def test_an_op_whose_output_is_sized_by_values_is_a_limit_of_the_estimate(tmp_path, capfd):
+    """CTC's loss (no meta kernel either) sizes its output by the target lengths' values."""
+    p = tmp_path / "ctc.py"
+    p.write_text(CTC)
+    assert main(["estimate", str(p), "--batch-size", "4"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"{p}: the size of what aten._ctc_loss.Tensor returns depends on its inputs' values" in err
+    assert "a limit of estimating without a GPU" in err and f"oomdoctor max-batch {p}" in err
+    assert "which fake tensors cannot run" not in err

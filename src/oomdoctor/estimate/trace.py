@@ -43,9 +43,12 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 class OpNotTraceable(Exception):
-    def __init__(self, op: str, exc: BaseException):
+    """`limit`: why tracing without a GPU cannot run the op, where that is known: "no_meta" (no meta kernel or fake
+    implementation) or "sized_by_values" (its output's size depends on its inputs' values)."""
+
+    def __init__(self, op: str, exc: BaseException, limit: str | None = None):
         super().__init__(f"{op}: {type(exc).__name__}: {_one_line(exc)}")
-        self.op, self.exc = op, exc
+        self.op, self.exc, self.limit = op, exc, limit
 
 
 class OpRejected(OpNotTraceable):
@@ -56,9 +59,18 @@ class OpRejected(OpNotTraceable):
 def _classified(func: Any, args: tuple, kwargs: dict, exc: BaseException) -> OpNotTraceable:
     """An op that raised under fake tensors: OpRejected when it rejects the same inputs outside them."""
     try:
+        if step_errors.sized_by_values(exc):
+            return OpNotTraceable(str(func), exc, "sized_by_values")
+        if step_errors.no_fake_impl(exc):
+            return OpNotTraceable(str(func), exc, "no_meta")
         if step_errors.fake_tensor_limit(exc):
             return OpNotTraceable(str(func), exc)
         real = step_errors.outside_fake(func, args, kwargs)
+    except step_errors.NoMetaKernel:
+        # fake tensors ran the op for real on the CPU: that run's own failure (host memory for a big op) is a limit;
+        # any other error is the CPU kernel's check of the inputs, worded as a real run words it
+        return OpNotTraceable(str(func), exc, "no_meta") if step_errors.cpu_run_failure(exc) else \
+            OpRejected(str(func), exc)
     except RuntimeError:  # no stand-ins could be made: an op's own check (not a fake tensor "cannot")
         return OpRejected(str(func), exc)
     except Exception:  # noqa: BLE001 - the second run is a courtesy: the op's first error stands
@@ -439,6 +451,10 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
         raise InputError(f"{source}{f':{at}' if at else ''}: the step fails at {_op_name(exc.op)}"
                          f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}{made}") from exc
     except OpNotTraceable as exc:
+        if exc.limit:
+            cpu = _one_line(exc.exc, 200) if step_errors.cpu_run_failure(exc.exc) else ""
+            raise InputError(step_errors.limit_message(source, _op_name(exc.op), torch.__version__,
+                                                       no_meta=exc.limit == "no_meta", cpu_error=cpu)) from exc
         raise InputError(f"{source}: the model uses {exc.op}, which fake tensors cannot run "
                          f"({type(exc.exc).__name__})") from exc
     except InputError:
