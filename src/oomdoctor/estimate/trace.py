@@ -367,6 +367,31 @@ def _draw_that_keeps(out: Any) -> Any:
     return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
 
 
+# transformers 5 logs this (once per process) when a model's class name maps to no loss type (GPT2LMHeadModel) and
+# labels are passed: it falls back to the causal-LM loss, as before; the line says nothing about memory
+_LOSS_TYPE_LOGGER = "transformers.modeling_utils"
+_LOSS_TYPE_WARNING = "`loss_type="
+
+
+class _DropLossType:
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(_LOSS_TYPE_WARNING)
+
+
+@contextlib.contextmanager
+def _quiet_loss_type():
+    """Within the trace, transformers' `loss_type=None` warning is dropped (the filter is removed after)."""
+    import logging
+
+    logger = logging.getLogger(_LOSS_TYPE_LOGGER)
+    f = _DropLossType()
+    logger.addFilter(f)
+    try:
+        yield
+    finally:
+        logger.removeFilter(f)
+
+
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
                labeler: Callable[[Any], str | None] | None = None,
@@ -377,7 +402,7 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS).
     `parallel` (an estimate.parallel_trace.Plan): trace rank 0 of a DDP / FSDP2 job over a fake process
     group; the model is wrapped after it is loaded, as a training script does."""
-    with step_errors.quiet_fake_tensor_log():  # an op's error is reported once, in one line, not logged too
+    with step_errors.quiet_fake_tensor_log(), _quiet_loss_type():  # an op's error: one line, not logged too
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
             from oomdoctor.estimate.deepspeed_emulation import quiet_own_hooks
