@@ -226,7 +226,7 @@ def test_a_process_with_its_own_process_group_gets_a_usage_error():
     assert not dist.is_initialized()
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
 def test_traced_and_analytic_per_rank_shard_the_optimizer_temporaries_alike(strategy):
     """Each rank of ZeRO/FSDP steps its own shard: the traced step's temporaries (foreach AdamW's) fall
     with the ranks, and the arithmetic per-rank figure (parallel.per_rank) divides them the same way."""
