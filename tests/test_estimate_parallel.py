@@ -60,3 +60,31 @@ def test_every_strategy_says_what_hardware_said_about_it():
         r = per_rank(bd, 20 << 30, s, 4, block_bytes=256 << 20, shard_size=2 if s == "fsdp-hybrid" else None)
         assert r["validated_on_hardware"] is False and r["validation"] == VALIDATION[s]
     assert "+12.8%" in VALIDATION["fsdp"] and "DeepSpeed" in VALIDATION["zero3"] and "traced" in VALIDATION["ddp"]
+
+
+@pytest.mark.parametrize("strategy, ranks, shard_size", [("zero2", 8, None), ("zero3", 8, None), ("fsdp", 8, None),
+                                                         ("fsdp-hybrid", 16, 8)])
+def test_a_sharded_optimizer_step_shards_its_temporaries(strategy, ranks, shard_size):
+    """Under ZeRO/FSDP each rank steps its shard: the step's temporaries (foreach AdamW's intermediates) are a
+    shard's, as the traced per-rank path records them, and the peak falls by what they shed."""
+    temps = 800 * MiB
+    with_temps = per_rank(dict(BD, optimizer_temporaries=temps), PEAK + temps, strategy, ranks,
+                          block_bytes=50 * MiB, shard_size=shard_size)
+    without = per_rank(BD, PEAK, strategy, ranks, block_bytes=50 * MiB, shard_size=shard_size)
+    assert with_temps["breakdown"]["optimizer_temporaries"] == temps // 8
+    assert with_temps["peak_reserved_bytes"] == without["peak_reserved_bytes"] + temps // 8
+    assert with_temps["breakdown"]["allocator_cache"] == without["breakdown"]["allocator_cache"]
+
+
+def test_ddp_steps_every_parameter_so_its_temporaries_stay_whole():
+    temps = 800 * MiB
+    r = per_rank(dict(BD, optimizer_temporaries=temps), PEAK + temps, "ddp", 8)
+    assert r["breakdown"]["optimizer_temporaries"] == temps
+    assert r["peak_reserved_bytes"] == per_rank(BD, PEAK, "ddp", 8)["peak_reserved_bytes"] + temps
+
+
+def test_the_temporaries_key_is_the_tracers():
+    from oomdoctor.estimate.memtrace import OPTIMIZER_TEMPORARIES
+    from oomdoctor.estimate.parallel import TEMPORARIES
+
+    assert TEMPORARIES == OPTIMIZER_TEMPORARIES

@@ -224,3 +224,27 @@ def test_a_process_with_its_own_process_group_gets_a_usage_error():
     finally:
         dist.destroy_process_group()
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
+def test_traced_and_analytic_per_rank_shard_the_optimizer_temporaries_alike(strategy):
+    """Each rank of ZeRO/FSDP steps its own shard: the traced step's temporaries (foreach AdamW's) fall
+    with the ranks, and the arithmetic per-rank figure (parallel.per_rank) divides them the same way."""
+    from oomdoctor.estimate.parallel import per_rank
+
+    cfg = hf.load_config_dict(dict(CONFIG))
+    recipe = hf.Recipe(task="train", seq_len=128, dtype="bf16").check()
+    phase = "step2/optimizer"
+
+    def temps(est):
+        return est.details["phases"][phase][1]["optimizer_temporaries"]
+
+    one = hf.estimate_model(cfg, recipe, 2)
+    two, four = (hf.estimate_model(cfg, recipe, 2, parallel=Plan(strategy, n)) for n in (2, 4))
+    assert temps(two) == pytest.approx(2 * temps(four), rel=0.02)  # traced: a shard's
+    reserved, bd = one.details["phases"][phase]
+    for n, traced in ((2, two), (4, four)):
+        analytic = per_rank(bd, reserved, strategy, n, block_bytes=one.details["block_bytes"])
+        assert analytic["breakdown"]["optimizer_temporaries"] == pytest.approx(temps(one) / n, rel=0.01)
+        if strategy == "fsdp":  # FSDP2 steps the bf16 shard as one GPU steps the bf16 model
+            assert analytic["breakdown"]["optimizer_temporaries"] == pytest.approx(temps(traced), rel=0.02)

@@ -8,9 +8,11 @@ from its own allocation history (DeepSpeed itself needs a GPU and values). VALID
 every figure, what two and four GPUs measured.
 
 `per_rank` is the arithmetic the CLI used before the traces (2026-11-25): it shards a traced
-single-GPU breakdown (ddp adds a bucket copy of the gradients; zero2 divides gradients and optimizer
-state by N; zero3/fsdp divide parameters too and add two unsharded blocks; fsdp-hybrid within a shard
-group). Kept as a library function and for the docs' comparison: against DeepSpeed it was 24-56% under,
+single-GPU breakdown (ddp adds a bucket copy of the gradients; zero2 divides gradients, optimizer
+state and the optimizer step's temporaries by N; zero3/fsdp divide parameters too and add two
+unsharded blocks; fsdp-hybrid within a shard group). The temporaries are divided because each rank
+steps only its shard, as the traced path records them (foreach AdamW's intermediates are a shard's).
+Kept as a library function and for the docs' comparison: against DeepSpeed it was 24-56% under,
 against FSDP2 9-12% under (docs/validation/estimate.md).
 """
 
@@ -42,6 +44,9 @@ VALIDATION = {
              "limits, offload) not validated",
 }
 SEGMENT = 2 << 20
+# the breakdown key memtrace.OPTIMIZER_TEMPORARIES (a layer above this one: docs/contracts.md names the key)
+TEMPORARIES = "optimizer_temporaries"
+_SHARDED = ("parameters", "gradients", "optimizer_state", TEMPORARIES)
 
 
 def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks: int, *,
@@ -70,6 +75,8 @@ def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks
             raise ValueError(f"shard size {n} must divide the number of ranks {ranks}")
     p, g, o = (int(breakdown.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
     out = dict(breakdown)
+    if strategy != "ddp" and TEMPORARIES in breakdown:  # each rank steps its shard only
+        out[TEMPORARIES] = math.ceil(int(breakdown[TEMPORARIES]) / n)
     if strategy == "ddp":
         out["gradients"] = g + (g if ranks > 1 else 0)  # the bucket copy of the gradients
     elif strategy == "zero2":
@@ -80,7 +87,7 @@ def per_rank(breakdown: dict[str, int], peak_reserved: int, strategy: str, ranks
         out["parameters"] = math.ceil(p / n) + gathered
         out["gradients"] = math.ceil(g / n) + (gathered if g else 0)
         out["optimizer_state"] = math.ceil(o / n)
-    delta = sum(out[k] - int(breakdown.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
+    delta = sum(out.get(k, 0) - int(breakdown.get(k, 0)) for k in _SHARDED)
     reserved = max(0, -(-(peak_reserved + delta) // SEGMENT) * SEGMENT)
     out["allocator_cache"] = max(0, reserved - sum(v for k, v in out.items() if k not in ("allocator_cache",
                                                                                             "context")))

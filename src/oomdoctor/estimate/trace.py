@@ -43,9 +43,12 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 class OpNotTraceable(Exception):
-    def __init__(self, op: str, exc: BaseException):
+    """`limit`: why tracing without a GPU cannot run the op, where that is known: "no_meta" (no meta kernel or fake
+    implementation) or "sized_by_values" (its output's size depends on its inputs' values)."""
+
+    def __init__(self, op: str, exc: BaseException, limit: str | None = None):
         super().__init__(f"{op}: {type(exc).__name__}: {_one_line(exc)}")
-        self.op, self.exc = op, exc
+        self.op, self.exc, self.limit = op, exc, limit
 
 
 class OpRejected(OpNotTraceable):
@@ -56,9 +59,18 @@ class OpRejected(OpNotTraceable):
 def _classified(func: Any, args: tuple, kwargs: dict, exc: BaseException) -> OpNotTraceable:
     """An op that raised under fake tensors: OpRejected when it rejects the same inputs outside them."""
     try:
+        if step_errors.sized_by_values(exc):
+            return OpNotTraceable(str(func), exc, "sized_by_values")
+        if step_errors.no_fake_impl(exc):
+            return OpNotTraceable(str(func), exc, "no_meta")
         if step_errors.fake_tensor_limit(exc):
             return OpNotTraceable(str(func), exc)
         real = step_errors.outside_fake(func, args, kwargs)
+    except step_errors.NoMetaKernel:
+        # fake tensors ran the op for real on the CPU: that run's own failure (host memory for a big op) is a limit;
+        # any other error is the CPU kernel's check of the inputs, worded as a real run words it
+        return OpNotTraceable(str(func), exc, "no_meta") if step_errors.cpu_run_failure(exc) else \
+            OpRejected(str(func), exc)
     except RuntimeError:  # no stand-ins could be made: an op's own check (not a fake tensor "cannot")
         return OpRejected(str(func), exc)
     except Exception:  # noqa: BLE001 - the second run is a courtesy: the op's first error stands
@@ -355,6 +367,31 @@ def _draw_that_keeps(out: Any) -> Any:
     return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
 
 
+# transformers 5 logs this (once per process) when a model's class name maps to no loss type (GPT2LMHeadModel) and
+# labels are passed: it falls back to the causal-LM loss, as before; the line says nothing about memory
+_LOSS_TYPE_LOGGER = "transformers.modeling_utils"
+_LOSS_TYPE_WARNING = "`loss_type="
+
+
+class _DropLossType:
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(_LOSS_TYPE_WARNING)
+
+
+@contextlib.contextmanager
+def _quiet_loss_type():
+    """Within the trace, transformers' `loss_type=None` warning is dropped (the filter is removed after)."""
+    import logging
+
+    logger = logging.getLogger(_LOSS_TYPE_LOGGER)
+    f = _DropLossType()
+    logger.addFilter(f)
+    try:
+        yield
+    finally:
+        logger.removeFilter(f)
+
+
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
                labeler: Callable[[Any], str | None] | None = None,
@@ -365,7 +402,7 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
     repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS).
     `parallel` (an estimate.parallel_trace.Plan): trace rank 0 of a DDP / FSDP2 job over a fake process
     group; the model is wrapped after it is loaded, as a training script does."""
-    with step_errors.quiet_fake_tensor_log():  # an op's error is reported once, in one line, not logged too
+    with step_errors.quiet_fake_tensor_log(), _quiet_loss_type():  # an op's error: one line, not logged too
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
             from oomdoctor.estimate.deepspeed_emulation import quiet_own_hooks
@@ -435,18 +472,26 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
                 runner.step()
     except OpRejected as exc:
         at, module = step_errors.where(exc, spec.model, source)
+        at, made = _or_build(at, source)
         raise InputError(f"{source}{f':{at}' if at else ''}: the step fails at {_op_name(exc.op)}"
-                         f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}") from exc
+                         f"{f' (in {module})' if module else ''}: {_one_line(exc.exc)}{made}") from exc
     except OpNotTraceable as exc:
+        if exc.limit:
+            cpu = _one_line(exc.exc, 200) if step_errors.cpu_run_failure(exc.exc) else ""
+            raise InputError(step_errors.limit_message(source, _op_name(exc.op), torch.__version__,
+                                                       no_meta=exc.limit == "no_meta", cpu_error=cpu)) from exc
         raise InputError(f"{source}: the model uses {exc.op}, which fake tensors cannot run "
                          f"({type(exc.exc).__name__})") from exc
     except InputError:
         raise
     except Exception as exc:
         at, module = step_errors.where(exc, spec.model, source)
+        if step_errors.autograd_error(exc):
+            raise _autograd_refusal(exc, spec, source, rec.phase, at, module) from exc
         if _users_error(exc, source):  # a check in the workload's forward, or in torch's Python
+            at, made = _or_build(at, source)
             raise InputError(f"{source}{f':{at}' if at else ''}: the step raised {type(exc).__name__}"
-                             f"{f' (in {module})' if module else ''}: {_one_line(exc)}") from exc
+                             f"{f' (in {module})' if module else ''}: {_one_line(exc)}{made}") from exc
         raise InputError(f"{source}: the step failed under fake tensors: {type(exc).__name__}: "
                          f"{_one_line(exc)}") from exc
     finally:
@@ -465,6 +510,40 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
     info["train"] = spec.train
     info["torch_version"] = torch.__version__
     return trace, info
+
+
+_MADE_BY_BUILD = "build(), which made the model and its inputs"
+
+
+def _or_build(at: int | None, source: str, what: str = _MADE_BY_BUILD) -> tuple[int | None, str]:
+    """The file's line on the stack; with none there (the error rose in torch's code, from what build() made),
+    build()'s line, and a note saying whose line it is."""
+    if at is not None:
+        return at, ""
+    line = step_errors.build_line(source)
+    return (line, f" (line {line}: {what})") if line else (None, "")
+
+
+def _autograd_refusal(exc: BaseException, spec: WorkloadSpec, source: str, phase: str, at: int | None,
+                      module: str) -> InputError:
+    """One of autograd's refusals: the workload's step fails so on a GPU too. Without a line of the file on the
+    stack, the line of what made the failing tensor: the loss function (at backward), the model's forward, or
+    build() (its batch, when that is the leaf changed in place)."""
+    when = {"backward": "at loss.backward()", "optimizer": "at optimizer.step()"}.get(phase, "in the forward")
+    made = ""
+    if at is None:
+        leaf = step_errors.in_place_on_leaf(exc) and step_errors.leaf_input((spec.inputs, spec.target))
+        loss = step_errors.defined_at(spec.loss, source) if phase == "backward" and spec.loss is not None else None
+        forward = None if leaf else step_errors.defined_at(spec.model, source)
+        if loss:
+            at, made = loss, f" (line {loss}: the loss function)"
+        elif forward:
+            at, made = forward, f" (line {forward}: the model's forward)"
+        else:
+            at, made = _or_build(None, source, "build(), whose inputs include a leaf tensor that requires grad"
+                                 if leaf else _MADE_BY_BUILD)
+    return InputError(f"{source}{f':{at}' if at else ''}: the workload's own step fails {when}, as it would on a "
+                      f"GPU{f' (in {module})' if module else ''}: {type(exc).__name__}: {_one_line(exc)}{made}")
 
 
 @contextlib.contextmanager
