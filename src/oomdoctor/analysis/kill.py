@@ -1,10 +1,15 @@
-"""A job killed by SIGKILL: what the recording says about memory, and what it cannot say.
+"""A job killed by SIGKILL, or one of its processes killed: what the recording says about memory, and what not.
 
 A SIGKILL is what the kernel's OOM killer and a cgroup limit send, but also `kill -9`, a scheduler's
 preemption or time limit, a watchdog. Only evidence makes it a host OOM: the kernel log naming the
 job's process, the cgroup's `oom_kill` count rising while the job ran, the job's RSS at the cgroup's limit
 or the machine's RAM nearly used up. Without it the verdict says memory is one possible cause and how to
-check (a walkthrough, session 26: a bare SIGKILL was reported as a host OOM "(likely)"). Pure.
+check (a walkthrough, session 26: a bare SIGKILL was reported as a host OOM "(likely)").
+
+A launcher (torchrun, accelerate, deepspeed, mpirun, a shell script) whose rank the OOM killer takes does not die
+of the signal: it stops the other ranks and exits 1. There only a kill line of the kernel log naming a process of
+the job (by the recorder's rules: after the start, its pid, its name where the pid may have been reused) makes the
+failure a host OOM; the line also gives the process's memory at the kill. Pure.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from oomdoctor.parsers.kernlog import parse_oom_kills
 from oomdoctor.units import format_bytes
 
 NEAR_CGROUP_LIMIT = 0.9  # peak use / limit: sampled every 0.5 s, the real peak can be higher
@@ -23,6 +29,8 @@ HOW_TO_CHECK = [
     "on Kubernetes `kubectl describe pod POD` (Last State: Terminated, Reason: OOMKilled); on Slurm "
     "`sacct -j JOBID -o JobID,State,ExitCode,MaxRSS` (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, CANCELLED).",
 ]
+# the one command that tells whether the OOM killer took a process (a rank) of a job that exited non-zero
+KERNEL_LOG_CHECK = "`sudo dmesg -T | grep -i 'killed process'` (or `sudo journalctl -k | grep -i 'killed process'`)"
 
 
 def _signal_name(n: int) -> str | None:
@@ -75,6 +83,79 @@ def is_sigkill(meta: dict[str, Any]) -> bool:
     return meta.get("signal") == "SIGKILL" or meta.get("returncode") in (-9, 137)
 
 
+def failed_status(meta: dict[str, Any]) -> int | None:
+    """The command's exit status when it failed other than by SIGKILL (that has a verdict of its own): a launcher's
+    exit 1 after one of its ranks was killed, an exception, another signal. None otherwise."""
+    rc = meta.get("returncode")
+    if meta.get("ended_by") == "watch" or not isinstance(rc, int) or isinstance(rc, bool) or rc == 0 or is_sigkill(meta):
+        return None
+    return rc
+
+
+def job_kills(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The kill lines the recorder kept that are the job's: a pid of the job whose name matches, or that it held
+    to its end (a pid reused since would need the kernel to hand out every other free pid first); in another pid
+    namespace (the log's pids are the host's) a name read on the job's processes."""
+    kills = meta.get("kernel_oom_kills")
+    rows = [k for k in kills if isinstance(k, dict)] if isinstance(kills, list) else []
+    if meta.get("pid_namespace") == "other":
+        return [k for k in rows if k.get("comm_match") is True]
+    return [k for k in rows if k.get("pid_match") is True
+            and (k.get("comm_match") is not False or k.get("pid_live_at_end") is True)]
+
+
+def _kill_rss(k: dict[str, Any]) -> dict[str, int | None]:
+    """The killed process's memory in bytes, as its kill line gives it: the recorder's fields, else the line's text
+    (recordings made before the fields were kept)."""
+    fields = ("anon_rss_kb", "file_rss_kb", "shmem_rss_kb")
+    got = {f: k.get(f) for f in fields}
+    if not any(isinstance(v, int) for v in got.values()) and isinstance(k.get("text"), str):
+        parsed = parse_oom_kills([k["text"]])
+        got = {f: parsed[0].get(f) for f in fields} if parsed else got
+    return {f.removesuffix("_kb"): (v * 1024 if isinstance(v, int) and not isinstance(v, bool) else None)
+            for f, v in got.items()}
+
+
+def killed_processes(meta: dict[str, Any], processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's processes the kernel log says the OOM killer killed: {pid, comm, name, anon_rss, file_rss,
+    shmem_rss, uptime}. `name` is the rank (`rank 1`) of a recorded process with that pid, else None; never in
+    another pid namespace, where the log's pids are the host's and the recording's are the container's."""
+    other = meta.get("pid_namespace") == "other"
+    ranks = {p.get("pid"): p.get("name") for p in processes if p.get("rank") is not None and p.get("pid") is not None}
+    out = []
+    for k in job_kills(meta):
+        pid = k.get("pid")
+        out.append({"pid": pid, "comm": str(k.get("comm") or "?"), "name": None if other else ranks.get(pid),
+                    **_kill_rss(k), "uptime": k.get("uptime")})
+    return out
+
+
+def killed_who(d: dict[str, Any]) -> str:
+    """`rank 1 (pid 4242, python)`, or `a process of the job (pid 4242, python)`."""
+    return f"{d['name'] or 'a process of the job'} (pid {d['pid']}, {d['comm']})"
+
+
+def killed_memory(d: dict[str, Any]) -> str:
+    """`anon-rss 8.00 GiB, file-rss 2.00 MiB, shmem-rss 0 B`: what the kill line gives (the process's RSS)."""
+    parts = [f"{label} {format_bytes(d[key])}" for key, label in (("anon_rss", "anon-rss"), ("file_rss", "file-rss"),
+                                                                   ("shmem_rss", "shmem-rss")) if d.get(key) is not None]
+    return ", ".join(parts) or "its memory not given in the line"
+
+
+def kernel_unknown(meta: dict[str, Any]) -> str | None:
+    """Why the kernel log did not tell whether a process of the job was OOM-killed, for a recorder that asked it
+    (run.json says so); None when it told, or was not asked (an older recording)."""
+    if "kernel_log" not in meta and not isinstance(meta.get("kernel_oom_kills"), list):
+        return None
+    kernel, why = _kernel(meta)
+    if kernel is not None:
+        return None
+    why = str(why)[:200]
+    if why.startswith(("dmesg", "the kernel log could not")):
+        return f"the kernel log could not be read ({why})"
+    return f"the kernel log did not tell ({why})"
+
+
 def _values(samples: list[dict[str, Any]], key: str) -> list[float]:
     return [v for r in samples if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
 
@@ -120,16 +201,12 @@ def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
     kills = meta.get("kernel_oom_kills")
     why = meta.get("kernel_log")
     if isinstance(kills, list):
-        rows = [k for k in kills if isinstance(k, dict)]
+        if job_kills(meta):
+            return True, None
         if meta.get("pid_namespace") == "other":  # the log's pids are the host's: only the name can match
-            if any(k.get("comm_match") is True for k in rows):
-                return True, None
             return None, (why if isinstance(why, str) else
                           "the kernel log names pids of another pid namespace (the host's); no kill after the "
                           "job's start names its process")
-        if any(k.get("pid_match") is True and (k.get("comm_match") is not False or k.get("pid_live_at_end") is True)
-               for k in rows):
-            return True, None
         return False, None
     kernel = meta.get("kernel_oom_kill")
     if isinstance(kernel, bool):
@@ -151,7 +228,9 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, lis
     every = [r for rows in sources.values() for r in rows]
     kernel, why = _kernel(meta)
     if kernel is True:
-        found.append("the kernel log names a process of the job as killed by the OOM killer")
+        named = "; ".join(f"pid {k['pid']} ({k['comm']}), {killed_memory(k)}" for k in killed_processes(meta, [])[:3])
+        found.append("the kernel log names a process of the job as killed by the OOM killer"
+                     + (f": {named}" if named else ""))
     elif kernel is False:
         against.append("the kernel log holds no OOM kill of the job's processes after the job started")
     else:

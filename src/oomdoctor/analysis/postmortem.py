@@ -5,7 +5,9 @@ cache (fragmentation: the cache's free bytes could have held the request), stead
 (leak), else the job needs more than it may use. `explain` (reading the OOM message) decides when no
 allocator state was recorded, and is quoted as a second opinion when it disagrees.
 Without an OOM: a flagged leak or heavy fragmentation is a warning; a SIGKILL is a host OOM when the recording
-shows memory running out (analysis.kill), else one possible cause.
+shows memory running out (analysis.kill), else one possible cause. A command that exited non-zero (a launcher such
+as torchrun exits 1 when the OOM killer takes a rank) is a host OOM when the kernel log names the killed process of
+the job; where the log could not be read, the report says so and how to check.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ FIXES = {
         "With DataLoader workers: copy-on-write of Python lists in the dataset; keep samples in numpy arrays.",
     ],
     "host_oom": [
-        "Host or cgroup RAM ran out (the kernel or Kubernetes killed the job with SIGKILL): raise the memory "
-        "limit, use fewer DataLoader workers, avoid loading the whole dataset in RAM, check pinned memory.",
+        "Host or cgroup RAM ran out (the kernel or Kubernetes killed the job, or one of its processes, with SIGKILL): "
+        "raise the memory limit, use fewer DataLoader workers, avoid loading the whole dataset in RAM, check pinned "
+        "memory.",
     ],
 }
 
@@ -275,6 +278,71 @@ def _not_confirmed(ev: dict[str, Any]) -> str:
     return "the evidence of an OOM kill was not read"
 
 
+def _status_wording(rc: int) -> str:
+    """`exited with status 1`, `was killed by SIGTERM (exit 143 in a shell)`: what the command did after."""
+    return f"was {kill.exit_wording({'returncode': rc})}" if rc < 0 else f"exited with status {rc}"
+
+
+def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], meta: dict[str, Any],
+                    outside: dict[str, Any], killed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kernel log names a process of the job killed by the OOM killer, and the command did not die of SIGKILL
+    itself: a launcher (torchrun, accelerate, deepspeed, mpirun, a script) that exited 1 after losing a rank, or
+    one that restarted its ranks and exited 0. The killed process is named with its memory from the kill line."""
+    rc = meta["returncode"]
+    first = killed[0]
+    more = f" (and {len(killed) - 1} more of its processes)" if len(killed) > 1 else ""
+    argv = meta.get("argv")
+    cmd = str(argv[0]).rsplit("/", 1)[-1] if isinstance(argv, list) and argv else "the command"
+    launcher = first["name"] is not None and first["pid"] != meta.get("command_pid")
+    what = f"the launcher ({cmd})" if launcher else f"the command ({cmd})"
+    who = f"{kill.killed_who(first)} was killed by the kernel's OOM killer ({kill.killed_memory(first)} at the kill){more}"
+    lines = [f"the job ended: {kill.exit_wording(meta)}; no CUDA OOM was recorded"]
+    lines += [f"the kernel log names {kill.killed_who(d)} as killed by the OOM killer: {kill.killed_memory(d)}"
+              for d in killed]
+    lines += _memory_lines(processes, host_leaks, outside)
+    base = {"category": "host_oom", "source": "kernel log", "confidence": "high", "evidence": lines,
+            "fixes": FIXES["host_oom"], "message": None, "killed": killed}
+    if rc == 0:
+        return {**base, "oom": False, "severity": "warning",
+                "summary": f"{who}, yet {what} ended with exit 0 (a launcher that restarted its ranks, or a process "
+                           "the job replaced): host or cgroup memory ran out while it ran"}
+    return {**base, "oom": True, "severity": "error",
+            "summary": f"{who}; {what} then {_status_wording(rc)}: host or cgroup memory ran out"}
+
+
+def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, Any] | None) -> dict[str, Any]:
+    """A command that failed without a CUDA OOM or a named kill: say what the kernel log told about an OOM kill of
+    its processes. Unread (dmesg restricted, a container's log): say so and the command that tells; if the cgroup's
+    oom_kill count rose meanwhile, a host OOM of one of its processes is one possible cause."""
+    rc = kill.failed_status(meta)
+    if rc is None:
+        return v
+    unknown = kill.kernel_unknown(meta)
+    if unknown is None:
+        if kill.job_kills(meta) == [] and isinstance(meta.get("kernel_oom_kills"), list):
+            return {**v, "evidence": [*v["evidence"], "the kernel log holds no OOM kill of the job's processes "
+                                                      "after the job started"]}
+        return v
+    check = f"Check the kernel log on the node for an OOM kill of one of the job's processes: {kill.KERNEL_LOG_CHECK}"
+    rose = [f for f in (ev or {}).get("found", ()) if "oom_kill count rose" in f]
+    evidence = [*v["evidence"], f"unknown: whether the kernel's OOM killer killed a process of the job: {unknown}"]
+    if rose and v["severity"] == "ok":
+        ended = kill.exit_wording(meta)
+        return {"oom": True, "category": "host_oom", "severity": "warning", "source": "cgroup", "confidence": "low",
+                "summary": f"{ended}; a host OOM of one of its processes (a rank) is one possible cause (host_oom), "
+                           f"not confirmed: {rose[0]}, and {unknown.split(' (')[0]}, which would name the process",
+                "evidence": [f"the job ended: {ended}; no CUDA OOM was recorded", *evidence[len(v['evidence']):],
+                             *rose],
+                "fixes": [check, "If it was memory: " + FIXES["host_oom"][0]], "message": None}
+    if rose:
+        evidence.append(f"hint: {rose[0]}")
+    summary = v["summary"]
+    if v["severity"] == "ok":
+        summary = (f"{kill.exit_wording(meta)}; {summary}; whether the kernel's OOM killer took one of its processes "
+                   "is unknown")
+    return {**v, "summary": summary, "evidence": evidence, "fixes": [*v["fixes"], check]}
+
+
 def _cut_short_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any],
                        ev: dict[str, Any]) -> dict[str, Any]:
     """run.json has no exit status: `record` died with the job (a kill of the whole process group or cgroup,
@@ -317,6 +385,17 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
                 "evidence": evidence, "fixes": fixes, "message": messages[-1] if messages else None}
     if kill.is_sigkill(meta):
         return _sigkill_verdict(processes, host_leaks, meta, outside, kill_evidence or kill.evidence(meta, []))
+    rc = meta.get("returncode")
+    if (kill.failed_status(meta) is not None or rc == 0) and (killed := kill.killed_processes(meta, processes)):
+        return _killed_verdict(processes, host_leaks, meta, outside, killed)
+    return _with_kernel_unknown(_without_kill(processes, leaks, host_leaks, meta, outside, kill_evidence), meta,
+                                kill_evidence)
+
+
+def _without_kill(processes: list[dict[str, Any]], leaks: dict[str, Any], host_leaks: list[dict[str, Any]],
+                  meta: dict[str, Any], outside: dict[str, Any], kill_evidence: dict[str, Any] | None) -> dict[str, Any]:
+    """No CUDA OOM, no SIGKILL and no process of the job named killed: a leak, a host-memory lead, fragmentation,
+    a recording cut short, or nothing found."""
     cut = kill.cut_short(meta)
     if cut and (kill_evidence or {}).get("firm"):
         return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []))

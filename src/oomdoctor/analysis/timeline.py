@@ -202,7 +202,8 @@ def analyse(run: RunFiles) -> dict[str, Any]:
             p["leak"]["sites"] = grown or growth.sites((ends[-1]["snapshot"].get("live_by_source") or []) if ends else [])
     meta = run.meta or {}
     killed = None
-    if kill.is_sigkill(meta) or kill.cut_short(meta):  # what the outside sampler and the processes read of the cgroup and the machine
+    if kill.is_sigkill(meta) or kill.cut_short(meta) or kill.failed_status(meta) is not None:
+        # what the outside sampler and the processes read of the cgroup and the machine
         readings = {"outside": outside.samples if outside else [], **{p.label: p.samples for p in procs}}
         killed = kill.evidence(meta, readings)
     verdict = postmortem.verdict(proc_out, ooms, meta, out_series, killed)

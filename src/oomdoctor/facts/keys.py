@@ -38,7 +38,7 @@ _KEYS: tuple[FactKey, ...] = (
     _K("cgroup.oom_events", "resources", "memory.events `oom` (v2): times the limit was hit", 60),
     _K("cgroup.oom_kill", "resources", "memory.events `oom_kill` / memory.oom_control `oom_kill`: processes killed", 80),
     _K("cgroup.cpu_limit_cores", "resources", "cpu.max quota/period; null = unlimited", 10, True),
-    _K("kernel.oom_kills", "resources", "oom-killer lines in the kernel log: [{pid, comm, anon_rss_kb, shmem_rss_kb, memcg, line}]", 80),
+    _K("kernel.oom_kills", "resources", "oom-killer lines in the kernel log: [{pid, comm, anon_rss_kb, file_rss_kb, shmem_rss_kb, memcg, line}]", 80),
     _K("k8s.containers", "resources", "containers of added manifests: [{pod, name, requests, limits, gpu, shm}]", 40),
     _K("k8s.terminations", "resources", "container terminations in added manifests: [{pod, container, reason, exit_code}]", 80),
     # --- runtime: container engine, NVIDIA Container Toolkit, device nodes ------------------------

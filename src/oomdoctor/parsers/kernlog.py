@@ -93,7 +93,7 @@ def parse_oom_kills(lines: Iterable[str]) -> list[dict[str, Any]]:
         reason = _REASON.search(line)
         kills.append({
             "pid": int(m.group(1)), "comm": m.group(2)[:64],
-            "anon_rss_kb": rss.get("anon-rss"), "shmem_rss_kb": rss.get("shmem-rss"),
+            "anon_rss_kb": rss.get("anon-rss"), "file_rss_kb": rss.get("file-rss"), "shmem_rss_kb": rss.get("shmem-rss"),
             "reason": reason.group(1) if reason else None,
             "memcg": pending.get("memcg"), "constraint": pending.get("constraint"),
             "line": number, "text": line.strip()[:500],

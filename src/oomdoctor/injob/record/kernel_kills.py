@@ -1,4 +1,7 @@
-"""After a SIGKILL: the kernel log's OOM kills of the job, kept in run.json for `report` to judge.
+"""After a failed run: the kernel log's OOM kills of the job, kept in run.json for `report` to judge.
+
+Read when the command died of SIGKILL, exited non-zero (a launcher such as torchrun exits 1 when the OOM killer
+took one of its ranks) or when one of its processes vanished while it ran (launch decides; this reads and matches).
 
 The kernel log is the whole ring buffer since boot, and a pid number is reused: matching on the pid alone
 read an old kill of another program (or a user's `kill -9` after it) as an OOM kill of the job (review). So
@@ -33,6 +36,7 @@ from oomdoctor.redact import redact_text
 
 DMESG_TIMEOUT_S = 2.0
 MAX_LINES = 20
+RSS_FIELDS = ("anon_rss_kb", "file_rss_kb", "shmem_rss_kb")  # the killed process's memory, as the kill line gives it
 INIT_PID_NS_INODE = 4026531836  # PROC_PID_INIT_INO: the host's (initial) pid namespace
 
 
@@ -86,7 +90,8 @@ def kernel_oom_kills(seen: dict[int, set[str]], start_monotonic: float | None, n
         t = line_uptime(k["text"])
         if t is not None and start_monotonic is not None and t < start_monotonic:
             continue  # before the job started: another program's kill, its pid maybe reused since
-        entry: dict[str, Any] = {"pid": k["pid"], "comm": redact_text(k["comm"]), "uptime": t}
+        entry: dict[str, Any] = {"pid": k["pid"], "comm": redact_text(k["comm"]), "uptime": t,
+                                 **{f: k[f] for f in RSS_FIELDS if isinstance(k.get(f), int)}}
         if namespace == "other":
             entry.update(pid_match=None, comm_match=_named(k["comm"], every))
         else:

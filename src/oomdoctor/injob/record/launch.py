@@ -54,6 +54,10 @@ class OutsideSampler(threading.Thread):
         self.seen_pids: set[int] = {pid}  # every process of the job seen (the kernel log names the one it killed)
         self.seen_names: dict[int, set[str]] = {}  # their names (the kernel log's pid may be reused: it must match)
         self.last_seen: dict[int, float] = {}  # pid -> when (time.monotonic) it was last found in the job alive
+        # processes of the job (never the command itself) found at one sample and gone at a later one while the
+        # command still ran: a rank the OOM killer took, after which a launcher may exit 1 or even 0 (a restart)
+        self.vanished: set[int] = set()
+        self._found: set[int] = set()
         self.nvml = probes.Nvml()
         header = {"kind": "header", "schema_version": recording.SCHEMA_VERSION, "format": recording.FORMAT,
                   "tool_version": __version__, "t": time.time(), "pid": pid, "label": "outside"}
@@ -71,6 +75,7 @@ class OutsideSampler(threading.Thread):
                 pids.add(p.pid)
                 self.last_seen[p.pid] = now
                 self._note_name(p)
+            self._note_vanished(root, pids)
         except Exception:
             pass
         self.seen_pids |= pids
@@ -83,6 +88,16 @@ class OutsideSampler(threading.Thread):
         rec.update(probes.shm_usage())
         self.writer.write(rec)
         self.writer.flush()
+
+    def _note_vanished(self, root: Any, pids: set[int]) -> None:
+        """Note the processes found before and not now, if the command still runs: once it has exited (a zombie
+        until reaped) its children are no longer its, and every one would look gone."""
+        import psutil
+
+        if root.status() == psutil.STATUS_ZOMBIE:
+            return
+        self.vanished |= self._found - pids
+        self._found = pids - {self.pid}
 
     def _note_name(self, proc: Any) -> None:
         names = self.seen_names.setdefault(proc.pid, set())
@@ -197,8 +212,10 @@ def run(argv: Sequence[str], run_dir: str, *, every_ms: int = 500, history: int 
         _stop_helper(h)
     if env is not None:
         shutil.rmtree(os.path.join(run_dir, ".bootstrap"), ignore_errors=True)
-        killed = rc in (-signal.SIGKILL, 128 + signal.SIGKILL)  # 137: a shell in between reports the kill
-        _finish_meta(run_dir, rc, _kernel_log(run_dir, helpers, child.pid, ended) if killed else {})
+        extra: dict[str, Any] = {"command_pid": child.pid}
+        if _ask_kernel_log(rc, helpers):
+            extra.update(_kernel_log(run_dir, helpers, child.pid, ended))
+        _finish_meta(run_dir, rc, extra)
         if not quiet:
             _warn(f"recorded to {run_dir}; see: oomdoctor report {run_dir}")
     signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
@@ -273,9 +290,20 @@ def _forward(child: subprocess.Popen, signo: int) -> None:
         pass
 
 
+def _ask_kernel_log(rc: int, helpers: list[Any]) -> bool:
+    """Whether to read the kernel log at the end: the command failed (a SIGKILL, an exit 137 from a shell in between,
+    or any other non-zero status: torchrun, accelerate, deepspeed and mpirun exit 1 when the OOM killer took a rank),
+    or the sampler saw one of its processes vanish while it ran (a launcher that restarted its ranks may exit 0).
+    A clean run whose processes all lasted to its end is not asked about: the log is read only when it can matter."""
+    if rc != 0:
+        return True
+    return any(isinstance(h, OutsideSampler) and h.vanished for h in helpers)
+
+
 def _kernel_log(run_dir: str, helpers: list[Any], pid: int, ended: float | None = None) -> dict[str, Any]:
-    """The kernel log's OOM kills of the job after a SIGKILL (injob.record.kernel_kills), never raising.
-    `ended`: when the job ended (time.monotonic), for the pids it held to its end."""
+    """The kernel log's OOM kills of the job after a failure (injob.record.kernel_kills), never raising: an
+    unreadable log (dmesg restricted, timed out) is said in `kernel_log`. `ended`: when the job ended
+    (time.monotonic), for the pids it held to its end."""
     try:
         seen: dict[int, set[str]] = {pid: set()}
         live: set[int] | None = None

@@ -1,0 +1,275 @@
+"""GIVEN a launcher (torchrun, accelerate, deepspeed, mpirun, a bash wrapper) whose rank the kernel's OOM killer
+SIGKILLs WHEN the launcher then exits 1 (it stops the other ranks and reports a failure, not the signal) THEN
+`record` still reads the kernel log and `report` names the killed rank's host OOM; an ordinary failure with an
+unrelated kill in the log is not called one.
+
+Found with a 2-rank CPU torchrun run: `record` read the kernel log only after a SIGKILL or an exit 137 of the
+command itself, so a rank's host OOM under torchrun was reported as "no OOM". The kernel log is injected through a
+fake `dmesg` first on PATH (the seam the other record tests use): the real kernel log is never read here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GiB_KB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel log and /proc are Linux's")
+
+# a launcher as torchrun behaves: starts a rank (RANK set), waits for it, exits 1 when it failed; asked to tolerate
+# a failure, it restarts the rank as an elastic agent does (`--max-restarts`) and exits 0 when that one succeeds
+LAUNCHER = """
+import os, subprocess, sys
+env = {**os.environ, "RANK": "1"}
+rc = subprocess.Popen([sys.executable, sys.argv[1], *sys.argv[3:]], env=env).wait()
+print(f"launcher: rank 1 exited with {rc}", file=sys.stderr)
+if rc and sys.argv[2] == "tolerate":
+    rc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], env=env).wait()
+sys.exit(1 if rc else 0)
+"""
+
+KILLED_RANK = """
+import os, signal, sys, time
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()}")
+time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+FAILING_RANK = """
+import os, sys, time
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()}")
+time.sleep(1.0)
+raise ValueError("bad batch")
+"""
+
+HEALTHY = "import time\ntime.sleep(0.5)\n"
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OOMDOCTOR")}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    env.update(extra)
+    return env
+
+
+def _fake_dmesg(tmp_path: Path, body: str) -> str:
+    """A `dmesg` first on PATH that runs `body` (Python). Returns the PATH to use. (The machine facts collected at
+    the start run `dmesg` too, so whether `record` read the log is told by run.json, not by a run of it.)"""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "dmesg"
+    exe.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    exe.chmod(0o755)
+    return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+
+def _kill_line_of(pid_expr: str, comm_expr: str) -> str:
+    """Python that prints a kernel OOM-kill line, stamped now (the kernel log's clock), for a pid and comm."""
+    return (f"print(f'[{{time.monotonic():12.6f}}] Out of memory: Killed process {{{pid_expr}}} ({{{comm_expr}}}) "
+            f"total-vm:9000000kB, anon-rss:{8 * GiB_KB}kB, file-rss:2048kB, shmem-rss:0kB, UID:1000 pgtables:1kB "
+            "oom_score_adj:0')")
+
+
+def _read_child(tmp_path: Path) -> str:
+    return (f"pid, comm = open({str(tmp_path / 'childpid')!r}).read().split()\n")
+
+
+def _record(tmp_path: Path, rank_script: str, mode: str, path: str):
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    (tmp_path / "rank.py").write_text(rank_script)
+    return subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "50", "--", sys.executable, "launcher.py", "rank.py", mode, "childpid"],
+                          capture_output=True, cwd=tmp_path, timeout=120, env=_env(PATH=path))
+
+
+def _report(tmp_path: Path, fmt: str = "json"):
+    return subprocess.run([sys.executable, "-m", "oomdoctor", "report", "--format", fmt, str(tmp_path / "run")],
+                          capture_output=True, env=_env(), timeout=120)
+
+
+def _meta(tmp_path: Path) -> dict:
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    if meta.get("pid_namespace") == "other":
+        pytest.skip("run inside a container's own pid namespace: pids are not matched there")
+    return meta
+
+
+def test_a_rank_killed_by_the_oom_killer_under_a_launcher_that_exits_1_is_a_host_oom(tmp_path):
+    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm"))
+    proc = _record(tmp_path, KILLED_RANK, "fail", path)
+    assert proc.returncode == 1, proc.stderr
+    pid, comm = (tmp_path / "childpid").read_text().split()
+    meta = _meta(tmp_path)
+    assert meta["kernel_oom_kill"] is True, meta
+    assert [k["pid"] for k in meta["kernel_oom_kills"]] == [int(pid)]
+    assert meta["kernel_oom_kills"][0]["anon_rss_kb"] == 8 * GiB_KB and meta["command_pid"] != int(pid)
+    report = _report(tmp_path)
+    assert report.returncode == 1, report.stderr
+    doc = json.loads(report.stdout)
+    v = doc["verdict"]
+    assert v["category"] == "host_oom" and v["confidence"] == "high" and v["severity"] == "error", v
+    assert doc["ended"] == "exit 1"
+    # the killed rank by name, pid and comm, its memory from the kill line, and what the launcher did then
+    assert f"rank 1 (pid {pid}, {comm})" in v["summary"], v["summary"]
+    assert "anon-rss 8.00 GiB" in v["summary"], v["summary"]
+    assert "then exited with status 1" in v["summary"], v["summary"]
+    assert v["killed"][0]["pid"] == int(pid) and v["killed"][0]["anon_rss"] == 8 * (1 << 30)
+    text = _report(tmp_path, "text").stdout.decode()
+    assert "[host_oom]" in text and f"pid {pid}" in text
+
+
+def test_an_ordinary_failure_with_an_unrelated_kill_in_the_log_is_not_a_host_oom(tmp_path):
+    """The rank raises; the kernel log holds a kill, after the start, of a process outside the job (this test's own
+    pid, named `python` like the job's processes)."""
+    path = _fake_dmesg(tmp_path, _kill_line_of(str(os.getpid()), '"python"'))
+    proc = _record(tmp_path, FAILING_RANK, "fail", path)
+    assert proc.returncode == 1, proc.stderr
+    meta = _meta(tmp_path)  # the log was read (exit 1), and found nothing of the job's
+    assert meta["kernel_oom_kill"] is False and meta["kernel_oom_kills"] == [], meta
+    report = _report(tmp_path)
+    assert report.returncode == 0, report.stdout
+    v = json.loads(report.stdout)["verdict"]
+    assert v["category"] != "host_oom" and not v["oom"], v
+    assert "killed" not in v
+    assert str(os.getpid()) not in json.dumps(v)
+
+
+def test_a_killed_rank_under_a_launcher_that_still_exits_0_is_a_warning(tmp_path):
+    """An elastic launcher restarts its rank and succeeds: the sampler saw the killed rank vanish while the launcher
+    ran, so the log is read."""
+    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm"))
+    proc = _record(tmp_path, KILLED_RANK, "tolerate", path)
+    assert proc.returncode == 0, proc.stderr
+    pid = (tmp_path / "childpid").read_text().split()[0]
+    assert _meta(tmp_path)["kernel_oom_kill"] is True
+    report = _report(tmp_path)
+    assert report.returncode == 1
+    v = json.loads(report.stdout)["verdict"]
+    assert v["category"] == "host_oom" and v["severity"] == "warning" and not v["oom"], v
+    assert f"pid {pid}" in v["summary"] and "exit 0" in v["summary"], v["summary"]
+
+
+def test_a_clean_run_without_a_vanished_process_does_not_read_the_kernel_log(tmp_path):
+    path = _fake_dmesg(tmp_path, "print('[    1.000000] nothing')")
+    (tmp_path / "job.py").write_text(HEALTHY)
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "50", "--", sys.executable, "job.py"],
+                          capture_output=True, cwd=tmp_path, timeout=120, env=_env(PATH=path))
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert "kernel_oom_kills" not in meta and "kernel_log" not in meta
+
+
+def test_an_unreadable_kernel_log_after_a_failed_launcher_is_said_with_the_command_to_check(tmp_path):
+    path = _fake_dmesg(tmp_path, "sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n')\n"
+                                 "sys.exit(1)")
+    proc = _record(tmp_path, KILLED_RANK, "fail", path)
+    assert proc.returncode == 1, proc.stderr  # the record does not fail
+    meta = _meta(tmp_path)
+    assert meta["kernel_log"].startswith("dmesg denied"), meta
+    report = _report(tmp_path)
+    v = json.loads(report.stdout)["verdict"]
+    said = v["summary"] + "\n" + "\n".join(v["evidence"] + v["fixes"])
+    assert "the kernel log could not be read (dmesg denied" in said, said
+    assert "sudo dmesg -T | grep -i 'killed process'" in said, said
+    text = _report(tmp_path, "text").stdout.decode()
+    assert "sudo dmesg -T | grep -i 'killed process'" in text
+
+
+# --- the report's side, on recordings written here (no process is run) ---
+
+MiB = 1 << 20
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def _rank_timeline(pid: int, rank: int) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": pid, "rank": rank,
+             "label": f"rank{rank}", "t": 0}]
+    rows += [{"kind": "sample", "t": 0.5 * i, "rss": 900 * MiB} for i in range(1, 6)]
+    return _jsonl(rows)
+
+
+def _outside(kills: tuple[int, int] | None = None) -> str:
+    rows = [{"kind": "header", "label": "outside", "t": 0}]
+    for i in range(6):
+        rec: dict = {"kind": "sample", "t": 0.5 * i, "tree_rss": 2 * 900 * MiB}
+        if kills is not None:
+            rec["cgroup_oom_kill"] = kills[0] if i < 5 else kills[1]
+        rows.append(rec)
+    return _jsonl(rows)
+
+
+def _kill(pid: int, comm: str = "python", **kw) -> dict:
+    text = (f"[  100.000000] Out of memory: Killed process {pid} ({comm}) total-vm:1kB, anon-rss:{3 * GiB_KB}kB, "
+            "file-rss:1024kB, shmem-rss:512kB, UID:0 pgtables:1kB oom_score_adj:0")
+    return {"pid": pid, "comm": comm, "uptime": 100.0, "pid_match": True, "comm_match": True, "text": text, **kw}
+
+
+def _verdict(meta: dict, outside: str | None = None) -> dict:
+    from oomdoctor.analysis.timeline import analyse
+    from oomdoctor.facts.recording import RunFiles
+
+    meta = {"start": 0.0, "argv": ["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"], "command_pid": 10,
+            "pid_namespace": "init", **meta}
+    return analyse(RunFiles(path="run", meta=meta, outside=outside or _outside(),
+                            timelines={"rank0": _rank_timeline(11, 0), "rank1": _rank_timeline(12, 1)}))["verdict"]
+
+
+def test_the_verdict_names_the_killed_rank_its_memory_and_the_launchers_exit():
+    v = _verdict({"returncode": 1, "kernel_oom_kills": [_kill(12)], "kernel_oom_kill": True})
+    assert v["category"] == "host_oom" and v["confidence"] == "high" and v["oom"], v
+    assert v["summary"].startswith("rank 1 (pid 12, python) was killed by the kernel's OOM killer (anon-rss 3.00 GiB, "
+                                   "file-rss 1.00 MiB, shmem-rss 512.00 KiB at the kill)"), v["summary"]
+    assert "the launcher (torchrun) then exited with status 1" in v["summary"], v["summary"]
+
+
+def test_the_memory_of_an_older_recording_is_read_from_the_kill_lines_text():
+    """Recorders before this one kept the line's text, not its figures."""
+    v = _verdict({"returncode": 1, "kernel_oom_kills": [_kill(12)]})
+    assert v["killed"][0]["anon_rss"] == 3 * (1 << 30) and v["killed"][0]["shmem_rss"] == 512 * 1024
+
+
+def test_a_pid_the_job_left_early_killed_under_another_name_is_not_the_jobs():
+    """The existing rule: the pid may have been reused by another program since (name differs, not held to the end)."""
+    v = _verdict({"returncode": 1, "kernel_oom_kills": [_kill(12, "postgres", comm_match=False,
+                                                                 pid_live_at_end=False)]})
+    assert v["category"] != "host_oom" and "killed" not in v, v
+    assert "the kernel log holds no OOM kill of the job's processes after the job started" in v["evidence"]
+
+
+def test_a_command_killed_by_another_signal_after_its_rank_says_so():
+    v = _verdict({"returncode": -15, "signal": "SIGTERM", "kernel_oom_kills": [_kill(12)]})
+    assert "then was killed by SIGTERM (exit 143 in a shell)" in v["summary"], v["summary"]
+
+
+def test_in_another_pid_namespace_the_kill_is_not_put_on_a_rank_by_pid():
+    """The log's pids are the host's there: the name matched, but pid 12 of the container is not host pid 12."""
+    v = _verdict({"returncode": 1, "pid_namespace": "other",
+                  "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True)]})
+    assert v["category"] == "host_oom" and v["summary"].startswith("a process of the job (pid 12, python)"), v
+
+
+def test_an_unread_kernel_log_with_the_cgroups_oom_kill_count_rising_is_one_possible_cause():
+    v = _verdict({"returncode": 1, "kernel_log": "dmesg denied: Operation not permitted"}, _outside(kills=(0, 1)))
+    assert v["category"] == "host_oom" and v["confidence"] == "low" and v["severity"] == "warning", v
+    assert "oom_kill count rose from 0 to 1" in v["summary"] and "could not be read" in v["summary"], v["summary"]
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"])
+
+
+def test_an_unread_kernel_log_without_other_evidence_stays_a_plain_failure_that_says_how_to_check():
+    v = _verdict({"returncode": 1, "kernel_log": "dmesg: timed out after 2 s"}, _outside(kills=(0, 0)))
+    assert v["category"] is None and v["severity"] == "ok", v
+    assert v["summary"].startswith("exit 1; no OOM"), v["summary"]
+    assert any("the kernel log could not be read (dmesg: timed out after 2 s)" in e for e in v["evidence"])
