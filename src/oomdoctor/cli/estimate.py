@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
         with progress(f"searching the largest batch for {args.workload}", args) as update:
             found = estimator.max_batch(workload, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
-                                        progress=update)
+                                        progress=update, cpu_fallback_limit=_cpu_fallback_limit())
         cap = limit if limit is not None else get_gpu(args.gpu).total_memory
         if args.format == "json":
             from oomdoctor.render.envelope import dumps
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --batch-size N (or --max-batch with --memory-limit)")
     with progress(f"tracing {args.workload} at batch size {args.batch_size}", args):
         est = estimator.estimate(workload, args.batch_size, memory_limit=limit, gpu=args.gpu, alloc_conf=conf,
-                                 lazy_loading=not args.eager_loading)
+                                 lazy_loading=not args.eager_loading, cpu_fallback_limit=_cpu_fallback_limit())
     if args.format == "json":
         out = render.estimate_json(est)
     elif args.format == "html":
@@ -146,6 +146,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 
+
+
+def _cpu_fallback_limit() -> int:
+    """How much host memory fake tensors' real CPU run of an op without a meta kernel may take: a share of what
+    this host (and this process's cgroup) has available (estimate/host_fallback.py)."""
+    from oomdoctor.collectors import machine
+    from oomdoctor.estimate import host_fallback
+
+    return host_fallback.limit_for(host_fallback.available_from(machine.collect_host_memory()))
 
 
 DEFAULT_OPTIMIZER = "adamw"

@@ -145,6 +145,21 @@ def collect_deciding_facts(ctx: CollectContext | None = None) -> FactSet:
     return FactSet(entries)
 
 
+def collect_host_memory(ctx: CollectContext | None = None) -> FactSet:
+    """The host's available memory and this process's cgroup limit and usage (no GPU, no commands): what a
+    computation on this host may still take (estimate bounds fake tensors' CPU runs by it). Each collector's
+    failure costs only its facts."""
+    ctx = ctx or CollectContext(root=Path("/"), env={}, gpu=None, runner=NoCommands(), bundle=False,
+                                self_pids=frozenset({os.getpid()}))
+    entries: list[Entry] = []
+    for collector in (collect_system, collect_cgroup):
+        try:
+            entries += collector(ctx)
+        except Exception:  # noqa: BLE001, S112 - unknown memory: the estimate takes its fixed limit
+            continue
+    return FactSet(entries)
+
+
 def collect_bundle(path: str | Path, notes: list[str] | None = None) -> FactSet:
     """Facts of a bundle (directory or .tar.gz); reads nothing else of this machine.
 

@@ -16,8 +16,10 @@ from typing import Any, Union
 from oomdoctor.errors import UsageError
 from oomdoctor.estimate.alloc_conf import AllocConf, parse_alloc_conf
 from oomdoctor.estimate.allocator import ReplayResult, replay, round_size
+from oomdoctor.estimate.host_fallback import FallbackRefused
 from oomdoctor.estimate.memtrace import MemTrace
 from oomdoctor.estimate.reduce_staging import ReduceDevice
+from oomdoctor.estimate.step_errors import host_run
 from oomdoctor.estimate.workspaces import CONTEXT, Workspaces, cublas_workspace_for
 from oomdoctor.knowledge.gpus import GpuSpec, get_gpu
 from oomdoctor.workload.load import Workload, WorkloadSpec, load_workload
@@ -62,7 +64,8 @@ def _limit(memory_limit: int | None, gpu: GpuSpec | None, context: int) -> int |
 
 
 def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None,
-              labeler: Callable[[Any], str | None] | None = None, parallel: Any = None) -> tuple[MemTrace, dict]:
+              labeler: Callable[[Any], str | None] | None = None, parallel: Any = None,
+              cpu_fallback_limit: int | None = None) -> tuple[MemTrace, dict]:
     from oomdoctor.estimate.trace import trace_spec
 
     if batch_size < 1:
@@ -71,16 +74,20 @@ def trace_for(source: SpecSource, batch_size: int, gpu: GpuSpec | None = None,
     # no GPU named: the H100 the workspace rules were measured on (132 SMs, 2048 threads per SM)
     ws = Workspaces(cublas=cublas_workspace_for(gpu.capability[0] if gpu else 9),
                     reduce_device=ReduceDevice(gpu.sm_count, gpu.max_threads_per_sm) if gpu else ReduceDevice())
-    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws, labeler=labeler, parallel=parallel)
+    return trace_spec(lambda: make(batch_size), source=path, workspaces=ws, labeler=labeler, parallel=parallel,
+                      cpu_fallback_limit=cpu_fallback_limit)
 
 
 def estimate(workload_or_spec_factory: SpecSource, batch_size: int, *, memory_limit: int | None = None,
-             gpu: str | None = None, alloc_conf: str | AllocConf | None = None, lazy_loading: bool = True) -> Estimate:
+             gpu: str | None = None, alloc_conf: str | AllocConf | None = None, lazy_loading: bool = True,
+             cpu_fallback_limit: int | None = None) -> Estimate:
     """Estimate one workload at one batch size. `memory_limit` caps reserved memory like
-    torch.cuda.set_per_process_memory_fraction; `gpu` (e.g. "h100") checks the whole process fits."""
+    torch.cuda.set_per_process_memory_fraction; `gpu` (e.g. "h100") checks the whole process fits.
+    `cpu_fallback_limit`: the most host memory the real CPU run of an op without a meta kernel may take
+    (default host_fallback.LIMIT_CAP, 1 GiB); over it, host_fallback.FallbackRefused (an InputError)."""
     spec_gpu = get_gpu(gpu) if gpu else None
     conf = alloc_conf if isinstance(alloc_conf, AllocConf) else parse_alloc_conf(alloc_conf)
-    trace, info = trace_for(workload_or_spec_factory, batch_size, spec_gpu)
+    trace, info = trace_for(workload_or_spec_factory, batch_size, spec_gpu, cpu_fallback_limit=cpu_fallback_limit)
     return _from_trace(trace, info, batch_size, conf, memory_limit, spec_gpu, lazy_loading)
 
 
@@ -119,6 +126,11 @@ MAX_BATCH_CAP = 1 << 31
 SEARCH_SECONDS = 600.0
 
 
+class SearchStop(Exception):
+    """Raised by a search's `fits(n)` when n cannot be judged (its trace was refused, not failed): the search ends
+    with the largest n that fitted, bound "search_limit", the exception's text saying why."""
+
+
 @dataclass(frozen=True)
 class Found:
     """What a search for the largest n that fits found: `best` (0: not even 1 fits), what bounds it (`bound`:
@@ -144,29 +156,41 @@ class MaxBatch:
 
 def max_batch(workload_or_spec_factory: SpecSource, *, memory_limit: int | None = None, gpu: str | None = None,
               alloc_conf: str | AllocConf | None = None, upper: int = MAX_BATCH_CAP,
-              seconds: float | None = SEARCH_SECONDS, progress: Callable[[str], None] | None = None) -> MaxBatch:
+              seconds: float | None = SEARCH_SECONDS, progress: Callable[[str], None] | None = None,
+              cpu_fallback_limit: int | None = None) -> MaxBatch:
     """Largest batch whose traced step fits: doubling from 1 until one does not fit (or `upper`, or `seconds` of
-    doubling), then bisection. 0 if even 1 does not fit."""
+    doubling), then bisection. 0 if even 1 does not fit. A batch whose op without a meta kernel would take more
+    host memory than `cpu_fallback_limit` to run on the CPU ends the search at the largest batch traced (bound
+    "search_limit"); at batch 1, FallbackRefused."""
     if memory_limit is None and gpu is None:
         raise UsageError("--max-batch needs --memory-limit SIZE or --gpu NAME")
     conf = alloc_conf if isinstance(alloc_conf, AllocConf) else parse_alloc_conf(alloc_conf)
     spec_gpu = get_gpu(gpu) if gpu else None
     tried: dict[int, bool] = {}
     peaks: dict[int, int] = {}
+    refused: list[int] = []
 
     def fits(b: int) -> bool:
         if b not in tried:
             if progress:
                 ok = [k for k, v in tried.items() if v]
                 progress(f"tracing batch size {b}" + (f" ({max(ok)} fits)" if ok else ""))
-            trace, info = trace_for(workload_or_spec_factory, b, spec_gpu)
+            try:
+                trace, info = trace_for(workload_or_spec_factory, b, spec_gpu, cpu_fallback_limit=cpu_fallback_limit)
+            except FallbackRefused as exc:
+                if b == 1:  # nothing traced: the refusal is the answer
+                    raise
+                refused.append(b)
+                raise SearchStop(f"batch size {b}: {exc.op} has no meta (fake tensor) implementation in torch "
+                                 f"{exc.torch_version} ({host_run(exc.needed, exc.limit)}); measure larger batches "
+                                 f"on a GPU (`oomdoctor max-batch`)") from exc
             est = _from_trace(trace, info, b, conf, memory_limit, spec_gpu, True)
             tried[b], peaks[b] = bool(est.fits), est.peak_reserved_bytes
         return tried[b]
 
     found = search_largest(fits, upper, seconds=seconds)
     stopped = found.stopped
-    if found.bound == "search_limit" and found.best > 1 and peaks.get(found.best) == peaks.get(1):
+    if found.bound == "search_limit" and not refused and found.best > 1 and peaks.get(found.best) == peaks.get(1):
         stopped += "; the step's memory does not grow with the batch size: does build() use batch_size?"
     return MaxBatch(found.best, tried, found.bound, stopped)
 
@@ -180,7 +204,8 @@ def largest_that_fits(fits: Callable[[int], bool], upper: int) -> int:
 def search_largest(fits: Callable[[int], bool], upper: int, *, seconds: float | None = None,
                    clock: Callable[[], float] | None = None) -> Found:
     """The largest n in 1..upper with fits(n), for a monotone `fits`: doubling from 1 (capped at upper), then
-    bisection. Doubling for more than `seconds`: the n that fits so far, bound "search_limit"."""
+    bisection. Doubling for more than `seconds`: the n that fits so far, bound "search_limit"; so too when
+    fits(n) raises SearchStop (but not for n = 1: it propagates then)."""
     import time
 
     now = clock or time.monotonic
@@ -192,22 +217,25 @@ def search_largest(fits: Callable[[int], bool], upper: int, *, seconds: float | 
     if not fits(1):
         return Found(0)
     lo, hi = 1, None
-    while hi is None:
-        nxt = min(lo * 2, upper)
-        if nxt == lo:
-            return Found(lo, "search_limit", "the largest batch it traces; memory was not reached")
-        if out_of_time():
-            return Found(lo, "search_limit", f"{seconds:.0f} s of doubling the batch, each one fitting")
-        if fits(nxt):
-            lo = nxt
-        else:
-            hi = nxt
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
+    try:
+        while hi is None:
+            nxt = min(lo * 2, upper)
+            if nxt == lo:
+                return Found(lo, "search_limit", "the largest batch it traces; memory was not reached")
+            if out_of_time():
+                return Found(lo, "search_limit", f"{seconds:.0f} s of doubling the batch, each one fitting")
+            if fits(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    except SearchStop as stop:
+        return Found(lo, "search_limit", str(stop), first_no=hi)
     return Found(lo, first_no=hi)
 
 

@@ -10,7 +10,8 @@ tensors' own kinds (no meta kernel, data-dependent output) are limitations witho
 be limits of estimating without a GPU, with what to do (measure on a GPU, replace the op). So is an op
 without a meta kernel that fake tensors ran for real on the CPU instead, when that run itself failed: a big
 one (MultiMarginLoss's backward at batch 2M) ran out of host memory and was reported as the workload's step
-failing with the CPU allocator's words.
+failing with the CPU allocator's words. A run that big is now refused before it starts (estimate/host_fallback.py),
+worded the same way with the size it would have taken (host_run).
 
 Autograd's own refusals (a loss without a gradient, a leaf changed in place) are raised above the ops, by
 the step as a GPU runs it too: they are the workload's. When none of the workload file's code is on the
@@ -27,6 +28,8 @@ import os
 import re
 from collections.abc import Iterator
 from typing import Any
+
+from oomdoctor.units import format_bytes
 
 REAL_RERUN_BYTES = 64 << 20  # inputs up to this size are made for real, on the CPU; larger ones on meta
 _FAKE_TENSOR_LOG = "torch._subclasses.fake_tensor"
@@ -77,19 +80,28 @@ def sized_by_values(exc: BaseException) -> bool:
     return kind is not None and isinstance(exc, kind)
 
 
-def limit_message(source: str, op: str, version: str, *, no_meta: bool, cpu_error: str = "") -> str:
+def limit_message(source: str, op: str, version: str, *, no_meta: bool, cpu_error: str = "",
+                  host: tuple[int, int] | None = None) -> str:
     """One line: why the op cannot be traced (no meta implementation in this torch, or an output sized by values),
     that this is a limit of estimating without a GPU, and what to do; `cpu_error`: what the CPU run that fake
-    tensors tried in its place said."""
+    tensors tried in its place said; `host`: (bytes, limit) of that run, refused for its size before it ran."""
     custom = no_meta and op.split(".", 1)[0] not in ("aten", "prims")
     where = f"`oomdoctor max-batch {source}` runs real trials" if source.endswith(".py") else "real trials"
     cpu_error = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", cpu_error)
     tried = f" (fake tensors ran it on the CPU in its place, which failed: {cpu_error})" if cpu_error else ""
+    if host is not None:
+        tried = f" ({host_run(*host)})"
     why = (f"{op} has no meta (fake tensor) implementation in torch {version}" if no_meta else
            f"the size of what {op} returns depends on its inputs' values, which fake tensors do not hold")
     return (f"{source}: {why}, so its memory cannot be traced: a limit of estimating without a GPU, not an error "
             f"of the workload. Measure on a GPU ({where})"
             f"{', give the op one (torch.library.register_fake),' if custom else ''} or replace the op{tried}")
+
+
+def host_run(needed: int, limit: int) -> str:
+    """What fake tensors' refused CPU run would have taken, against the limit."""
+    return (f"fake tensors would run it for real on the CPU in its place, on zero-filled tensors of its full size: "
+            f"about {format_bytes(needed)} of host memory, over the {format_bytes(limit)} allowed to such a run")
 
 
 def outside_fake(func: Any, args: tuple, kwargs: dict) -> BaseException | None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.errors import InputError
-from oomdoctor.estimate import periodic, step_errors
+from oomdoctor.estimate import host_fallback, periodic, step_errors
 from oomdoctor.estimate.cuda_semantics import cuda_semantics
 from oomdoctor.estimate.fake_module import fake_safe_apply
 from oomdoctor.estimate.memtrace import OPTIMIZER_TEMPORARIES, MemTrace
@@ -251,7 +251,7 @@ def _modes(trace: MemTrace, workspaces: Workspaces, amp: bool, labeler: Callable
                 self.uses_conv = True
             try:
                 out = func(*args, **kwargs)
-            except OpNotTraceable:
+            except (OpNotTraceable, host_fallback.OverHostLimit):
                 raise
             except Exception as exc:
                 raise _classified(func, args, kwargs, exc) from exc
@@ -395,13 +395,17 @@ def _quiet_loss_type():
 def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source: str = "<workload>",
                workspaces: Workspaces | None = None,
                labeler: Callable[[Any], str | None] | None = None,
-               decode_traced: int | None = -1, parallel: Any = None) -> tuple[MemTrace, dict]:
+               decode_traced: int | None = -1, parallel: Any = None,
+               cpu_fallback_limit: int | None = None) -> tuple[MemTrace, dict]:
     """Build the workload under fake tensors and trace `steps` steps. Returns (trace, info).
     `labeler(tensor)` may name the breakdown category of each new storage (e.g. "logits").
     generate(): the first `decode_traced` decode steps are traced and the rest written out when they
     repeat (estimate/periodic.py); None traces every one; default DECODE_TRACED (None without SHORTCUTS).
     `parallel` (an estimate.parallel_trace.Plan): trace rank 0 of a DDP / FSDP2 job over a fake process
-    group; the model is wrapped after it is loaded, as a training script does."""
+    group; the model is wrapped after it is loaded, as a training script does. `cpu_fallback_limit`: the most host
+    memory fake tensors' real CPU run of an op without a meta kernel may take (estimate/host_fallback.py; default
+    LIMIT_CAP); a run over it is refused with FallbackRefused."""
+    limit = host_fallback.LIMIT_CAP if cpu_fallback_limit is None else cpu_fallback_limit
     with step_errors.quiet_fake_tensor_log(), _quiet_loss_type():  # an op's error: one line, not logged too
         if parallel is not None:
             from oomdoctor.estimate import parallel_trace
@@ -410,25 +414,47 @@ def trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int = 3, source:
             quiet = quiet_own_hooks() if parallel.strategy == "zero3" else contextlib.nullcontext()
             with parallel_trace.fake_world(parallel) as mesh, quiet:
                 return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                                   decode_traced=decode_traced, parallel=parallel, mesh=mesh)
+                                   decode_traced=decode_traced, parallel=parallel, mesh=mesh, limit=limit)
         return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                           decode_traced=decode_traced)
+                           decode_traced=decode_traced, limit=limit)
+
+
+def _refused(exc: host_fallback.OverHostLimit, source: str) -> host_fallback.FallbackRefused:
+    """An op's real CPU run refused for its size: the limit of an op without a meta kernel, with that size."""
+    import torch
+
+    message = step_errors.limit_message(source, _op_name(exc.op), torch.__version__, no_meta=True,
+                                        host=(exc.needed, exc.limit))
+    return host_fallback.FallbackRefused(message, _op_name(exc.op), exc.needed, exc.limit, torch.__version__)
 
 
 def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: str, workspaces: Workspaces | None,
                 labeler: Callable[[Any], str | None] | None, decode_traced: int | None,
-                parallel: Any = None, mesh: Any = None) -> tuple[MemTrace, dict]:
+                parallel: Any = None, mesh: Any = None, limit: int) -> tuple[MemTrace, dict]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    # build() too: its ops run under the same fake tensors
+    with host_fallback.bounded(fake, limit):
+        return _trace_in(make_spec, fake, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
+                         decode_traced=decode_traced, parallel=parallel, mesh=mesh, limit=limit)
+
+
+def _trace_in(make_spec: Callable[[], WorkloadSpec], fake: Any, *, steps: int, source: str,
+              workspaces: Workspaces | None, labeler: Callable[[Any], str | None] | None, decode_traced: int | None,
+              parallel: Any, mesh: Any, limit: int) -> tuple[MemTrace, dict]:
     if decode_traced == -1:
         decode_traced = DECODE_TRACED if SHORTCUTS else None
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from oomdoctor.workload.step import StepRunner
 
     workspaces = workspaces or Workspaces()
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
     trace = MemTrace()
-    spec = _build(make_spec, fake, source)
+    try:
+        spec = _build(make_spec, fake, source)
+    except host_fallback.OverHostLimit as exc:
+        raise _refused(exc, source) from exc
     streams = None
     if parallel is not None:
         from oomdoctor.estimate.parallel_trace import StreamIds
@@ -470,6 +496,8 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
                         _label_state(runner, rec, trace)
                 runner.on_phase = mark
                 runner.step()
+    except host_fallback.OverHostLimit as exc:
+        raise _refused(exc, source) from exc
     except OpRejected as exc:
         at, module = step_errors.where(exc, spec.model, source)
         at, made = _or_build(at, source)
@@ -500,7 +528,7 @@ def _trace_spec(make_spec: Callable[[], WorkloadSpec], *, steps: int, source: st
         nxt = periodic.extend_periods(trace, decode["bounds"], decode["total"], rec.next_sid)
         if nxt is None:  # the traced decode steps do not repeat: trace them all
             return _trace_spec(make_spec, steps=steps, source=source, workspaces=workspaces, labeler=labeler,
-                               decode_traced=None, parallel=parallel, mesh=mesh)
+                               decode_traced=None, parallel=parallel, mesh=mesh, limit=limit)
         rec.next_sid = nxt
         info["decode_steps_traced"] = len(decode["bounds"]) - 1
     info["cublas_threads"] = sorted(rec.workspace_threads)
@@ -600,6 +628,8 @@ def _build(make_spec: Callable[[], WorkloadSpec], fake: Any, source: str) -> Wor
         with fake, fake_safe_apply():
             return make_spec()
     except InputError as exc:
+        if isinstance(exc.__cause__, host_fallback.OverHostLimit):  # build() ran an op over the limit
+            raise exc.__cause__ from None
         if not isinstance(exc.__cause__, DataDependentOutputException):
             raise
     spec = make_spec()
