@@ -63,3 +63,17 @@ def test_no_internal_session_names_in_user_text():
                   if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
                   and SESSION.search(n.value)]
     assert not found, found
+
+
+# The user guides speak to users, who have no "sessions": the project's own history belongs in the records
+# (CHANGELOG.md, docs/explain-design.md, docs/benchmarks.md, docs/validation/), not in the README or a guide.
+RECORDS = {"explain-design.md", "benchmarks.md"}
+GUIDES = [Path(__file__).resolve().parent.parent / "README.md"] + sorted(
+    p for p in (Path(__file__).resolve().parent.parent / "docs").glob("*.md") if p.name not in RECORDS)
+HISTORY = re.compile(r"\bsessions? \d+\b|\b(?:first|second|third|\w+th|\w+-\w+th) session\b", re.I)
+
+
+@pytest.mark.parametrize("path", GUIDES, ids=lambda p: p.name)
+def test_user_guides_carry_no_session_history(path):
+    found = HISTORY.findall(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.name}: {found}"
