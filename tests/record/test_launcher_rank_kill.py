@@ -273,3 +273,91 @@ def test_an_unread_kernel_log_without_other_evidence_stays_a_plain_failure_that_
     assert v["category"] is None and v["severity"] == "ok", v
     assert v["summary"].startswith("exit 1; no OOM"), v["summary"]
     assert any("the kernel log could not be read (dmesg: timed out after 2 s)" in e for e in v["evidence"])
+
+
+# --- the step shown with the kill: the killed process's own, not the furthest rank's ---
+
+
+def _stepped_timeline(pid: int, rank: int, steps: range) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": pid, "rank": rank,
+             "label": f"rank{rank}", "t": 0}]
+    for s in steps:
+        rows.append({"kind": "step", "t": 1.0 + s, "step": s, "rss": 900 * MiB})
+        rows.append({"kind": "sample", "t": 1.5 + s, "rss": 900 * MiB})
+    return _jsonl(rows)
+
+
+def _verdict_with_steps(meta: dict, rank0: range, rank1: range) -> dict:
+    """rank 0 is pid 11, rank 1 is pid 12 (as in `_verdict`), each with its own step markers."""
+    from oomdoctor.analysis.timeline import analyse
+    from oomdoctor.facts.recording import RunFiles
+
+    meta = {"start": 0.0, "argv": ["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"], "command_pid": 10,
+            "pid_namespace": "init", "returncode": 1, **meta}
+    return analyse(RunFiles(path="run", meta=meta, outside=_outside(),
+                            timelines={"rank0": _stepped_timeline(11, 0, rank0),
+                                       "rank1": _stepped_timeline(12, 1, rank1)}))
+
+
+def _step_lines(v: dict) -> list[str]:
+    return [e for e in v["evidence"] if "step" in e]
+
+
+def test_the_step_shown_with_a_killed_rank_is_its_own_not_the_furthest_ranks():
+    """torchrun, rank 1 killed at step 7 while rank 0 got to step 21: the report said rank 0's step 21."""
+    doc = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(1, 22), range(1, 8))
+    v = doc["verdict"]
+    assert v["category"] == "host_oom" and v["confidence"] == "high", v
+    assert _step_lines(v) == ["rank 1: the last step recorded before the kill was step 7 (rank 0 got further, "
+                              "to step 21)"], v["evidence"]
+    assert v["killed"][0]["name"] == "rank 1" and v["killed"][0]["last_step"] == 7, v["killed"]
+    from oomdoctor.render.record import render_text
+    assert "rank 1: the last step recorded before the kill was step 7" in render_text(doc)
+
+
+def test_a_killed_rank_ahead_of_the_others_is_not_compared_with_them():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(1, 9), range(1, 10))["verdict"]
+    assert _step_lines(v) == ["rank 1: the last step recorded before the kill was step 9"], v["evidence"]
+
+
+def test_a_killed_rank_that_marked_no_step_says_so_and_not_another_ranks_step():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(1, 22), range(0))["verdict"]
+    assert _step_lines(v) == ["rank 1: no step was recorded before the kill (rank 0 got further, to step 21)"], \
+        v["evidence"]
+    assert v["killed"][0]["last_step"] is None
+
+
+def test_step_0_is_a_step():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(0, 4), range(0, 1))["verdict"]
+    assert _step_lines(v) == ["rank 1: the last step recorded before the kill was step 0 (rank 0 got further, "
+                              "to step 3)"], v["evidence"]
+
+
+def test_two_killed_ranks_each_give_their_own_step():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(11), _kill(12)]}, range(1, 6), range(1, 4))["verdict"]
+    assert _step_lines(v) == ["rank 0: the last step recorded before the kill was step 5; rank 1: the last step "
+                              "recorded before the kill was step 3"], v["evidence"]
+
+
+def test_a_killed_process_that_was_not_recorded_is_not_given_a_ranks_step():
+    """A DataLoader worker (its own pid, no timeline of its own) was killed: which rank it served is not recorded,
+    so the furthest step is said as that, not as the killed process's."""
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(99, "pt_data_worker", pid_live_at_end=True)]},
+                            range(1, 22), range(1, 8))["verdict"]
+    assert v["category"] == "host_oom", v
+    assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]
+
+
+def test_a_killed_launcher_with_no_process_named_gives_the_furthest_step_as_that():
+    """The whole torchrun killed by SIGKILL, the kernel log not read: no process is known to be the killed one."""
+    v = _verdict_with_steps({"returncode": -9, "signal": "SIGKILL", "kernel_log": "dmesg denied"},
+                            range(1, 22), range(1, 8))["verdict"]
+    assert v["category"] == "host_oom" and v["confidence"] == "low", v
+    assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]
+
+
+def test_in_another_pid_namespace_the_killed_process_is_not_matched_to_a_rank_by_pid():
+    v = _verdict_with_steps({"pid_namespace": "other",
+                             "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True)]},
+                            range(1, 22), range(1, 8))["verdict"]
+    assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]

@@ -116,17 +116,25 @@ def _kill_rss(k: dict[str, Any]) -> dict[str, int | None]:
             for f, v in got.items()}
 
 
+def _step(p: dict[str, Any]) -> int | None:
+    """A process's last recorded step; step 0 is a step."""
+    v = p.get("last_step")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def killed_processes(meta: dict[str, Any], processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The job's processes the kernel log says the OOM killer killed: {pid, comm, name, anon_rss, file_rss,
-    shmem_rss, uptime}. `name` is the rank (`rank 1`) of a recorded process with that pid, else None; never in
-    another pid namespace, where the log's pids are the host's and the recording's are the container's."""
+    shmem_rss, uptime, last_step}. `name` is the rank (`rank 1`) of a recorded process with that pid, else None;
+    `last_step` the last step that process recorded (None: none, or not a recorded process); never in another
+    pid namespace, where the log's pids are the host's and the recording's are the container's."""
     other = meta.get("pid_namespace") == "other"
     ranks = {p.get("pid"): p.get("name") for p in processes if p.get("rank") is not None and p.get("pid") is not None}
+    steps = {} if other else {p.get("pid"): _step(p) for p in processes if p.get("pid") is not None}
     out = []
     for k in job_kills(meta):
         pid = k.get("pid")
         out.append({"pid": pid, "comm": str(k.get("comm") or "?"), "name": None if other else ranks.get(pid),
-                    **_kill_rss(k), "uptime": k.get("uptime")})
+                    **_kill_rss(k), "uptime": k.get("uptime"), "last_step": steps.get(pid)})
     return out
 
 
@@ -274,10 +282,38 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, lis
     return {"firm": bool(found), "found": found, "against": against, "unread": unread, "hints": hints}
 
 
-def last_step(processes: list[dict[str, Any]]) -> tuple[str, int] | None:
-    """(process name, its last recorded step) of the process with the most steps, if any step was marked."""
-    marked = [p for p in processes if p.get("last_step")]
-    if not marked:
+def _recorded_killed(killed: list[dict[str, Any]], processes: list[dict[str, Any]],
+                     meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recorded processes (timelines) the kernel log names as killed, matched by pid; none in another pid
+    namespace (the log's pids are the host's) nor for a killed process without a timeline (a DataLoader worker)."""
+    if meta.get("pid_namespace") == "other":
+        return []
+    pids = {d.get("pid") for d in killed if d.get("pid") is not None}
+    return [p for p in processes if p.get("pid") in pids]
+
+
+def steps_at_kill(processes: list[dict[str, Any]], killed: list[dict[str, Any]], meta: dict[str, Any]) -> str | None:
+    """The evidence line on steps: the killed process's own last recorded step, and a process that got further.
+
+    Under a launcher the OOM killer takes one rank while the others run on until the launcher stops them, so the
+    furthest step (rank 0's) is not where the killed rank died. Where no recorded process is known to be the
+    killed one, the furthest step is said as that; a job of one process keeps its own wording."""
+    stepped = [(s, p) for p in processes if (s := _step(p)) is not None]
+    hit = _recorded_killed(killed, processes, meta)
+    if hit:
+        parts = [f"{p['name']}: no step was recorded before the kill" if (s := _step(p)) is None
+                 else f"{p['name']}: the last step recorded before the kill was step {s}" for p in hit[:3]]
+        own = max((s for p in hit if (s := _step(p)) is not None), default=None)
+        others = [(s, p) for s, p in stepped if all(p is not q for q in hit)]
+        further = ""
+        if others:
+            s, top = max(others, key=lambda sp: sp[0])
+            if own is None or s > own:
+                further = f" ({top['name']} got further, to step {s})"
+        return "; ".join(parts) + further if own is not None or further else None
+    if not stepped:
         return None
-    p = max(marked, key=lambda q: q["last_step"])
-    return p["name"], int(p["last_step"])
+    s, top = max(stepped, key=lambda sp: sp[0])
+    if len(processes) == 1:
+        return f"{top['name']}: the last step recorded before the kill was step {s}"
+    return f"the furthest step recorded before the kill: step {s} ({top['name']})"

@@ -232,7 +232,7 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
     """host_oom firmly with evidence of memory running out; else host memory as one possible cause, how to check."""
     ended = kill.exit_wording(meta) or "killed by SIGKILL"
     lines = [f"the job ended: {ended}; no CUDA OOM was recorded"]
-    lines += _memory_lines(processes, host_leaks, outside)
+    lines += _memory_lines(processes, host_leaks, outside, meta)
     if ev["firm"]:
         return {"oom": True, "category": "host_oom", "severity": "error", "source": "exit status and memory readings",
                 "confidence": "high", "summary": f"{ended}: host or cgroup memory ran out",
@@ -246,11 +246,14 @@ def _sigkill_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str,
             "message": None}
 
 
-def _memory_lines(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any]) -> list[str]:
+def _memory_lines(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any],
+                  meta: dict[str, Any]) -> list[str]:
+    """The steps at the kill (the killed process's own where the kernel log names a recorded one), the job's
+    largest RSS, and any host-memory growth."""
     lines = []
-    step = kill.last_step(processes)
+    step = kill.steps_at_kill(processes, kill.killed_processes(meta, processes), meta)
     if step:
-        lines.append(f"{step[0]}: the last step recorded before the kill was step {step[1]}")
+        lines.append(step)
     tree = _series_last_peak(outside.get("tree_rss"))
     rss = [p["peaks"]["rss"] for p in processes if (p.get("peaks") or {}).get("rss")]
     if rss or (tree and tree[1] > 0):  # the whole tree from outside, each process from inside: the larger
@@ -299,7 +302,7 @@ def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, 
     lines = [f"the job ended: {kill.exit_wording(meta)}; no CUDA OOM was recorded"]
     lines += [f"the kernel log names {kill.killed_who(d)} as killed by the OOM killer: {kill.killed_memory(d)}"
               for d in killed]
-    lines += _memory_lines(processes, host_leaks, outside)
+    lines += _memory_lines(processes, host_leaks, outside, meta)
     base = {"category": "host_oom", "source": "kernel log", "confidence": "high", "evidence": lines,
             "fixes": FIXES["host_oom"], "message": None, "killed": killed}
     if rc == 0:
@@ -344,11 +347,11 @@ def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, 
 
 
 def _cut_short_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], outside: dict[str, Any],
-                       ev: dict[str, Any]) -> dict[str, Any]:
+                       ev: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """run.json has no exit status: `record` died with the job (a kill of the whole process group or cgroup,
     the OOM killer taking both), or the job is still running. The memory evidence still decides."""
     cut = "the recording was cut short (no exit status: the recorder died with the job, or the job is still running)"
-    lines = [cut] + _memory_lines(processes, host_leaks, outside)
+    lines = [cut] + _memory_lines(processes, host_leaks, outside, meta)
     if ev["firm"]:
         return {"oom": True, "category": "host_oom", "severity": "error", "source": "memory readings",
                 "confidence": "high", "summary": f"{cut}: host or cgroup memory ran out",
@@ -398,7 +401,7 @@ def _without_kill(processes: list[dict[str, Any]], leaks: dict[str, Any], host_l
     a recording cut short, or nothing found."""
     cut = kill.cut_short(meta)
     if cut and (kill_evidence or {}).get("firm"):
-        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []))
+        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []), meta)
     if leaks:
         label, leak = max(leaks.items(), key=lambda kv: kv[1].get("rate_per_s") or kv[1]["slope_bytes"])
         total = next((p.get("device_total") for p in processes if p["label"] == label), None)
@@ -435,6 +438,6 @@ def _without_kill(processes: list[dict[str, Any]], leaks: dict[str, Any], host_l
                     "evidence": [f"reserved {format_bytes(top['reserved'])}, allocated {format_bytes(top['allocated'])}"],
                     "fixes": FIXES["fragmentation"], "message": None}
     if cut:
-        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []))
+        return _cut_short_verdict(processes, host_leaks, outside, kill_evidence or kill.evidence(meta, []), meta)
     return {"oom": False, "category": None, "severity": "ok", "source": "timeline",
             "summary": "no OOM and no steady growth recorded", "evidence": [], "fixes": [], "message": None}
