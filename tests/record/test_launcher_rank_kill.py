@@ -39,7 +39,7 @@ KILLED_RANK = """
 import os, signal, sys, time
 with open(sys.argv[1], "w") as f:
     f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()}")
-time.sleep(1.0)
+time.sleep(3.0)  # the outside sampler must have seen this pid (every 50 ms; 1 s was once too short under load)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
