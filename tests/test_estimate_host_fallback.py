@@ -219,3 +219,27 @@ def test_a_torch_without_the_fallback_hook_runs_no_op_for_real(margin, monkeypat
     assert main(["estimate", str(margin), "--batch-size", "4"]) == 2
     err = capfd.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"{OP} has no meta" in err
+
+
+def test_bounds_of_two_traces_ended_out_of_order_leave_torch_as_it_was():
+    """Two traces bounded at once (threads) that end in the other order: each used to swap the torch global in and
+    out, so the first to end took the second's guard away and the second then left its own installed for good."""
+    import contextlib
+
+    import torch
+    from torch._subclasses import fake_tensor
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from oomdoctor.estimate import host_fallback
+
+    original = fake_tensor.run_fallback_kernel
+    first, second = FakeTensorMode(), FakeTensorMode()
+    one, two = contextlib.ExitStack(), contextlib.ExitStack()
+    one.enter_context(host_fallback.bounded(first, 1))
+    two.enter_context(host_fallback.bounded(second, 1))
+    one.close()  # the first trace ends while the second still runs: its guard must stay
+    assert fake_tensor.run_fallback_kernel is not original
+    with pytest.raises(host_fallback.OverHostLimit):
+        fake_tensor.run_fallback_kernel(second, "aten.op", [second.from_tensor(torch.zeros(1024))], None, None)
+    two.close()
+    assert fake_tensor.run_fallback_kernel is original

@@ -16,6 +16,7 @@ runs). The limit is a parameter: the CLI gives `limit_for(available)`, the Pytho
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -108,15 +109,31 @@ def bounded(fake_mode: Any, limit: int) -> Iterator[None]:
             fake_mode.allow_fallback_kernels = saved
         return
 
-    def guarded(mode: Any, func: Any, flat_args: Sequence[object], *rest: Any, **kw: Any) -> Any:
-        if mode is fake_mode:
-            needed = run_bytes(mode, flat_args)
-            if needed > limit:
-                raise OverHostLimit(str(func), needed, limit)
-        return inner(mode, func, flat_args, *rest, **kw)
-
-    fake_tensor.run_fallback_kernel = guarded
+    with _LOCK:
+        if not _BOUNDS:
+            _INNER[:] = [inner]
+            fake_tensor.run_fallback_kernel = _guarded
+        _BOUNDS[id(fake_mode)] = (fake_mode, limit)
     try:
         yield
     finally:
-        fake_tensor.run_fallback_kernel = inner
+        with _LOCK:
+            _BOUNDS.pop(id(fake_mode), None)
+            if not _BOUNDS:
+                fake_tensor.run_fallback_kernel = _INNER[0]
+
+
+# One wrapper for the whole process, installed while any trace is bounded: two traces at once (threads) each
+# swapping the torch global in and out would restore in the wrong order and could leave a guard for good.
+_LOCK = threading.Lock()
+_BOUNDS: dict[int, tuple[Any, int]] = {}  # id(fake mode) -> (the mode, its limit in bytes)
+_INNER: list[Any] = []  # torch's own run_fallback_kernel while the wrapper is installed
+
+
+def _guarded(mode: Any, func: Any, flat_args: Sequence[object], *rest: Any, **kw: Any) -> Any:
+    bound = _BOUNDS.get(id(mode))
+    if bound is not None and bound[0] is mode:
+        needed = run_bytes(mode, flat_args)
+        if needed > bound[1]:
+            raise OverHostLimit(str(func), needed, bound[1])
+    return _INNER[0](mode, func, flat_args, *rest, **kw)
