@@ -2,10 +2,10 @@
 
 Without a launcher run id each node keyed its ranks on their parent process, so every node after the first found
 "another run" in the directory and recorded beside it. What identifies a job now: the launcher's run id, the
-scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the rendezvous point every rank connects to
-(MASTER_ADDR:MASTER_PORT, when not a loopback address), else the parent process. A key the next run reuses (a fixed
-port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it on this
-machine gone.
+rendezvous point every rank connects to (MASTER_ADDR:MASTER_PORT; a loopback address with the machine), else the
+scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the parent process. A key the next run reuses
+(a fixed port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it
+on this machine gone.
 """
 
 from __future__ import annotations
@@ -135,3 +135,50 @@ def test_record_still_refuses_a_directory_a_watch_run_recorded_into(tmp_path):
     runmeta.begin(str(run), "rendezvous:10.0.0.1:29500")
     with pytest.raises(InputError, match="already holds a recording"):
         launch.check_new_run_dir(str(run))
+
+
+def test_ranks_started_by_rank_0_on_one_machine_share_its_loopback_rendezvous(tmp_path, clean_env):
+    """Lightning's strategy="ddp": rank 0 is the user's script (parent: the shell), rank 1 its child, both with
+    MASTER_ADDR=127.0.0.1. Their parents differ; the port their rendezvous holds on this machine does not."""
+    run = tmp_path / "run"
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "35161", "WORLD_SIZE": "2", "NODE_RANK": "0"}
+    rank0 = _on_node(clean_env, "node-a", 4100, LOCAL_RANK="0", **job)
+    rank1 = _on_node(clean_env, "node-a", 4242, LOCAL_RANK="1", **job)
+    assert rank0 == rank1 and rank0.startswith("rendezvous:")
+    assert _watch_as(run, rank0) == str(run)
+    assert _watch_as(run, rank1) == str(run)
+    other_port = _on_node(clean_env, "node-a", 4100, LOCAL_RANK="0", **{**job, "MASTER_PORT": "35162"})
+    assert other_port != rank0
+
+
+@pytest.mark.parametrize("allocation", [
+    {"LSB_JOBID": "5521"},
+    {"PBS_JOBID": "1201.pbs-server"},
+    {"SLURM_JOB_ID": "81234", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4"},  # two torchruns in one step
+])
+@pytest.mark.parametrize("addr", ["127.0.0.1", "10.0.0.1"])
+def test_two_launches_side_by_side_in_one_allocation_are_two_runs(tmp_path, clean_env, allocation, addr):
+    """Two torchruns in one LSF/PBS/Slurm allocation (ports 29500 and 29600), watching one directory: the allocation
+    is theirs both, the rendezvous is each one's own."""
+    run = tmp_path / "run"
+    job = {"MASTER_ADDR": addr, "WORLD_SIZE": "2", "RANK": "0", "TORCHELASTIC_RUN_ID": "none", **allocation}
+    first = _on_node(clean_env, "node-a", 4100, MASTER_PORT="29500", **job)
+    second = _on_node(clean_env, "node-a", 5100, MASTER_PORT="29600", **job)
+    assert first != second
+    assert _watch_as(run, first) == str(run)
+    assert _watch_as(run, second) == f"{run}-2"
+
+
+def test_an_allocation_without_a_rendezvous_is_still_one_job_across_nodes(clean_env):
+    env = {"LSB_JOBID": "5521", "WORLD_SIZE": "16", "RANK": "3"}
+    assert _on_node(clean_env, "node-a", 4100, **env) == _on_node(clean_env, "node-b", 7300, **env) == "lsf:5521"
+
+
+def test_two_lone_processes_with_the_same_loopback_port_are_two_jobs(clean_env):
+    """RANK=0 WORLD_SIZE=1 and a fixed MASTER_PORT in two shells: watch() may begin before the process group holds
+    the port, and a job of one process shares its run with nobody."""
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": "12355", "WORLD_SIZE": "1", "RANK": "0"}
+    one = _on_node(clean_env, "node-a", 4100, **env)
+    clean_env.setattr(runmeta.os, "getpid", lambda: 999_999)
+    other = _on_node(clean_env, "node-a", 5100, **env)
+    assert one.startswith("process:") and one != other

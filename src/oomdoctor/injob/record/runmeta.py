@@ -68,40 +68,58 @@ def world_size() -> int | None:
 _LOOPBACK = ("localhost", "127.", "::1", "0:0:0:0:0:0:0:1", "ip6-localhost")
 
 
+def _namespace(kind: str) -> str:
+    """This process's `kind` namespace ("pid", "net") as the kernel numbers it (the inode of /proc/self/ns/KIND),
+    "?" where it cannot be read: two processes with the same number share the namespace."""
+    try:
+        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    except OSError:
+        return "?"
+
+
 def _rendezvous() -> str | None:
-    """MASTER_ADDR:MASTER_PORT, the point every rank of a torch.distributed job connects to, when it names a
-    machine other ranks can reach: a loopback address is every single-node job's, so it identifies none."""
+    """The point every rank of a torch.distributed job connects to, MASTER_ADDR:MASTER_PORT. A loopback address is
+    every single-node job's, but its port is held on that machine (in that network namespace) while the job runs:
+    with the machine's name and namespace, it names the job there (Lightning's strategy="ddp": rank 0 is the
+    user's script, the other ranks its children, so no parent process is theirs all)."""
     addr, port = os.environ.get("MASTER_ADDR", "").strip(), os.environ.get("MASTER_PORT", "").strip()
-    if not addr or not port or addr.lower().startswith(_LOOPBACK):
+    if not addr or not port:
         return None
+    if addr.lower().startswith(_LOOPBACK):
+        return f"{socket.gethostname()}:net{_namespace('net')}:{addr}:{port}"
     return f"{addr}:{port}"
 
 
 def job_key() -> str:
     """What the processes of one job share, on every node, and the next run does not (docs/record.md, "One run
     per directory"): the launcher's run id (torchrun's TORCHELASTIC_RUN_ID); for a job of several processes the
-    scheduler's job (Slurm's job and step, the PMIx namespace of mpirun/prterun, LSF's or PBS's job id), else the
-    rendezvous point its ranks connect to (MASTER_ADDR:MASTER_PORT, not a loopback address); else the parent
-    process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
+    rendezvous point its ranks connect to (MASTER_ADDR:MASTER_PORT; a loopback address with the machine), else
+    the scheduler's job (Slurm's job and step, the PMIx namespace of mpirun/prterun, LSF's or PBS's job id); else
+    the parent process (mp.spawn: the ranks are its children), else this process.
 
-    Without a key shared across nodes, each node's ranks found the others' run.json "another run" and recorded
-    into DIR-2, DIR-3... A key can be reused by the next run (a fixed --rdzv-id or MASTER_PORT): once
-    `world_size` blocks have ended, or every process of the run on this machine is gone, the job is over
-    (choose_dir). JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index) says a process is one of
-    several, not which job it belongs to."""
+    The rendezvous comes before the scheduler's ids: an LSF or PBS job id is the whole allocation's, and a Slurm
+    step can run several torchruns, each with a port of its own; two of them side by side were one run. Without a
+    key shared across nodes, each node's ranks found the others' run.json "another run" and recorded into DIR-2,
+    DIR-3... A key can be reused by the next run (a fixed --rdzv-id or MASTER_PORT): once `world_size` blocks
+    have ended, or every process of the run on this machine is gone, the job is over (choose_dir).
+    JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index) says a process is one of several, not which job
+    it belongs to."""
     env = os.environ
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
     ranked = any(k in env for k in ("RANK", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "JOB_COMPLETION_INDEX"))
-    if (world_size() or 1) > 1 or ranked:
-        if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
+    size = world_size()
+    if size == 1:  # a job of one process (RANK=0 WORLD_SIZE=1 and a fixed port, its own): itself, nothing shared
+        ranked = False
+    if (size or 1) > 1 or ranked:
+        if (rdzv := _rendezvous()) is not None:
+            return f"rendezvous:{rdzv}"
+        if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (size or 1) > 1:
             return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
         for var, name in (("PMIX_NAMESPACE", "pmix"), ("LSB_JOBID", "lsf"), ("PBS_JOBID", "pbs")):
             if env.get(var, "").strip():
                 return f"{name}:{env[var].strip()}"
-        if (rdzv := _rendezvous()) is not None:
-            return f"rendezvous:{rdzv}"
     spawned = False
     try:
         import multiprocessing
