@@ -5,13 +5,14 @@ Without a launcher run id each node keyed its ranks on their parent process, so 
 rendezvous point every rank connects to (MASTER_ADDR:MASTER_PORT; a loopback address with the machine), else the
 scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the parent process. A key the next run reuses
 (a fixed port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it
-on this machine gone.
+on this machine gone (in another pid namespace: its mark's lock free).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,6 +173,62 @@ def test_two_launches_side_by_side_in_one_allocation_are_two_runs(tmp_path, clea
 def test_an_allocation_without_a_rendezvous_is_still_one_job_across_nodes(clean_env):
     env = {"LSB_JOBID": "5521", "WORLD_SIZE": "16", "RANK": "3"}
     assert _on_node(clean_env, "node-a", 4100, **env) == _on_node(clean_env, "node-b", 7300, **env) == "lsf:5521"
+
+
+HOLDS_A_MARK = """
+import os, sys
+from oomdoctor.injob.record import runmeta
+os.makedirs(sys.argv[1], exist_ok=True)
+runmeta.begin(sys.argv[1], sys.argv[2])
+runmeta.note_process(sys.argv[1])
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_rank_in_another_pid_namespace_on_this_machine_is_not_taken_for_dead(tmp_path, clean_env):
+    """Pods with hostNetwork (docker --net=host) share the machine's name, not its pids: pod A's rank is pid 1 in its
+    namespace, and pod B read pid 1 (its own init, started at another time) as A's rank gone, recording into DIR-2.
+    Once A's rank is gone, the next run with the same key still records beside the dead one."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"],
+            capture_output=True, timeout=60).returncode != 0:
+        pytest.skip("no unprivileged pid namespaces here")
+    run, key = tmp_path / "run", "rendezvous:10.0.0.1:29500"
+    script = tmp_path / "holds.py"
+    script.write_text(HOLDS_A_MARK)
+    child_env = {k: v for k, v in os.environ.items() if k not in JOB_VARS and not k.startswith("OOMDOCTOR")}
+    child_env.update(WORLD_SIZE="2", RANK="0", PYTHONPATH=str(ROOT / "src"))
+    pod_a = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc",
+                              sys.executable, str(script), str(run), key],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env)
+    try:
+        ready = pod_a.stdout.readline().split()
+        assert ready[:1] == ["ready"] and int(ready[1]) != os.getpid()
+        assert runmeta.choose_dir(str(run), key) == str(run)  # pod B joins pod A's live run
+    finally:
+        pod_a.communicate("\n", timeout=60)
+    assert runmeta.choose_dir(str(run), key) == f"{run}-2"
+
+
+def test_a_mark_of_another_pid_namespace_that_cannot_be_checked_counts_as_alive(tmp_path, clean_env, monkeypatch):
+    """A filesystem without file locks: a process of another pid namespace cannot be told alive or dead; joining its
+    run is the safer mistake (a split run hides nothing, but it is what a live rank's mark must not cause)."""
+    import errno
+    import fcntl
+
+    run, key = tmp_path / "run", "rendezvous:10.0.0.1:29500"
+    clean_env.setenv("WORLD_SIZE", "2")
+    _watch_as(run, key)
+    runmeta.release_process(str(run))
+    monkeypatch.setattr(runmeta, "_pid_namespace", lambda: "4026530000")  # a checker in another namespace
+    assert runmeta.choose_dir(str(run), key) == f"{run}-2"  # the mark's lock is free: its process is gone
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert runmeta.choose_dir(str(run), key) == str(run)
 
 
 def test_two_lone_processes_with_the_same_loopback_port_are_two_jobs(clean_env):

@@ -88,6 +88,7 @@ class Block:
                 self.rec.record_exception(exc)
             if self.meta_dir is not None:
                 runmeta.finish(self.meta_dir, exc, exc is not None and oom.is_oom_exception(exc), exited=exited)
+                runmeta.release_process(self.meta_dir)
             if self.owned and self.rec is not None:
                 self.rec.stop(restore=restore)
                 with _lock:
