@@ -220,3 +220,18 @@ def test_a_process_forked_inside_training_does_not_end_its_block(tmp_path):
     assert json.loads(seen["parent"]) == {"blocks_ended": 1}
     assert "ended: Trainer.train (the Hugging Face callback) ended normally" in _report(tmp_path / "run")
 
+
+@pytest.mark.parametrize("block, wording", [
+    ("lightning.sanity_check", "trainer.sanity_check (the Lightning callback)"),
+    ("keras", "the recorded block (keras)"),
+    ("\x1b[2J" + "x" * 500, "the recorded block"),
+    (["watch"], "the recorded block"),
+    (None, "the watched block (oomdoctor.watch)"),  # a run.json written before `block` was
+])
+def test_a_block_the_report_does_not_know_is_worded_as_what_it_is(block, wording):
+    from oomdoctor.analysis import kill
+
+    meta = {"ended_by": "watch", "returncode": None, "block": block}
+    assert kill.exit_wording(meta) == f"{wording} ended normally"
+    meta["exited_inside"] = True
+    assert kill.exit_wording(meta) == f"the process exited inside {wording}, before its end"
