@@ -183,3 +183,55 @@ def test_a_second_run_of_a_callback_does_not_mix_into_the_first(tmp_path, monkey
     assert _meta(tmp_path / "run")["blocks_ended"] == 1
     assert _meta(tmp_path / "run-2")["blocks_ended"] == 1
     assert "recording into" in capsys.readouterr().err
+
+
+FORKS_INSIDE = """
+import json, os, sys
+from oomdoctor.injob import record
+
+def meta():
+    with open(os.path.join(sys.argv[1], "run.json")) as f:
+        return {k: v for k, v in json.load(f).items() if k in ("blocks_ended", "exited_inside", "exception")}
+
+block = record.Block(sys.argv[1], "hf", until_exit=True, every_ms=50)
+for how in ("exit", "raise"):
+    pid = os.fork()
+    if pid == 0:  # a helper forked inside training, leaving through the interpreter's exit
+        if how == "raise":
+            raise ValueError("the helper failed")
+        sys.exit(0)
+    os.waitpid(pid, 0)
+print("children", json.dumps(meta()), flush=True)
+block.end()
+print("parent", json.dumps(meta()), flush=True)
+"""
+
+
+def test_a_process_forked_inside_training_does_not_end_its_block(tmp_path):
+    """A fork inherits the atexit hook and sys.excepthook: a child leaving ended the parent's block, so a finished
+    run read "the process exited inside Trainer.train, before its end" (or raised the child's exception)."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS_INSIDE)
+    job = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
+                         env=_env(), cwd=tmp_path, timeout=120)
+    assert job.returncode == 0 and "the helper failed" in job.stderr, job.stderr  # the child's traceback, unchanged
+    seen = dict(line.split(" ", 1) for line in job.stdout.splitlines())
+    assert json.loads(seen["children"]) == {}
+    assert json.loads(seen["parent"]) == {"blocks_ended": 1}
+    assert "ended: Trainer.train (the Hugging Face callback) ended normally" in _report(tmp_path / "run")
+
+
+@pytest.mark.parametrize("block, wording", [
+    ("lightning.sanity_check", "trainer.sanity_check (the Lightning callback)"),
+    ("keras", "the recorded block (keras)"),
+    ("\x1b[2J" + "x" * 500, "the recorded block"),
+    (["watch"], "the recorded block"),
+    (None, "the watched block (oomdoctor.watch)"),  # a run.json written before `block` was
+])
+def test_a_block_the_report_does_not_know_is_worded_as_what_it_is(block, wording):
+    from oomdoctor.analysis import kill
+
+    meta = {"ended_by": "watch", "returncode": None, "block": block}
+    assert kill.exit_wording(meta) == f"{wording} ended normally"
+    meta["exited_inside"] = True
+    assert kill.exit_wording(meta) == f"the process exited inside {wording}, before its end"

@@ -2,16 +2,17 @@
 
 Without a launcher run id each node keyed its ranks on their parent process, so every node after the first found
 "another run" in the directory and recorded beside it. What identifies a job now: the launcher's run id, the
-scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the rendezvous point every rank connects to
-(MASTER_ADDR:MASTER_PORT, when not a loopback address), else the parent process. A key the next run reuses (a fixed
-port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it on this
-machine gone.
+rendezvous point every rank connects to (MASTER_ADDR:MASTER_PORT; a loopback address with the machine), else the
+scheduler's job (Slurm job and step, PMIx namespace, LSF, PBS), else the parent process. A key the next run reuses
+(a fixed port, a fixed --rdzv-id) does not join a finished or dead run: every block ended, or every process of it
+on this machine gone (in another pid namespace: its mark's lock free).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,3 +136,106 @@ def test_record_still_refuses_a_directory_a_watch_run_recorded_into(tmp_path):
     runmeta.begin(str(run), "rendezvous:10.0.0.1:29500")
     with pytest.raises(InputError, match="already holds a recording"):
         launch.check_new_run_dir(str(run))
+
+
+def test_ranks_started_by_rank_0_on_one_machine_share_its_loopback_rendezvous(tmp_path, clean_env):
+    """Lightning's strategy="ddp": rank 0 is the user's script (parent: the shell), rank 1 its child, both with
+    MASTER_ADDR=127.0.0.1. Their parents differ; the port their rendezvous holds on this machine does not."""
+    run = tmp_path / "run"
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "35161", "WORLD_SIZE": "2", "NODE_RANK": "0"}
+    rank0 = _on_node(clean_env, "node-a", 4100, LOCAL_RANK="0", **job)
+    rank1 = _on_node(clean_env, "node-a", 4242, LOCAL_RANK="1", **job)
+    assert rank0 == rank1 and rank0.startswith("rendezvous:")
+    assert _watch_as(run, rank0) == str(run)
+    assert _watch_as(run, rank1) == str(run)
+    other_port = _on_node(clean_env, "node-a", 4100, LOCAL_RANK="0", **{**job, "MASTER_PORT": "35162"})
+    assert other_port != rank0
+
+
+@pytest.mark.parametrize("allocation", [
+    {"LSB_JOBID": "5521"},
+    {"PBS_JOBID": "1201.pbs-server"},
+    {"SLURM_JOB_ID": "81234", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4"},  # two torchruns in one step
+])
+@pytest.mark.parametrize("addr", ["127.0.0.1", "10.0.0.1"])
+def test_two_launches_side_by_side_in_one_allocation_are_two_runs(tmp_path, clean_env, allocation, addr):
+    """Two torchruns in one LSF/PBS/Slurm allocation (ports 29500 and 29600), watching one directory: the allocation
+    is theirs both, the rendezvous is each one's own."""
+    run = tmp_path / "run"
+    job = {"MASTER_ADDR": addr, "WORLD_SIZE": "2", "RANK": "0", "TORCHELASTIC_RUN_ID": "none", **allocation}
+    first = _on_node(clean_env, "node-a", 4100, MASTER_PORT="29500", **job)
+    second = _on_node(clean_env, "node-a", 5100, MASTER_PORT="29600", **job)
+    assert first != second
+    assert _watch_as(run, first) == str(run)
+    assert _watch_as(run, second) == f"{run}-2"
+
+
+def test_an_allocation_without_a_rendezvous_is_still_one_job_across_nodes(clean_env):
+    env = {"LSB_JOBID": "5521", "WORLD_SIZE": "16", "RANK": "3"}
+    assert _on_node(clean_env, "node-a", 4100, **env) == _on_node(clean_env, "node-b", 7300, **env) == "lsf:5521"
+
+
+HOLDS_A_MARK = """
+import os, sys
+from oomdoctor.injob.record import runmeta
+os.makedirs(sys.argv[1], exist_ok=True)
+runmeta.begin(sys.argv[1], sys.argv[2])
+runmeta.note_process(sys.argv[1])
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_rank_in_another_pid_namespace_on_this_machine_is_not_taken_for_dead(tmp_path, clean_env):
+    """Pods with hostNetwork (docker --net=host) share the machine's name, not its pids: pod A's rank is pid 1 in its
+    namespace, and pod B read pid 1 (its own init, started at another time) as A's rank gone, recording into DIR-2.
+    Once A's rank is gone, the next run with the same key still records beside the dead one."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"],
+            capture_output=True, timeout=60).returncode != 0:
+        pytest.skip("no unprivileged pid namespaces here")
+    run, key = tmp_path / "run", "rendezvous:10.0.0.1:29500"
+    script = tmp_path / "holds.py"
+    script.write_text(HOLDS_A_MARK)
+    child_env = {k: v for k, v in os.environ.items() if k not in JOB_VARS and not k.startswith("OOMDOCTOR")}
+    child_env.update(WORLD_SIZE="2", RANK="0", PYTHONPATH=str(ROOT / "src"))
+    pod_a = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc",
+                              sys.executable, str(script), str(run), key],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env)
+    try:
+        ready = pod_a.stdout.readline().split()
+        assert ready[:1] == ["ready"] and int(ready[1]) != os.getpid()
+        assert runmeta.choose_dir(str(run), key) == str(run)  # pod B joins pod A's live run
+    finally:
+        pod_a.communicate("\n", timeout=60)
+    assert runmeta.choose_dir(str(run), key) == f"{run}-2"
+
+
+def test_a_mark_of_another_pid_namespace_that_cannot_be_checked_counts_as_alive(tmp_path, clean_env, monkeypatch):
+    """A filesystem without file locks: a process of another pid namespace cannot be told alive or dead; joining its
+    run is the safer mistake (a split run hides nothing, but it is what a live rank's mark must not cause)."""
+    import errno
+    import fcntl
+
+    run, key = tmp_path / "run", "rendezvous:10.0.0.1:29500"
+    clean_env.setenv("WORLD_SIZE", "2")
+    _watch_as(run, key)
+    runmeta.release_process(str(run))
+    monkeypatch.setattr(runmeta, "_pid_namespace", lambda: "4026530000")  # a checker in another namespace
+    assert runmeta.choose_dir(str(run), key) == f"{run}-2"  # the mark's lock is free: its process is gone
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert runmeta.choose_dir(str(run), key) == str(run)
+
+
+def test_two_lone_processes_with_the_same_loopback_port_are_two_jobs(clean_env):
+    """RANK=0 WORLD_SIZE=1 and a fixed MASTER_PORT in two shells: watch() may begin before the process group holds
+    the port, and a job of one process shares its run with nobody."""
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": "12355", "WORLD_SIZE": "1", "RANK": "0"}
+    one = _on_node(clean_env, "node-a", 4100, **env)
+    clean_env.setattr(runmeta.os, "getpid", lambda: 999_999)
+    other = _on_node(clean_env, "node-a", 5100, **env)
+    assert one.startswith("process:") and one != other

@@ -47,6 +47,27 @@ _BLOCKS = {
     **{f"lightning.{stage}": f"trainer.{stage} (the Lightning callback)"
        for stage in ("fit", "validate", "test", "predict")},
 }
+_BLOCK_NAME_MAX = 40
+
+
+def _block_wording(block: Any) -> str:
+    """What run.json's `block` covered, in words. None (run.json written before `block` was) is watch's; a Lightning
+    stage not listed (another version's) is still trainer.STAGE; any other name is "the recorded block", with the
+    name only when it is a short plain one (run.json is the job's file: no control characters into a terminal)."""
+    if block is None:
+        return _BLOCKS["watch"]
+    if not isinstance(block, str):
+        return "the recorded block"
+    if block in _BLOCKS:
+        return _BLOCKS[block]
+    plain = (0 < len(block) <= _BLOCK_NAME_MAX and block.isascii()
+             and all(c.isalnum() or c in "._-" for c in block))
+    if not plain:
+        return "the recorded block"
+    stage = block.removeprefix("lightning.")
+    if stage != block and stage.isidentifier():
+        return f"trainer.{stage} (the Lightning callback)"
+    return f"the recorded block ({block})"
 
 
 def exit_wording(meta: dict[str, Any]) -> str | None:
@@ -54,8 +75,7 @@ def exit_wording(meta: dict[str, Any]) -> str | None:
     (exit 137 in a shell)`. Python gives a death by signal as -N; a shell shows 128 + N."""
     rc = meta.get("returncode")
     if meta.get("ended_by") == "watch":  # oomdoctor.watch or a callback: the block's end, not an exit status
-        block = meta.get("block")
-        what = _BLOCKS.get(block if isinstance(block, str) else "watch", _BLOCKS["watch"])
+        what = _block_wording(meta.get("block"))
         exc = meta.get("exception")
         if isinstance(exc, dict):
             how = "a CUDA out-of-memory error" if exc.get("oom") else "an exception"

@@ -59,10 +59,12 @@ class Block:
 
     A callback's block (`until_exit`) may never see its end: transformers has no exception hook, so an exception
     that ends the process ends the block through sys.excepthook, and a process that exits inside it (sys.exit, an
-    exception the job swallowed) leaves `exited_inside` in run.json at exit. Never raises."""
+    exception the job swallowed) leaves `exited_inside` in run.json at exit. A process forked inside the block
+    inherits both hooks but not the block: only the process that began it ends it. Never raises."""
 
     def __init__(self, run_dir: Any, by: str = "watch", *, until_exit: bool = False, **options: Any):
         self.ended = False
+        self.pid = os.getpid()
         self.owned = current() is None
         self.meta_dir: str | None = None
         self._prev_hook: Any = None
@@ -80,7 +82,7 @@ class Block:
         """The block is left: with `exc` when it raised; `exited` when the process exits inside it. `restore`:
         turn torch's allocation history off again (not when the process ends: disabling it then warns)."""
         global _current
-        if self.ended:
+        if self.ended or os.getpid() != self.pid:  # a fork's exit or exception is not the block's end
             return
         self.ended = True
         try:
@@ -88,6 +90,7 @@ class Block:
                 self.rec.record_exception(exc)
             if self.meta_dir is not None:
                 runmeta.finish(self.meta_dir, exc, exc is not None and oom.is_oom_exception(exc), exited=exited)
+                runmeta.release_process(self.meta_dir)
             if self.owned and self.rec is not None:
                 self.rec.stop(restore=restore)
                 with _lock:

@@ -30,7 +30,7 @@ from oomdoctor.redact import redact_manifest
 
 LOCK_WAIT_S = 1.0
 MAX_SIBLINGS = 100
-PROCS_DIR = ".procs"  # one empty file per watching process, by machine: PROCS_DIR/HOST/PID-START
+PROCS_DIR = ".procs"  # one empty file per watching process, by machine: PROCS_DIR/HOST/PID-START-pidnsNS
 
 
 def holds_recording(run_dir: str) -> bool:
@@ -68,40 +68,62 @@ def world_size() -> int | None:
 _LOOPBACK = ("localhost", "127.", "::1", "0:0:0:0:0:0:0:1", "ip6-localhost")
 
 
+def _namespace(kind: str) -> str:
+    """This process's `kind` namespace ("pid", "net") as the kernel numbers it (the inode of /proc/self/ns/KIND),
+    "?" where it cannot be read: two processes with the same number share the namespace."""
+    try:
+        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    except OSError:
+        return "?"
+
+
+def _pid_namespace() -> str:
+    return _namespace("pid")
+
+
 def _rendezvous() -> str | None:
-    """MASTER_ADDR:MASTER_PORT, the point every rank of a torch.distributed job connects to, when it names a
-    machine other ranks can reach: a loopback address is every single-node job's, so it identifies none."""
+    """The point every rank of a torch.distributed job connects to, MASTER_ADDR:MASTER_PORT. A loopback address is
+    every single-node job's, but its port is held on that machine (in that network namespace) while the job runs:
+    with the machine's name and namespace, it names the job there (Lightning's strategy="ddp": rank 0 is the
+    user's script, the other ranks its children, so no parent process is theirs all)."""
     addr, port = os.environ.get("MASTER_ADDR", "").strip(), os.environ.get("MASTER_PORT", "").strip()
-    if not addr or not port or addr.lower().startswith(_LOOPBACK):
+    if not addr or not port:
         return None
+    if addr.lower().startswith(_LOOPBACK):
+        return f"{socket.gethostname()}:net{_namespace('net')}:{addr}:{port}"
     return f"{addr}:{port}"
 
 
 def job_key() -> str:
     """What the processes of one job share, on every node, and the next run does not (docs/record.md, "One run
     per directory"): the launcher's run id (torchrun's TORCHELASTIC_RUN_ID); for a job of several processes the
-    scheduler's job (Slurm's job and step, the PMIx namespace of mpirun/prterun, LSF's or PBS's job id), else the
-    rendezvous point its ranks connect to (MASTER_ADDR:MASTER_PORT, not a loopback address); else the parent
-    process (mp.spawn, torchrun on one node: the ranks are its children), else this process.
+    rendezvous point its ranks connect to (MASTER_ADDR:MASTER_PORT; a loopback address with the machine), else
+    the scheduler's job (Slurm's job and step, the PMIx namespace of mpirun/prterun, LSF's or PBS's job id); else
+    the parent process (mp.spawn: the ranks are its children), else this process.
 
-    Without a key shared across nodes, each node's ranks found the others' run.json "another run" and recorded
-    into DIR-2, DIR-3... A key can be reused by the next run (a fixed --rdzv-id or MASTER_PORT): once
-    `world_size` blocks have ended, or every process of the run on this machine is gone, the job is over
-    (choose_dir). JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index) says a process is one of
-    several, not which job it belongs to."""
+    The rendezvous comes before the scheduler's ids: an LSF or PBS job id is the whole allocation's, and a Slurm
+    step can run several torchruns, each with a port of its own; two of them side by side were one run. Without a
+    key shared across nodes, each node's ranks found the others' run.json "another run" and recorded into DIR-2,
+    DIR-3... A key can be reused by the next run (a fixed --rdzv-id or MASTER_PORT): once `world_size` blocks
+    have ended, or every process of the run on this machine is gone, the job is over (choose_dir).
+    JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index) says a process is one of several, not which job
+    it belongs to."""
     env = os.environ
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
     ranked = any(k in env for k in ("RANK", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "JOB_COMPLETION_INDEX"))
-    if (world_size() or 1) > 1 or ranked:
-        if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (world_size() or 1) > 1:
+    size = world_size()
+    if size == 1:  # a job of one process (RANK=0 WORLD_SIZE=1 and a fixed port, its own): itself, nothing shared
+        ranked = False
+    if (size or 1) > 1 or ranked:
+        if (rdzv := _rendezvous()) is not None:
+            return f"rendezvous:{rdzv}"
+        if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") and (size or 1) > 1:
             return f"slurm:{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
         for var, name in (("PMIX_NAMESPACE", "pmix"), ("LSB_JOBID", "lsf"), ("PBS_JOBID", "pbs")):
             if env.get(var, "").strip():
                 return f"{name}:{env[var].strip()}"
-        if (rdzv := _rendezvous()) is not None:
-            return f"rendezvous:{rdzv}"
     spawned = False
     try:
         import multiprocessing
@@ -121,16 +143,44 @@ def _host_dir(run_dir: str) -> str:
     return os.path.join(run_dir, PROCS_DIR, host)
 
 
+_held: dict[str, int] = {}  # run_dir -> the open, locked mark of this process in it
+
+
 def note_process(run_dir: str) -> None:
-    """Leave this process's mark in the run (RUN_DIR/.procs/HOST/PID-START, empty): a later process of the
-    same key on this machine tells a live run from a dead one by it (_gone_here). Never raises."""
+    """Leave this process's mark in the run (RUN_DIR/.procs/HOST/PID-START-pidnsNS, empty) and hold a lock on it
+    until release_process: a later process of the same key on this machine tells a live run from a dead one by it
+    (_gone_here). Never raises."""
     try:
         d = _host_dir(run_dir)
         os.makedirs(d, exist_ok=True)
         pid = os.getpid()
-        with open(os.path.join(d, f"{pid}-{_start_time(pid)}"), "a", encoding="ascii"):
-            pass
+        fd = os.open(os.path.join(d, f"{pid}-{_start_time(pid)}-pidns{_pid_namespace()}"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # written to: an exclusive lock on NFS needs it
     except Exception:
+        return
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except Exception:
+        pass  # no locks on this filesystem: a process of another pid namespace then reads the mark as alive
+    old = _held.pop(run_dir, None)
+    _held[run_dir] = fd
+    if old is not None:
+        _close(old)
+
+
+def release_process(run_dir: str) -> None:
+    """This process's block in run_dir ended: its mark's lock goes (the mark stays). Never raises."""
+    fd = _held.pop(run_dir, None)
+    if fd is not None:
+        _close(fd)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
         pass
 
 
@@ -146,20 +196,54 @@ def _alive(pid: int, start: str) -> bool:
         return False
 
 
+def _lock_held(path: str) -> bool:
+    """The mark of a process in another pid namespace (a pod with hostNetwork, docker --net=host: the machine's
+    name, pids of its own): its pid names nothing here, its lock tells. True while it is held, or when it cannot
+    be checked (no locks on this filesystem): joining a live run by mistake splits nothing."""
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except Exception:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two processes checking do not see each other
+        return False
+    except BlockingIOError:
+        return True
+    except Exception:
+        return True
+    finally:
+        _close(fd)  # closing it drops the lock taken
+
+
 def _gone_here(run_dir: str) -> bool:
     """True when processes of this run ran on this machine and none of them is alive now: the run is over here
     (killed, or ended), so a process of the same key is the next run's. False when none ran here (the first rank
-    of a node joins on the key and blocks) or one is alive."""
+    of a node joins on the key and blocks) or one is alive. A mark of this pid namespace is checked by its pid and
+    start time, one of another namespace by its lock (_lock_held)."""
+    d = _host_dir(run_dir)
     try:
-        names = os.listdir(_host_dir(run_dir))
+        names = os.listdir(d)
     except OSError:
         return False
-    marks = []
+    here = _pid_namespace()
+    marks = 0
     for name in names[:10_000]:
-        pid, _, start = name.partition("-")
-        if pid.isdigit():
-            marks.append((int(pid), start))
-    return bool(marks) and not any(_alive(pid, start) for pid, start in marks)
+        pid, start, ns = (name.split("-", 2) + ["", ""])[:3]
+        if not pid.isdigit():
+            continue
+        marks += 1
+        theirs = ns.removeprefix("pidns") if ns.startswith("pidns") else "?"  # "?": unknown, or an older mark
+        if "?" not in (here, theirs) and theirs != here:
+            alive = _lock_held(os.path.join(d, name))
+        else:
+            alive = _alive(int(pid), start)
+        if alive:
+            return False
+    return marks > 0
 
 
 def _read(path: str) -> dict[str, Any] | None:
