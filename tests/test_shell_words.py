@@ -43,6 +43,20 @@ def test_words_are_the_words_shlex_reads(line):
 
 
 @FUZZ
+@given(_LINES)
+def test_without_operators_words_are_what_shlex_split_reads(line):
+    try:
+        expected = shlex.split(line, comments=True)
+    except ValueError as exc:
+        expected = f"error: {exc}"
+    try:
+        got = list(words(line, operators=False))
+    except ShellSyntaxError as exc:
+        got = f"error: {exc}"
+    assert got == expected
+
+
+@FUZZ
 @given(_LINES, st.integers(0, 30), st.integers(0, 30))
 def test_a_window_of_a_line_reads_like_the_line_cut_there(line, a, b):
     a, b = sorted((min(a, len(line)), min(b, len(line))))

@@ -17,6 +17,7 @@ _BLANK = re.compile(r"[ \t\r\n]*")  # shlex's whitespace; other blanks (\f, \v, 
 _OPERATOR = re.compile(r"[();<>|&]+")  # a run of these is one token (`&&`, `;;`, `>>`, even `);`)
 # Possessive: an unclosed quote must not make the engine retry every shorter split of the word.
 _WORD = re.compile(r"""(?:[^ \t\r\n();<>|&'"\\#]++|\\[\s\S]|'[^']*+'|"(?:[^"\\]++|\\[\s\S])*+")++""")
+_PLAIN_WORD = re.compile(r"""(?:[^ \t\r\n'"\\#]++|\\[\s\S]|'[^']*+'|"(?:[^"\\]++|\\[\s\S])*+")++""")  # no operators
 _PIECE = re.compile(r"""\\([\s\S])|'([^']*)'|"((?:[^"\\]|\\[\s\S])*)"|([^'"\\]+)""")
 _DQ_ESCAPE = re.compile(r'\\(["\\])')  # inside "...", a backslash escapes only `"` and itself
 _DQ_OPEN = re.compile(r'"(?:[^"\\]++|\\[\s\S])*+')
@@ -26,10 +27,13 @@ class ShellSyntaxError(ValueError):
     """The line ends inside a quoted string or right after a backslash (shlex's two ValueErrors)."""
 
 
-def words(line: str, pos: int = 0, endpos: int | None = None, stop: int | None = None) -> Iterator[str]:
+def words(line: str, pos: int = 0, endpos: int | None = None, stop: int | None = None,
+          operators: bool = True) -> Iterator[str]:
     """The words and operator tokens of `line[pos:endpos]`, quotes removed; a `#` outside quotes starts a
-    comment to the end of the line. With `stop`, ends before a token that starts at or after it. Raises
+    comment to the end of the line. With `stop`, ends before a token that starts at or after it. Without
+    `operators`, `;&|()<>` are word characters: what `shlex.split(line, comments=True)` reads. Raises
     ShellSyntaxError only on reaching the unclosed quote."""
+    word = _WORD if operators else _PLAIN_WORD
     end = len(line) if endpos is None else endpos
     last = end if stop is None else min(stop, end)
     i = pos
@@ -44,12 +48,12 @@ def words(line: str, pos: int = 0, endpos: int | None = None, stop: int | None =
                 return
             i = nl + 1
             continue
-        if ch in "();<>|&":
+        if operators and ch in "();<>|&":
             m = _OPERATOR.match(line, i, end)
             yield m.group()
             i = m.end()
             continue
-        m = _WORD.match(line, i, end)
+        m = word.match(line, i, end)
         j = m.end() if m else i
         if j < end and line[j] in "'\"\\":
             raise ShellSyntaxError(_why_unclosed(line, j, end))
