@@ -20,6 +20,7 @@ _WORD = re.compile(r"""(?:[^ \t\r\n();<>|&'"\\#]++|\\[\s\S]|'[^']*+'|"(?:[^"\\]+
 _PLAIN_WORD = re.compile(r"""(?:[^ \t\r\n'"\\#]++|\\[\s\S]|'[^']*+'|"(?:[^"\\]++|\\[\s\S])*+")++""")  # no operators
 _PIECE = re.compile(r"""\\([\s\S])|'([^']*)'|"((?:[^"\\]|\\[\s\S])*)"|([^'"\\]+)""")
 _DQ_ESCAPE = re.compile(r'\\(["\\])')  # inside "...", a backslash escapes only `"` and itself
+_QUOTING = re.compile(r"""['"\\]""")
 _DQ_OPEN = re.compile(r'"(?:[^"\\]++|\\[\s\S])*+')
 
 
@@ -68,7 +69,7 @@ def _why_unclosed(line: str, at: int, end: int) -> str:
 
 
 def _unquote(word: str) -> str:
-    if not any(c in word for c in "'\"\\"):
+    if not _QUOTING.search(word):
         return word
     out = []
     for m in _PIECE.finditer(word):
