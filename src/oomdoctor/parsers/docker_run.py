@@ -1,21 +1,28 @@
 """`docker run` / `podman run` / `nvidia-docker run` command lines in scripts -> `Workload`s.
 
-Lines are found with a regex, continuation backslashes joined, and the command tokenised with
-`shlex` (POSIX rules, shell operators split off) so quoting works as the shell would do it.
-`insert_at` records the offset just after `run`, where `--fix` inserts `--shm-size`.
-Option semantics: https://docs.docker.com/reference/cli/docker/container/run/
+Commands are found with a regex; what precedes one on its logical line (continuations joined) says whether
+it is a command (`shell_context`), and its words are read as POSIX shell does, quotes and shell operators
+split off (`shell_words`), up to where the command ends. Everything is read front to back once, however
+many commands one logical line holds. `insert_at` records the offset just after `run`, where `--fix`
+inserts `--shm-size`. Option semantics: https://docs.docker.com/reference/cli/docker/container/run/
 """
 
 from __future__ import annotations
 
 import re
-import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from oomdoctor.errors import InputError
 from oomdoctor.parsers.config_model import ContainerSpec, VolumeSpec, Workload, parse_docker_size
+from oomdoctor.parsers.shell_context import CommandContext
+from oomdoctor.parsers.shell_lines import LogicalLine, ScriptLines
+from oomdoctor.parsers.shell_words import ShellSyntaxError, words
 
-_RUN = re.compile(r"(?<![\w.-])(?:[\w./-]*/)?(docker|nvidia-docker|podman)(?:[ \t]+container)?[ \t]+run(?![\w-])")
+# A path before the engine (`/usr/bin/docker`) starts only where a path word starts: allowed to start after
+# any `/` as well, the engine retried every such start over a long `/a/a/a...` word, quadratic in it.
+_RUN = re.compile(r"(?<![\w.-])(?:(?<![\w./-])[\w./-]*/)?(docker|nvidia-docker|podman)(?:[ \t]+container)?[ \t]+run"
+                  r"(?![\w-])")
 # Flags without a value; everything else that starts with `-` takes one (docker's own parser rule).
 _BOOL = frozenset({
     "-d", "--detach", "-i", "--interactive", "-t", "--tty", "--rm", "--privileged", "--init", "-P",
@@ -33,61 +40,22 @@ class DockerRun:
     insert_at: int  # character offset after `run` in the file
 
 
-def _logical_line(text: str, start: int) -> str:
-    """From `start` to the end of the shell line, joining `\\<newline>` continuations."""
-    out = []
-    i = start
-    n = len(text)
-    while i < n:
-        j = text.find("\n", i)
-        if j < 0:
-            out.append(text[i:])
-            break
-        seg = text[i:j].rstrip("\r")
-        if seg.endswith("\\") and not seg.endswith("\\\\"):
-            out.append(seg[:-1] + " ")
-            i = j + 1
-            continue
-        out.append(seg)
-        break
-    return "".join(out)
-
-
-def _tokens(line: str) -> list[str]:
-    lex = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lex.whitespace_split = True
-    lex.commenters = "#"
-    return list(lex)
-
-
 def find_docker_runs(text: str, name: str, notes: list[str] | None = None) -> list[DockerRun]:
     """Every `docker run` that the shell would run. Words inside a quoted string (`echo "usage: docker run
-    --gpus all IMAGE"`) or handed to a command that prints them are not a command; a candidate that does
-    not tokenise is skipped with a note in `notes` (the others are still audited). Only when no candidate
-    parses at all is the file an input error."""
+    --gpus all IMAGE"`) or handed to a command that prints them are not a command; a candidate whose words
+    do not tokenise (an unclosed quote) is skipped with a note in `notes` (the others are still audited).
+    Only when no candidate parses at all is the file an input error."""
     runs: list[DockerRun] = []
     failed: list[str] = []
-    counted, lineno = 0, 1  # line numbers counted on from the previous match: linear in the file, not quadratic
-    for m in _RUN.finditer(text):
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        before = text[line_start:m.start()]
-        if "#" in before and before.lstrip().startswith("#"):
-            continue  # a commented-out command
-        quote = _command_quote(text[_logical_start(text, line_start):m.start()])
-        if quote is None:
-            continue
-        lineno += text.count("\n", counted, m.start())
-        counted = m.start()
-        logical = _logical_line(text, m.end())
-        if quote:  # `bash -c "docker run ..."`: the command ends where the string does
-            logical = _until_quote(logical, quote)
+    commands = list(_commands(text))
+    for c, stop in zip(commands, _next_commands(commands)):
+        end = c.logical.string_end(c.off, c.quote) if c.quote else len(c.logical.text)  # `bash -c "docker run ..."`
         try:
-            tokens = _tokens(logical)
-        except ValueError as exc:
-            failed.append(f"line {lineno}: cannot parse the {m.group(1)} run command ({exc})")
+            workload = _parse(_tokens(c.logical.text, c.off, end, stop), c.lineno, c.match.group(1), len(runs))
+        except ShellSyntaxError as exc:
+            failed.append(f"line {c.lineno}: cannot parse the {c.match.group(1)} run command ({exc})")
             continue
-        workload = _parse(tokens, lineno, m.group(1), len(runs))
-        runs.append(DockerRun(workload, m.end()))
+        runs.append(DockerRun(workload, c.match.end()))
     if failed and not runs:
         raise InputError(f"{name}: {failed[0]}")
     if notes is not None:
@@ -95,66 +63,56 @@ def find_docker_runs(text: str, name: str, notes: list[str] | None = None) -> li
     return runs
 
 
-# Commands whose arguments are text to show, not a command to run: `echo docker run ...`, `log "..."`.
-_PRINTERS = frozenset({"echo", "printf", "print", "cat", "log", "logger", "info", "warn", "warning", "error", "die",
-                       "fail", "usage", "msg", "note", "debug", "say", "grep", "man", "read", ":", "true", "local",
-                       "export", "declare", "readonly"})
-_SEPARATOR = re.compile(r"(?:;|&&|\|\||\||&|\(|\)|\{|\}|`|\$\(|\bthen\b|\bdo\b|\belse\b|\btime\b|!)\s*$")
-# A quoted string is itself a command when a shell (or ssh, eval, su -c) runs it: `bash -lc "docker run ..."`;
-# or a command kept for later, `CMD="docker run ..."` (then `$CMD` or `eval "$CMD"`).
-_RUNS_STRING = re.compile(r"(?:\beval|\bssh\b.*|\b\w*sh\s+(?:-\w+\s+)*-\w*c|\bsu\b.*-c|\bwatch\b.*)\s*$"
-                          r"|(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?[A-Za-z_]\w*=$")
+@dataclass(frozen=True)
+class _Command:
+    match: re.Match
+    lineno: int  # the physical line where `docker run` starts
+    quote: str  # '' or the quote of the string a shell runs it from
+    logical: LogicalLine
+    begin: int  # offsets in `logical.text`: where the match starts, and just after `run`
+    off: int
 
 
-def _logical_start(text: str, line_start: int) -> int:
-    """The start of the logical shell line holding `line_start`: back over `\\<newline>` continuations."""
-    while line_start > 0:
-        prev = text.rfind("\n", 0, line_start - 1) + 1
-        seg = text[prev:line_start - 1].rstrip("\r")
-        if not (seg.endswith("\\") and not seg.endswith("\\\\")):
-            break
-        line_start = prev
-    return line_start
-
-
-def _until_quote(line: str, quote: str) -> str:
-    i = 0
-    while i < len(line):
-        if line[i] == "\\" and quote == '"':
-            i += 2
+def _commands(text: str) -> Iterator[_Command]:
+    """The candidates that stand where a command does, in file order."""
+    lines = ScriptLines(text)
+    context: CommandContext | None = None
+    logical: LogicalLine | None = None
+    for m in _RUN.finditer(text):
+        lines.visit(m.start())
+        if lines.commented(m.start()):
+            continue  # a commented-out command
+        start = lines.logical_start()
+        if context is None or context.start != start:
+            context, logical = CommandContext(text, start), None
+        quote = context.command_quote(m.start())
+        if quote is None:
             continue
-        if line[i] == quote:
-            return line[:i]
-        i += 1
-    return line
+        if logical is None or logical.start != start:
+            logical = LogicalLine(text, start)
+        yield _Command(m, lines.index + 1, quote, logical, logical.offset(lines.start, m.start()),
+                       logical.offset(lines.start, m.end()))
 
 
-def _command_quote(prefix: str) -> str | None:
-    """Whether what precedes `docker` on its shell line leaves it in a command's place: not inside a quoted
-    string (unless a shell runs that string), and not an argument of echo/printf/log. None: not a command;
-    '' a command; a quote character: a command inside a string of that quote that a shell runs."""
-    quote, opened, i = "", -1, 0
-    while i < len(prefix):
-        ch = prefix[i]
-        if quote == "'":
-            if ch == "'":
-                quote = ""
-        elif ch == "\\":
-            i += 1
-        elif quote == '"':
-            if ch == '"':
-                quote = ""
-        elif ch in "'\"":
-            quote, opened = ch, i
-        i += 1
-    if quote:
-        inside = prefix[opened + 1:]
-        runs = (not inside.strip() or bool(_SEPARATOR.search(inside))) and bool(_RUNS_STRING.search(prefix[:opened]))
-        return quote if runs else None
-    segment = re.split(r";|&&|\|\||\||&|\(|`|\$\(|\bthen\b|\bdo\b|\belse\b", prefix)[-1].split()
-    words = [w for w in segment if not re.match(r"^[A-Za-z_]\w*=", w) and w not in ("$", ">", "-", "*", "+", "sudo",
-                                                                                  "exec", "nohup", "command")]
-    return "" if not words or words[0] not in _PRINTERS else None
+def _next_commands(commands: list[_Command]) -> list[int | None]:
+    """For each command, where the next command outside any string on the same logical line starts, if one
+    does: there its words end (`docker run img docker run ...`: the inner run is a command of its own,
+    audited with its own words; read as the outer one's arguments too, each run read the rest of the line,
+    quadratic in a line of many)."""
+    stops: list[int | None] = [None] * len(commands)
+    after: _Command | None = None
+    for k in range(len(commands) - 1, -1, -1):
+        c = commands[k]
+        stops[k] = after.begin if after is not None and after.logical is c.logical else None
+        if not c.quote:
+            after = c
+    return stops
+
+
+def _tokens(line: str, pos: int, end: int, stop: int | None = None) -> Iterator[str]:
+    """The command's words, read only as far as the command needs them (to its first shell operator, or
+    the next command's first word at `stop`)."""
+    return words(line, pos, end, stop)
 
 
 def _gpu_count(value: str) -> int | None:
@@ -174,26 +132,28 @@ def _gpu_count(value: str) -> int | None:
     return None
 
 
-def _parse(tokens: list[str], lineno: int, engine: str, index: int) -> Workload:
+def _parse(tokens: Iterator[str], lineno: int, engine: str, index: int) -> Workload:
+    """Options up to the image, then the container's command up to the first shell operator; tokens are
+    pulled one by one, so the rest of the line is never read."""
     opts: list[tuple[str, str]] = []
-    i = 0
     image = ""
     rest: list[str] = []
-    while i < len(tokens):
-        tok = tokens[i]
+
+    def value() -> str:  # an option's value is the next word, whatever it is ("" at the end)
+        v = next(tokens, None)
+        return "" if v is None else v
+
+    tok = next(tokens, None)
+    while tok is not None:
         if tok in _SHELL_OPS:
             break
         if tok == "--":
-            i += 1
+            tok = next(tokens, None)
             continue
         if tok.startswith("--"):
             key, eq, val = tok.partition("=")
-            if eq or key in _BOOL:
-                opts.append((key, val))
-                i += 1
-            else:
-                opts.append((key, tokens[i + 1] if i + 1 < len(tokens) else ""))
-                i += 2
+            opts.append((key, val) if eq or key in _BOOL else (key, value()))
+            tok = next(tokens, None)
             continue
         if tok.startswith("-") and len(tok) > 1:
             flags = tok[1:]
@@ -206,14 +166,11 @@ def _parse(tokens: list[str], lineno: int, engine: str, index: int) -> Workload:
                 val = flags[j + 1:]
                 if val.startswith("="):
                     val = val[1:]
-                if not val:
-                    val = tokens[i + 1] if i + 1 < len(tokens) else ""
-                    i += 1
-                opts.append((key, val))
-            i += 1
+                opts.append((key, val or value()))
+            tok = next(tokens, None)
             continue
         image = tok
-        for t in tokens[i + 1:]:
+        for t in tokens:
             if t in _SHELL_OPS:
                 break
             rest.append(t)

@@ -13,15 +13,17 @@ its size applies. Pure: takes the text.
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Optional
 
 from oomdoctor.parsers.config_model import ContainerSpec, Workload
+from oomdoctor.parsers.shell_words import words as shell_words
 
 _SBATCH = re.compile(r"^#SBATCH[ \t]+(.*)$", re.MULTILINE)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
 _UNIT = {"": 2**20, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.MULTILINE)
+# Blanks before `export` on its own line only: `^\s*` ran from every line start over all the blank lines
+# after it, quadratic in a script of many blank lines. The same export lines match.
+_EXPORT = re.compile(r"^[^\S\n]*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.MULTILINE)
 _SHORT = {"-G": "--gpus", "-N": "--nodes", "-n": "--ntasks", "-c": "--cpus-per-task", "-J": "--job-name"}
 
 
@@ -39,8 +41,8 @@ def sbatch_options(text: str) -> dict[str, str]:
             continue
         if not s.startswith("#SBATCH"):
             break
-        try:
-            words = shlex.split(s[len("#SBATCH"):], comments=True)
+        try:  # as shlex.split(..., comments=True) reads it, in linear time (shlex: quadratic in a long word)
+            words = list(shell_words(s[len("#SBATCH"):], operators=False))
         except ValueError:
             words = s[len("#SBATCH"):].split()
         i = 0

@@ -8,6 +8,7 @@ Everything else needs a human decision and is left alone (the report still lists
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,19 +223,34 @@ def _fix_docker(cfg: ConfigFile, w: Workload, ed: Editor, changes: list[str]) ->
     if not (_ids(storage.default_shm, w, cfg.path) or _ids(storage.small_shm, w, cfg.path)):
         return
     size = docker_size(max(recommended_shm(c), 2**30))
-    line = cfg.text.count("\n", 0, run.insert_at)
-    col = run.insert_at - (cfg.text.rfind("\n", 0, run.insert_at) + 1)
+    line, col = ed.locate(run.insert_at)
     if c.shm_raw:
-        s = ed.lines[line]
-        start = s.find("--shm-size")
-        if start < 0:
-            raise FixUnsupported("--shm-size is not on the `docker run` line")
-        end = start + len("--shm-size") + 1 + len(c.shm_raw)
+        start, end = _shm_option(ed, cfg, w.doc_index, line, col, c.shm_raw)
         ed.replace(line, start, end, f"--shm-size={size}")
         changes.append(f"{w.origin}: --shm-size {c.shm_raw} -> {size}")
     else:
         ed.replace(line, col, col, f" --shm-size={size}")
         changes.append(f"{w.origin}: --shm-size={size}")
+
+
+_SHM_OPTION = re.compile(r"""--shm-size(?:=|[ \t]+)("([^"]*)"|'([^']*)'|[^\s;&|()<>'"]+)""")
+
+
+def _shm_option(ed: Editor, cfg: ConfigFile, index: int, line: int, col: int, raw: str) -> tuple[int, int]:
+    """The span of this command's own `--shm-size VALUE` on its `docker run` line: after its `run`, before
+    the next command's `run` on the line, value quotes included (the first `--shm-size` anywhere on the line
+    with the value's unquoted length rewrote another command's option, or left a stray quote)."""
+    s = ed.lines[line]
+    limit = len(s)
+    if index + 1 < len(cfg.runs):
+        nline, ncol = ed.locate(cfg.runs[index + 1].insert_at)
+        if nline == line:
+            limit = ncol
+    m = _SHM_OPTION.search(s, col, limit)
+    value = m and next((g for g in m.groups()[1:] if g is not None), m.group(1))
+    if m is None or value != raw:
+        raise FixUnsupported("--shm-size is not on the `docker run` line")
+    return m.start(), m.end()
 
 
 __all__ = ["FIXABLE", "FixResult", "Style", "fix_config"]  # Style: re-exported for tests

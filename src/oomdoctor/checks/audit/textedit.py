@@ -8,6 +8,8 @@ indentation style and scalars are replaced in place, so every other byte stays a
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +36,17 @@ class Editor:
         self.lines = text.splitlines(keepends=True)
         self.nl = "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
         self._edits: list[_Edit] = []
+        self._starts: list[int] | None = None
+
+    def locate(self, offset: int) -> tuple[int, int]:
+        """(line, column) of a character offset in the text, in this editor's own lines: split as
+        `str.splitlines` splits, so a form feed or U+2028 ends a line here too (counting `\\n` put an
+        edit on the wrong line), and found by bisection (counting from the file's start per edit was
+        quadratic in a script of many commands)."""
+        if self._starts is None:
+            self._starts = list(itertools.accumulate((len(s) for s in self.lines), initial=0))
+        line = bisect.bisect_right(self._starts, offset) - 1
+        return line, offset - self._starts[line]
 
     def insert_after(self, line: int, new_lines: list[str]) -> None:
         self._edits.append(_Edit(line, -1, -1, new_lines, len(self._edits)))
@@ -48,14 +61,21 @@ class Editor:
     def apply(self) -> str:
         lines = list(self.lines)
         # bottom-up, so earlier positions stay valid; inserts after the same line keep their order
-        for e in sorted(self._edits, key=lambda e: (e.line, e.col, -e.seq), reverse=True):
+        order = sorted(self._edits, key=lambda e: (e.line, e.col, -e.seq), reverse=True)
+        i = 0
+        while i < len(order):
+            e = order[i]
             if e.col < 0:
                 if e.line >= 0 and not lines[e.line].endswith(("\n", "\r")):
                     lines[e.line] += self.nl
                 lines[e.line + 1:e.line + 1] = [s + self.nl for s in e.text]
-            else:
-                s = lines[e.line]
-                lines[e.line] = s[:e.col] + e.text + s[e.end:]
+                i += 1
+                continue
+            j = i + 1
+            while j < len(order) and order[j].line == e.line and order[j].col >= 0:
+                j += 1
+            lines[e.line] = _spliced(lines[e.line], order[i:j])
+            i = j
         return "".join(lines)
 
     def indent(self, line: int) -> int:
@@ -92,6 +112,22 @@ class Editor:
 class Style:
     step: int = 2  # mapping indent
     seq_offset: int = 2  # dash column relative to the parent key
+
+
+def _spliced(s: str, edits: list[_Edit]) -> str:
+    """`s` with `edits` (right to left) applied: in one pass when all lie within the line and none overlaps
+    the one applied before it (rebuilding the line per edit was quadratic in a line of many commands), else
+    one after another."""
+    if edits[0].col <= len(s) and all(b.end <= a.col for a, b in zip(edits, edits[1:])):
+        pieces, right = [], len(s)
+        for e in edits:
+            pieces += (s[e.end:right], e.text)
+            right = e.col
+        pieces.append(s[:right])
+        return "".join(reversed(pieces))
+    for e in edits:
+        s = s[:e.col] + e.text + s[e.end:]
+    return s
 
 
 def detect_style(text: str) -> Style:
