@@ -316,10 +316,12 @@ def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, 
 def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, Any] | None) -> dict[str, Any]:
     """A command that failed without a CUDA OOM or a named kill: say what the kernel log told about an OOM kill of
     its processes. Unread (dmesg restricted, a container's log): say so and the command that tells; if the cgroup's
-    oom_kill count rose meanwhile, a host OOM of one of its processes is one possible cause."""
+    oom_kill count rose meanwhile, or a container's log names a kill of a process with the job's name, a host OOM
+    of one of its processes is one possible cause."""
     rc = kill.failed_status(meta)
     if rc is None:
         return v
+    ended = kill.exit_wording(meta)
     unknown = kill.kernel_unknown(meta)
     if unknown is None:
         if kill.job_kills(meta) == [] and isinstance(meta.get("kernel_oom_kills"), list):
@@ -328,21 +330,26 @@ def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, 
         return v
     check = f"Check the kernel log on the node for an OOM kill of one of the job's processes: {kill.KERNEL_LOG_CHECK}"
     rose = [f for f in (ev or {}).get("found", ()) if "oom_kill count rose" in f]
+    possible = kill.possible_line(meta)
     evidence = [*v["evidence"], f"unknown: whether the kernel's OOM killer killed a process of the job: {unknown}"]
-    if rose and v["severity"] == "ok":
-        ended = kill.exit_wording(meta)
-        return {"oom": True, "category": "host_oom", "severity": "warning", "source": "cgroup", "confidence": "low",
+    if (rose or possible) and v["severity"] == "ok":
+        lead = rose[0] if rose else possible
+        tail = (f", and {unknown.split(' (')[0]}, which would name the process" if rose else "")
+        return {"oom": True, "category": "host_oom", "severity": "warning", "source": "cgroup" if rose else "kernel log",
+                "confidence": "low",
                 "summary": f"{ended}; a host OOM of one of its processes (a rank) is one possible cause (host_oom), "
-                           f"not confirmed: {rose[0]}, and {unknown.split(' (')[0]}, which would name the process",
+                           f"not confirmed: {lead}{tail}",
                 "evidence": [f"the job ended: {ended}; no CUDA OOM was recorded", *evidence[len(v['evidence']):],
-                             *rose],
-                "fixes": [check, "If it was memory: " + FIXES["host_oom"][0]], "message": None}
+                             *(rose or [possible])],
+                "fixes": [check if rose else kill.CONTAINER_CHECK, "If it was memory: " + FIXES["host_oom"][0]],
+                "message": None}
     if rose:
         evidence.append(f"hint: {rose[0]}")
+    if possible:
+        evidence.append(f"hint: {possible}")
     summary = v["summary"]
     if v["severity"] == "ok":
-        summary = (f"{kill.exit_wording(meta)}; {summary}; whether the kernel's OOM killer took one of its processes "
-                   "is unknown")
+        summary = f"{ended}; {summary}; whether the kernel's OOM killer took one of its processes is unknown"
     return {**v, "summary": summary, "evidence": evidence, "fixes": [*v["fixes"], check]}
 
 
