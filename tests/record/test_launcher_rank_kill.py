@@ -376,3 +376,95 @@ def test_in_another_pid_namespace_the_killed_process_is_not_matched_to_a_rank_by
                             range(1, 22), range(1, 8))["verdict"]
     assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]
 
+
+def test_a_killed_rank_that_marked_no_step_says_so_when_no_rank_marked_one():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(0), range(0))["verdict"]
+    assert v["category"] == "host_oom", v
+    assert _step_lines(v) == ["rank 1: no step was recorded before the kill"], v["evidence"]
+
+
+# --- the launcher's name: `python -m torch.distributed.run` is torchrun, not "python3" ---
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["/usr/bin/python3", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], "torch.distributed.run"),
+    (["python", "-u", "-m", "accelerate.commands.launch", "train.py"], "accelerate.commands.launch"),
+    (["python3.11", "-mtorch.distributed.run", "train.py"], "torch.distributed.run"),
+    (["python", "-W", "ignore", "-m", "deepspeed.launcher.runner", "train.py"], "deepspeed.launcher.runner"),
+    (["/opt/conda/bin/torchrun", "train.py"], "torchrun"),
+    (["python", "launch.py", "-m", "x"], "python"),
+])
+def test_the_launcher_is_named_by_the_module_it_runs(argv, name):
+    v = _verdict({"returncode": 1, "argv": argv, "kernel_oom_kills": [_kill(12)]})
+    assert f"the launcher ({name}) then exited with status 1" in v["summary"], v["summary"]
+
+
+# --- a command that raised an exception of its own: say it, not "whether the OOM killer took one is unknown" ---
+
+
+def _raised_timeline(pid: int, exc_type: str, message: str) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": pid, "label": f"pid{pid}",
+             "t": 0}, {"kind": "sample", "t": 0.5, "rss": 90 * MiB},
+            {"kind": "exception", "t": 0.6, "step": 0, "type": exc_type, "message": message}]
+    return _jsonl(rows)
+
+
+def _verdict_raised(meta: dict, exc_type: str = "KeyError", message: str = "KeyError: 'boom'") -> dict:
+    from oomdoctor.analysis.timeline import analyse
+    from oomdoctor.facts.recording import RunFiles
+
+    meta = {"start": 0.0, "argv": ["python", "-c", "raise KeyError('boom')"], "command_pid": 10,
+            "pid_namespace": "init", "returncode": 1, "kernel_log": "dmesg denied: Operation not permitted", **meta}
+    return analyse(RunFiles(path="run", meta=meta, outside=_outside(),
+                            timelines={"pid10": _raised_timeline(10, exc_type, message)}))["verdict"]
+
+
+def test_a_command_that_raised_says_what_it_raised_not_how_to_read_the_kernel_log():
+    v = _verdict_raised({"processes_vanished": 0})
+    assert v["category"] is None and v["severity"] == "ok", v
+    assert "the job raised KeyError: 'boom'" in v["summary"], v["summary"]
+    assert "unknown" not in v["summary"], v["summary"]
+    assert not any("dmesg" in f for f in v["fixes"]), v["fixes"]
+
+
+def test_a_command_that_raised_after_one_of_its_processes_vanished_keeps_the_kernel_log_advice():
+    """A DataLoader worker killed, then the main process raises ("DataLoader worker (pid 4242) is killed by signal")."""
+    v = _verdict_raised({"processes_vanished": 1}, "RuntimeError",
+                        "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+    assert "the job raised RuntimeError" in v["summary"], v["summary"]
+
+
+def test_an_error_saying_a_process_was_killed_keeps_the_kernel_log_advice_though_none_was_seen_vanishing():
+    """A worker killed between two samples: the sampler did not see it vanish, the main process's error says it."""
+    v = _verdict_raised({"processes_vanished": 0}, "RuntimeError",
+                        "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+@pytest.mark.parametrize("exc_type", ["ChildFailedError", "CalledProcessError"])
+def test_a_launchers_error_for_a_failed_child_keeps_the_kernel_log_advice(exc_type):
+    """torchrun raises ChildFailedError and `accelerate launch` CalledProcessError when a rank fails: the rank's
+    failure may be the OOM killer's."""
+    v = _verdict_raised({"processes_vanished": 0}, exc_type, f"{exc_type}: train.py FAILED")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+def test_an_older_recording_without_the_vanished_count_keeps_the_kernel_log_advice():
+    v = _verdict_raised({})
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+def test_record_of_a_command_that_raises_with_dmesg_denied_says_what_it_raised(tmp_path):
+    """The reviewer's case, end to end: `record -- python -c "raise KeyError('boom')"`, dmesg refused."""
+    path = _fake_dmesg(tmp_path, "sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n')\n"
+                                 "sys.exit(1)")
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "50", "--", sys.executable, "-c", "raise KeyError('boom')"],
+                          capture_output=True, cwd=tmp_path, timeout=120, env=_env(PATH=path))
+    assert proc.returncode == 1, proc.stderr
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["processes_vanished"] == 0 and meta["kernel_log"].startswith("dmesg denied"), meta
+    v = json.loads(_report(tmp_path).stdout)["verdict"]
+    assert "the job raised KeyError: 'boom'" in v["summary"], v
+    assert not any("dmesg" in f for f in v["fixes"]), v["fixes"]

@@ -16,6 +16,7 @@ only a possible kill: another container's `python` has the same name. Pure.
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import Any
 
@@ -97,6 +98,14 @@ def failed_status(meta: dict[str, Any]) -> int | None:
     if meta.get("ended_by") == "watch" or not isinstance(rc, int) or isinstance(rc, bool) or rc == 0 or is_sigkill(meta):
         return None
     return rc
+
+
+# what a launcher raises when one of its ranks failed (torchrun; `accelerate launch`): the rank's failure, which may be
+# the OOM killer's, not an error of the launcher's own
+LAUNCHER_CHILD_ERRORS = frozenset({"ChildFailedError", "CalledProcessError"})
+# an error that says a process died (PyTorch's "DataLoader worker (pid 4242) is killed by signal: Killed."): it
+# may have died between two samples, so the sampler not seeing it vanish does not clear the OOM killer
+CHILD_DIED = re.compile(r"killed by signal|exited unexpectedly|SIGKILL|signal 9\b", re.IGNORECASE)
 
 
 def _rows(meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -360,7 +369,7 @@ def steps_at_kill(processes: list[dict[str, Any]], killed: list[dict[str, Any]],
             s, top = max(others, key=lambda sp: sp[0])
             if own is None or s > own:
                 further = f" ({top['name']} got further, to step {s})"
-        return "; ".join(parts) + further if own is not None or further else None
+        return "; ".join(parts) + further
     if not stepped:
         return None
     s, top = max(stepped, key=lambda sp: sp[0])
