@@ -257,9 +257,8 @@ def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) 
 def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
     """(killed by the OOM killer?, why unknown) from run.json. `kernel_oom_kills`: the kill lines the recorder kept
     (after the job's start, at most ~20), each with `pid_match`/`comm_match` and, from newer recorders,
-    `pid_live_at_end`; decided here: the pid decides, the name only where the pid may have been reused (the job's
-    process had ended before the job did). Older records carry only `kernel_oom_kill` (the recorder's answer) or
-    `kernel_log` (why it was not read)."""
+    `pid_in_life` (host pid namespace) or `memcg_match` (another); decided here by job_kills and possible_kills.
+    Older records carry only `kernel_oom_kill` (the recorder's answer) or `kernel_log` (why it was not read)."""
     kills = meta.get("kernel_oom_kills")
     why = meta.get("kernel_log")
     if isinstance(kills, list):
