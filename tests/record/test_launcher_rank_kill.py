@@ -31,15 +31,16 @@ env = {**os.environ, "RANK": "1"}
 rc = subprocess.Popen([sys.executable, sys.argv[1], *sys.argv[3:]], env=env).wait()
 print(f"launcher: rank 1 exited with {rc}", file=sys.stderr)
 if rc and sys.argv[2] == "tolerate":
-    rc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], env=env).wait()
+    # the restarted rank runs long enough for the sampler (every 50 ms) to find the killed one gone under load
+    rc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"], env=env).wait()
 sys.exit(1 if rc else 0)
 """
 
 KILLED_RANK = """
 import os, signal, sys, time
-with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()}")
 time.sleep(3.0)  # the outside sampler must have seen this pid (every 50 ms; 1 s was once too short under load)
+with open(sys.argv[1], "w") as f:  # the kernel log stamps its kill line with this clock
+    f.write(f"{os.getpid()} {open('/proc/self/comm').read().strip()} {time.monotonic()}")
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -72,15 +73,17 @@ def _fake_dmesg(tmp_path: Path, body: str) -> str:
     return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
 
-def _kill_line_of(pid_expr: str, comm_expr: str) -> str:
-    """Python that prints a kernel OOM-kill line, stamped now (the kernel log's clock), for a pid and comm."""
-    return (f"print(f'[{{time.monotonic():12.6f}}] Out of memory: Killed process {{{pid_expr}}} ({{{comm_expr}}}) "
+def _kill_line_of(pid_expr: str, comm_expr: str, t_expr: str = "time.monotonic()") -> str:
+    """Python that prints a kernel OOM-kill line for a pid and comm, stamped `t_expr` (the kernel log's clock: now
+    by default)."""
+    return (f"print(f'[{{{t_expr}:12.6f}}] Out of memory: Killed process {{{pid_expr}}} ({{{comm_expr}}}) "
             f"total-vm:9000000kB, anon-rss:{8 * GiB_KB}kB, file-rss:2048kB, shmem-rss:0kB, UID:1000 pgtables:1kB "
             "oom_score_adj:0')")
 
 
 def _read_child(tmp_path: Path) -> str:
-    return (f"pid, comm = open({str(tmp_path / 'childpid')!r}).read().split()\n")
+    """Python that reads the killed rank's pid, comm and the time of its kill."""
+    return (f"pid, comm, t = open({str(tmp_path / 'childpid')!r}).read().split()\n")
 
 
 def _record(tmp_path: Path, rank_script: str, mode: str, path: str):
@@ -104,10 +107,10 @@ def _meta(tmp_path: Path) -> dict:
 
 
 def test_a_rank_killed_by_the_oom_killer_under_a_launcher_that_exits_1_is_a_host_oom(tmp_path):
-    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm"))
+    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm", "float(t)"))
     proc = _record(tmp_path, KILLED_RANK, "fail", path)
     assert proc.returncode == 1, proc.stderr
-    pid, comm = (tmp_path / "childpid").read_text().split()
+    pid, comm, _ = (tmp_path / "childpid").read_text().split()
     meta = _meta(tmp_path)
     assert meta["kernel_oom_kill"] is True, meta
     assert [k["pid"] for k in meta["kernel_oom_kills"]] == [int(pid)]
@@ -146,7 +149,7 @@ def test_an_ordinary_failure_with_an_unrelated_kill_in_the_log_is_not_a_host_oom
 def test_a_killed_rank_under_a_launcher_that_still_exits_0_is_a_warning(tmp_path):
     """An elastic launcher restarts its rank and succeeds: the sampler saw the killed rank vanish while the launcher
     ran, so the log is read."""
-    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm"))
+    path = _fake_dmesg(tmp_path, _read_child(tmp_path) + _kill_line_of("pid", "comm", "float(t)"))
     proc = _record(tmp_path, KILLED_RANK, "tolerate", path)
     assert proc.returncode == 0, proc.stderr
     pid = (tmp_path / "childpid").read_text().split()[0]
@@ -255,10 +258,21 @@ def test_a_command_killed_by_another_signal_after_its_rank_says_so():
 
 
 def test_in_another_pid_namespace_the_kill_is_not_put_on_a_rank_by_pid():
-    """The log's pids are the host's there: the name matched, but pid 12 of the container is not host pid 12."""
+    """The log's pids are the host's there: the name matched and the kill line's cgroup is the job's, but pid 12 of
+    the container is not host pid 12."""
+    v = _verdict({"returncode": 1, "pid_namespace": "other",
+                  "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True, memcg_match=True)]})
+    assert v["category"] == "host_oom" and v["summary"].startswith("a process of the job (pid 12, python)"), v
+    assert v["confidence"] == "high"
+
+
+def test_in_another_pid_namespace_a_name_alone_is_one_possible_cause():
+    """Another pod's `python` killed after the start has the same name: without the job's cgroup in the kill line
+    or its oom_kill count rising, the kill is not put on the job."""
     v = _verdict({"returncode": 1, "pid_namespace": "other",
                   "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True)]})
-    assert v["category"] == "host_oom" and v["summary"].startswith("a process of the job (pid 12, python)"), v
+    assert v["category"] == "host_oom" and v["confidence"] == "low" and v["severity"] == "warning", v
+    assert "killed" not in v and "one possible cause" in v["summary"], v
 
 
 def test_an_unread_kernel_log_with_the_cgroups_oom_kill_count_rising_is_one_possible_cause():
@@ -342,7 +356,7 @@ def test_two_killed_ranks_each_give_their_own_step():
 def test_a_killed_process_that_was_not_recorded_is_not_given_a_ranks_step():
     """A DataLoader worker (its own pid, no timeline of its own) was killed: which rank it served is not recorded,
     so the furthest step is said as that, not as the killed process's."""
-    v = _verdict_with_steps({"kernel_oom_kills": [_kill(99, "pt_data_worker", pid_live_at_end=True)]},
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(99, "pt_data_worker", pid_in_life=True)]},
                             range(1, 22), range(1, 8))["verdict"]
     assert v["category"] == "host_oom", v
     assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]
@@ -358,6 +372,99 @@ def test_a_killed_launcher_with_no_process_named_gives_the_furthest_step_as_that
 
 def test_in_another_pid_namespace_the_killed_process_is_not_matched_to_a_rank_by_pid():
     v = _verdict_with_steps({"pid_namespace": "other",
-                             "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True)]},
+                             "kernel_oom_kills": [_kill(12, pid_match=None, comm_match=True, memcg_match=True)]},
                             range(1, 22), range(1, 8))["verdict"]
     assert _step_lines(v) == ["the furthest step recorded before the kill: step 21 (rank 0)"], v["evidence"]
+
+
+def test_a_killed_rank_that_marked_no_step_says_so_when_no_rank_marked_one():
+    v = _verdict_with_steps({"kernel_oom_kills": [_kill(12)]}, range(0), range(0))["verdict"]
+    assert v["category"] == "host_oom", v
+    assert _step_lines(v) == ["rank 1: no step was recorded before the kill"], v["evidence"]
+
+
+# --- the launcher's name: `python -m torch.distributed.run` is torchrun, not "python3" ---
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["/usr/bin/python3", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], "torch.distributed.run"),
+    (["python", "-u", "-m", "accelerate.commands.launch", "train.py"], "accelerate.commands.launch"),
+    (["python3.11", "-mtorch.distributed.run", "train.py"], "torch.distributed.run"),
+    (["python", "-W", "ignore", "-m", "deepspeed.launcher.runner", "train.py"], "deepspeed.launcher.runner"),
+    (["/opt/conda/bin/torchrun", "train.py"], "torchrun"),
+    (["python", "launch.py", "-m", "x"], "python"),
+])
+def test_the_launcher_is_named_by_the_module_it_runs(argv, name):
+    v = _verdict({"returncode": 1, "argv": argv, "kernel_oom_kills": [_kill(12)]})
+    assert f"the launcher ({name}) then exited with status 1" in v["summary"], v["summary"]
+
+
+# --- a command that raised an exception of its own: say it, not "whether the OOM killer took one is unknown" ---
+
+
+def _raised_timeline(pid: int, exc_type: str, message: str) -> str:
+    rows = [{"kind": "header", "schema_version": 1, "format": "oomdoctor-record", "pid": pid, "label": f"pid{pid}",
+             "t": 0}, {"kind": "sample", "t": 0.5, "rss": 90 * MiB},
+            {"kind": "exception", "t": 0.6, "step": 0, "type": exc_type, "message": message}]
+    return _jsonl(rows)
+
+
+def _verdict_raised(meta: dict, exc_type: str = "KeyError", message: str = "KeyError: 'boom'") -> dict:
+    from oomdoctor.analysis.timeline import analyse
+    from oomdoctor.facts.recording import RunFiles
+
+    meta = {"start": 0.0, "argv": ["python", "-c", "raise KeyError('boom')"], "command_pid": 10,
+            "pid_namespace": "init", "returncode": 1, "kernel_log": "dmesg denied: Operation not permitted", **meta}
+    return analyse(RunFiles(path="run", meta=meta, outside=_outside(),
+                            timelines={"pid10": _raised_timeline(10, exc_type, message)}))["verdict"]
+
+
+def test_a_command_that_raised_says_what_it_raised_not_how_to_read_the_kernel_log():
+    v = _verdict_raised({"processes_vanished": 0})
+    assert v["category"] is None and v["severity"] == "ok", v
+    assert "the job raised KeyError: 'boom'" in v["summary"], v["summary"]
+    assert "unknown" not in v["summary"], v["summary"]
+    assert not any("dmesg" in f for f in v["fixes"]), v["fixes"]
+
+
+def test_a_command_that_raised_after_one_of_its_processes_vanished_keeps_the_kernel_log_advice():
+    """A DataLoader worker killed, then the main process raises ("DataLoader worker (pid 4242) is killed by signal")."""
+    v = _verdict_raised({"processes_vanished": 1}, "RuntimeError",
+                        "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+    assert "the job raised RuntimeError" in v["summary"], v["summary"]
+
+
+def test_an_error_saying_a_process_was_killed_keeps_the_kernel_log_advice_though_none_was_seen_vanishing():
+    """A worker killed between two samples: the sampler did not see it vanish, the main process's error says it."""
+    v = _verdict_raised({"processes_vanished": 0}, "RuntimeError",
+                        "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+@pytest.mark.parametrize("exc_type", ["ChildFailedError", "CalledProcessError"])
+def test_a_launchers_error_for_a_failed_child_keeps_the_kernel_log_advice(exc_type):
+    """torchrun raises ChildFailedError and `accelerate launch` CalledProcessError when a rank fails: the rank's
+    failure may be the OOM killer's."""
+    v = _verdict_raised({"processes_vanished": 0}, exc_type, f"{exc_type}: train.py FAILED")
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+def test_an_older_recording_without_the_vanished_count_keeps_the_kernel_log_advice():
+    v = _verdict_raised({})
+    assert any("sudo dmesg -T | grep -i 'killed process'" in f for f in v["fixes"]), v
+
+
+def test_record_of_a_command_that_raises_with_dmesg_denied_says_what_it_raised(tmp_path):
+    """The reviewer's case, end to end: `record -- python -c "raise KeyError('boom')"`, dmesg refused."""
+    path = _fake_dmesg(tmp_path, "sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n')\n"
+                                 "sys.exit(1)")
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "record", "-q", "--dir", str(tmp_path / "run"),
+                           "--every-ms", "50", "--", sys.executable, "-c", "raise KeyError('boom')"],
+                          capture_output=True, cwd=tmp_path, timeout=120, env=_env(PATH=path))
+    assert proc.returncode == 1, proc.stderr
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["processes_vanished"] == 0 and meta["kernel_log"].startswith("dmesg denied"), meta
+    v = json.loads(_report(tmp_path).stdout)["verdict"]
+    assert "the job raised KeyError: 'boom'" in v["summary"], v
+    assert not any("dmesg" in f for f in v["fixes"]), v["fixes"]

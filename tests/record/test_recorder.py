@@ -296,13 +296,16 @@ def test_a_kill_of_another_program_with_the_jobs_pid_is_not_the_jobs(tmp_path, m
     assert got["kernel_oom_kill"] is False and got["kernel_oom_kills"][0]["comm_match"] is False
 
 
-def test_in_another_pid_namespace_only_the_name_and_time_match(tmp_path, monkeypatch):
-    """A container's kernel log names the host's pids: no pid match there is not evidence against."""
+def test_in_another_pid_namespace_the_name_and_time_match_with_the_jobs_oom_kill_count(tmp_path, monkeypatch):
+    """A container's kernel log names the host's pids: no pid match there is not evidence against. A name alone is
+    not enough (another container's process may have it): the job's cgroup's oom_kill count must have risen."""
     from oomdoctor.injob.record import kernel_kills
 
     _fake_dmesg(tmp_path, monkeypatch, f"print({_kill_line(100.0, 98765, 'trainer')!r})")
-    assert kernel_kills.kernel_oom_kills({2: {"trainer"}}, 50.0, "other")["kernel_oom_kill"] is True
-    got = kernel_kills.kernel_oom_kills({2: {"python"}}, 50.0, "other")
+    assert kernel_kills.kernel_oom_kills({2: {"trainer"}}, 50.0, "other", oom_kill_rose=True)["kernel_oom_kill"] is True
+    alone = kernel_kills.kernel_oom_kills({2: {"trainer"}}, 50.0, "other")
+    assert "kernel_oom_kill" not in alone and "nothing else ties it to the job" in alone["kernel_log"]
+    got = kernel_kills.kernel_oom_kills({2: {"python"}}, 50.0, "other", oom_kill_rose=True)
     assert "kernel_oom_kill" not in got and "another pid namespace" in got["kernel_log"]
 
 

@@ -145,8 +145,13 @@ def test_the_oom_kill_count_is_compared_within_one_source():
     ({"kernel_oom_kills": [{"pid": 7, "comm": "postgres", "pid_match": True, "comm_match": False}]}, "low",
      "no OOM kill of the job's processes"),
     ({"kernel_oom_kills": []}, "low", "no OOM kill of the job's processes"),
-    ({"kernel_oom_kills": [{"pid": 99, "comm": "python", "pid_match": False, "comm_match": True}],
+    ({"kernel_oom_kills": [{"pid": 99, "comm": "python", "pid_match": False, "comm_match": True, "memcg_match": True}],
       "pid_namespace": "other"}, "high", "kernel log names a process of the job"),
+    ({"kernel_oom_kills": [{"pid": 99, "comm": "python", "pid_match": False, "comm_match": True}],
+      "pid_namespace": "other", "cgroup_oom_kill_rose": True}, "high", "kernel log names a process of the job"),
+    # a name alone in a container: another container's `python` has it too
+    ({"kernel_oom_kills": [{"pid": 99, "comm": "python", "pid_match": False, "comm_match": True}],
+      "pid_namespace": "other"}, "low", "only the name matches the job's processes"),
     ({"kernel_oom_kills": [], "pid_namespace": "other"}, "low", "unknown: the kernel log was not read (the kernel "
                                                                 "log names pids of another pid namespace"),
 ])

@@ -8,12 +8,15 @@ check (a walkthrough, session 26: a bare SIGKILL was reported as a host OOM "(li
 
 A launcher (torchrun, accelerate, deepspeed, mpirun, a shell script) whose rank the OOM killer takes does not die
 of the signal: it stops the other ranks and exits 1. There only a kill line of the kernel log naming a process of
-the job (by the recorder's rules: after the start, its pid, its name where the pid may have been reused) makes the
-failure a host OOM; the line also gives the process's memory at the kill. Pure.
+the job (by the recorder's rules, injob.record.kernel_kills: after the start, its pid at a time the job held it; in
+a container's own pid namespace a name of the job's processes tied to it by its cgroup or the job's oom_kill count)
+makes the failure a host OOM; the line also gives the process's memory at the kill. A name alone in a container is
+only a possible kill: another container's `python` has the same name. Pure.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import Any
 
@@ -31,6 +34,11 @@ HOW_TO_CHECK = [
 ]
 # the one command that tells whether the OOM killer took a process (a rank) of a job that exited non-zero
 KERNEL_LOG_CHECK = "`sudo dmesg -T | grep -i 'killed process'` (or `sudo journalctl -k | grep -i 'killed process'`)"
+# in a container, whose kernel log names other containers' processes too: which cgroup the killed process was in
+CONTAINER_CHECK = ("Check whether the OOM killer took a process of this container: `kubectl describe pod POD` (Last "
+                   "State: Terminated, Reason: OOMKilled), `grep oom_kill /sys/fs/cgroup/memory.events` inside it, or "
+                   "on the node `sudo dmesg -T | grep -i -E 'oom-kill:|killed process'` (`task_memcg=` is the killed "
+                   "process's cgroup).")
 
 
 def _signal_name(n: int) -> str | None:
@@ -112,16 +120,62 @@ def failed_status(meta: dict[str, Any]) -> int | None:
     return rc
 
 
-def job_kills(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The kill lines the recorder kept that are the job's: a pid of the job whose name matches, or that it held
-    to its end (a pid reused since would need the kernel to hand out every other free pid first); in another pid
-    namespace (the log's pids are the host's) a name read on the job's processes."""
+# what a launcher raises when one of its ranks failed (torchrun; `accelerate launch`): the rank's failure, which may be
+# the OOM killer's, not an error of the launcher's own
+LAUNCHER_CHILD_ERRORS = frozenset({"ChildFailedError", "CalledProcessError"})
+# an error that says a process died (PyTorch's "DataLoader worker (pid 4242) is killed by signal: Killed."): it
+# may have died between two samples, so the sampler not seeing it vanish does not clear the OOM killer
+CHILD_DIED = re.compile(r"killed by signal|exited unexpectedly|SIGKILL|signal 9\b", re.IGNORECASE)
+
+
+def _rows(meta: dict[str, Any]) -> list[dict[str, Any]]:
     kills = meta.get("kernel_oom_kills")
-    rows = [k for k in kills if isinstance(k, dict)] if isinstance(kills, list) else []
+    return [k for k in kills if isinstance(k, dict)] if isinstance(kills, list) else []
+
+
+def _tied(meta: dict[str, Any], k: dict[str, Any]) -> bool | None:
+    """In another pid namespace: does something beyond the name tie a kill line to the job? Its cgroup (`memcg_match`:
+    at or below the job's, or another), else the job's cgroup `oom_kill` count (rose, or read and did not); None:
+    neither was told (older recordings too)."""
+    memcg = k.get("memcg_match")
+    if isinstance(memcg, bool):
+        return memcg
+    rose = meta.get("cgroup_oom_kill_rose")
+    return rose if isinstance(rose, bool) else None
+
+
+def job_kills(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The kill lines the recorder kept that are the job's: a pid of the job, stamped while the job held it
+    (`pid_in_life`; recorders before it: a pid whose name matches or that the job held to its end); in another pid
+    namespace (the log's pids are the host's) a name read on the job's processes, tied to the job (_tied)."""
+    rows = _rows(meta)
     if meta.get("pid_namespace") == "other":
-        return [k for k in rows if k.get("comm_match") is True]
-    return [k for k in rows if k.get("pid_match") is True
-            and (k.get("comm_match") is not False or k.get("pid_live_at_end") is True)]
+        return [k for k in rows if k.get("comm_match") is True and _tied(meta, k) is True]
+    return [k for k in rows if k.get("pid_match") is True and (
+        k.get("pid_in_life") is True if "pid_in_life" in k
+        else k.get("comm_match") is not False or k.get("pid_live_at_end") is True)]
+
+
+def possible_kills(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """In another pid namespace, the kill lines named as the job's processes are that nothing ties to the job nor
+    speaks against: a possible kill of the job, never a firm one (another container's `python` has the name too)."""
+    if meta.get("pid_namespace") != "other":
+        return []
+    return [k for k in _rows(meta) if k.get("comm_match") is True and _tied(meta, k) is None]
+
+
+def possible_line(meta: dict[str, Any]) -> str | None:
+    """One line on the possible kills (possible_kills), or None."""
+    possible = possible_kills(meta)
+    if not possible:
+        return None
+    k = possible[-1]
+    more = f" (and {len(possible) - 1} more)" if len(possible) > 1 else ""
+    return (f"the kernel log holds an OOM kill of a process named {k.get('comm') or '?'} (host pid {k.get('pid')}, "
+            f"{killed_memory(_kill_rss(k))}) after the job's start"
+            f"{more}, but in this container's own pid namespace only the name matches the job's processes (another "
+            "container's process may have it); neither the kill line's cgroup nor the job's oom_kill count ties it "
+            "to the job")
 
 
 def _kill_rss(k: dict[str, Any]) -> dict[str, int | None]:
@@ -223,14 +277,16 @@ def _by_source(samples: list[dict[str, Any]] | dict[str, list[dict[str, Any]]]) 
 def _kernel(meta: dict[str, Any]) -> tuple[bool | None, str | None]:
     """(killed by the OOM killer?, why unknown) from run.json. `kernel_oom_kills`: the kill lines the recorder kept
     (after the job's start, at most ~20), each with `pid_match`/`comm_match` and, from newer recorders,
-    `pid_live_at_end`; decided here: the pid decides, the name only where the pid may have been reused (the job's
-    process had ended before the job did). Older records carry only `kernel_oom_kill` (the recorder's answer) or
-    `kernel_log` (why it was not read)."""
+    `pid_in_life` (host pid namespace) or `memcg_match` (another); decided here by job_kills and possible_kills.
+    Older records carry only `kernel_oom_kill` (the recorder's answer) or `kernel_log` (why it was not read)."""
     kills = meta.get("kernel_oom_kills")
     why = meta.get("kernel_log")
     if isinstance(kills, list):
         if job_kills(meta):
             return True, None
+        if possible_kills(meta):
+            return None, ("an OOM kill after the job's start names a process as the job's are named, but nothing "
+                          "else ties it to the job in this pid namespace")
         if meta.get("pid_namespace") == "other":  # the log's pids are the host's: only the name can match
             return None, (why if isinstance(why, str) else
                           "the kernel log names pids of another pid namespace (the host's); no kill after the "
@@ -261,6 +317,8 @@ def evidence(meta: dict[str, Any], samples: list[dict[str, Any]] | dict[str, lis
                      + (f": {named}" if named else ""))
     elif kernel is False:
         against.append("the kernel log holds no OOM kill of the job's processes after the job started")
+    elif (possible := possible_line(meta)) is not None:
+        unread.append(possible)
     else:
         unread.append(f"the kernel log was not read ({str(why)[:200]})")
     rises = [(k[0], max(k)) for rows in sources.values() if (k := _values(rows, "cgroup_oom_kill"))]
@@ -330,7 +388,7 @@ def steps_at_kill(processes: list[dict[str, Any]], killed: list[dict[str, Any]],
             s, top = max(others, key=lambda sp: sp[0])
             if own is None or s > own:
                 further = f" ({top['name']} got further, to step {s})"
-        return "; ".join(parts) + further if own is not None or further else None
+        return "; ".join(parts) + further
     if not stepped:
         return None
     s, top = max(stepped, key=lambda sp: sp[0])

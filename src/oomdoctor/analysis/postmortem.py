@@ -286,6 +286,30 @@ def _status_wording(rc: int) -> str:
     return f"was {kill.exit_wording({'returncode': rc})}" if rc < 0 else f"exited with status {rc}"
 
 
+_PY_OPTS_WITH_ARG = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def command_name(argv: Any) -> str:
+    """The command as a user knows it: argv[0]'s file name (`torchrun`), or the module a Python runs
+    (`python3 -m torch.distributed.run`: `torch.distributed.run`, not "python3")."""
+    if not isinstance(argv, list) or not argv:
+        return "the command"
+    name = str(argv[0]).rsplit("/", 1)[-1]
+    if not name.startswith("python"):
+        return name
+    args, i = [str(a) for a in argv[1:]], 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m":
+            return args[i + 1] if i + 1 < len(args) else name
+        if a.startswith("-m") and not a.startswith("--"):
+            return a[2:]
+        if not a.startswith("-") or a in ("-c", "-"):  # a script, code or stdin: the interpreter is the command
+            return name
+        i += 2 if a in _PY_OPTS_WITH_ARG else 1  # an option's value is no script
+    return name
+
+
 def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, Any]], meta: dict[str, Any],
                     outside: dict[str, Any], killed: list[dict[str, Any]]) -> dict[str, Any]:
     """The kernel log names a process of the job killed by the OOM killer, and the command did not die of SIGKILL
@@ -294,8 +318,7 @@ def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, 
     rc = meta["returncode"]
     first = killed[0]
     more = f" (and {len(killed) - 1} more of its processes)" if len(killed) > 1 else ""
-    argv = meta.get("argv")
-    cmd = str(argv[0]).rsplit("/", 1)[-1] if isinstance(argv, list) and argv else "the command"
+    cmd = command_name(meta.get("argv"))
     launcher = first["name"] is not None and first["pid"] != meta.get("command_pid")
     what = f"the launcher ({cmd})" if launcher else f"the command ({cmd})"
     who = f"{kill.killed_who(first)} was killed by the kernel's OOM killer ({kill.killed_memory(first)} at the kill){more}"
@@ -313,13 +336,39 @@ def _killed_verdict(processes: list[dict[str, Any]], host_leaks: list[dict[str, 
             "summary": f"{who}; {what} then {_status_wording(rc)}: host or cgroup memory ran out"}
 
 
-def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, Any] | None) -> dict[str, Any]:
-    """A command that failed without a CUDA OOM or a named kill: say what the kernel log told about an OOM kill of
-    its processes. Unread (dmesg restricted, a container's log): say so and the command that tells; if the cgroup's
-    oom_kill count rose meanwhile, a host OOM of one of its processes is one possible cause."""
+def _raised(processes: list[dict[str, Any]], meta: dict[str, Any]) -> str | None:
+    """The exception the command's own process recorded last (`KeyError: 'boom'`), or None: none, or a launcher's
+    error for a failed rank (ChildFailedError), which may be the OOM killer's doing. An OOM exception never gets
+    here (it has a verdict of its own)."""
+    pid = meta.get("command_pid")
+    own = [p for p in processes if pid is not None and p.get("pid") == pid]
+    events = [e for p in own for e in p.get("events") or () if e.get("kind") == "exception"]
+    if not events:
+        return None
+    e = events[-1]
+    kind = str(e.get("type") or "")
+    if kind in kill.LAUNCHER_CHILD_ERRORS:
+        return None
+    lines = [ln.strip() for ln in str(e.get("message") or "").splitlines() if ln.strip()]
+    line = next((ln for ln in lines if kind and ln.startswith(kind)), lines[0] if lines else kind)
+    return line[:200] or None
+
+
+def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, Any] | None,
+                         processes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A command that failed without a CUDA OOM or a named kill: say what it raised, if its own process recorded an
+    exception, and what the kernel log told about an OOM kill of its processes. Unread (dmesg restricted, a
+    container's log): say so and the command that tells, unless the command raised the error itself and no process
+    of the job vanished (nothing the OOM killer could have taken); if the cgroup's oom_kill count rose meanwhile, or
+    a container's log names a kill of a process with the job's name, a host OOM of one of its processes is one
+    possible cause."""
     rc = kill.failed_status(meta)
     if rc is None:
         return v
+    raised = _raised(processes or [], meta)
+    ended = kill.exit_wording(meta)
+    if raised and v["severity"] == "ok":
+        v = {**v, "summary": f"{ended}: the job raised {raised}; {v['summary']}"}
     unknown = kill.kernel_unknown(meta)
     if unknown is None:
         if kill.job_kills(meta) == [] and isinstance(meta.get("kernel_oom_kills"), list):
@@ -328,21 +377,32 @@ def _with_kernel_unknown(v: dict[str, Any], meta: dict[str, Any], ev: dict[str, 
         return v
     check = f"Check the kernel log on the node for an OOM kill of one of the job's processes: {kill.KERNEL_LOG_CHECK}"
     rose = [f for f in (ev or {}).get("found", ()) if "oom_kill count rose" in f]
+    possible = kill.possible_line(meta)
+    if raised and not rose and meta.get("processes_vanished") == 0 and not kill.CHILD_DIED.search(raised):
+        return {**v, "evidence": [*v["evidence"], f"the command's process raised {raised}, and no process of the job "
+                                  f"vanished while it ran: nothing points to the OOM killer ({unknown}"
+                                  + (f"; {possible}" if possible else "") + ")"]}
     evidence = [*v["evidence"], f"unknown: whether the kernel's OOM killer killed a process of the job: {unknown}"]
-    if rose and v["severity"] == "ok":
-        ended = kill.exit_wording(meta)
-        return {"oom": True, "category": "host_oom", "severity": "warning", "source": "cgroup", "confidence": "low",
+    if (rose or possible) and v["severity"] == "ok":
+        lead = rose[0] if rose else possible
+        tail = (f", and {unknown.split(' (')[0]}, which would name the process" if rose else "")
+        return {"oom": True, "category": "host_oom", "severity": "warning", "source": "cgroup" if rose else "kernel log",
+                "confidence": "low",
                 "summary": f"{ended}; a host OOM of one of its processes (a rank) is one possible cause (host_oom), "
-                           f"not confirmed: {rose[0]}, and {unknown.split(' (')[0]}, which would name the process",
+                           f"not confirmed: {lead}{tail}",
                 "evidence": [f"the job ended: {ended}; no CUDA OOM was recorded", *evidence[len(v['evidence']):],
-                             *rose],
-                "fixes": [check, "If it was memory: " + FIXES["host_oom"][0]], "message": None}
+                             *(rose or [possible])] + ([f"the command's process raised {raised}"] if raised else []),
+                "fixes": [check if rose else kill.CONTAINER_CHECK, "If it was memory: " + FIXES["host_oom"][0]],
+                "message": None}
     if rose:
         evidence.append(f"hint: {rose[0]}")
+    if possible:
+        evidence.append(f"hint: {possible}")
     summary = v["summary"]
     if v["severity"] == "ok":
-        summary = (f"{kill.exit_wording(meta)}; {summary}; whether the kernel's OOM killer took one of its processes "
-                   "is unknown")
+        summary = f"{summary}; whether the kernel's OOM killer took one of its processes is unknown"
+        if not raised:
+            summary = f"{ended}; {summary}"
     return {**v, "summary": summary, "evidence": evidence, "fixes": [*v["fixes"], check]}
 
 
@@ -392,7 +452,7 @@ def verdict(processes: list[dict[str, Any]], ooms: list[dict[str, Any]], meta: d
     if (kill.failed_status(meta) is not None or rc == 0) and (killed := kill.killed_processes(meta, processes)):
         return _killed_verdict(processes, host_leaks, meta, outside, killed)
     return _with_kernel_unknown(_without_kill(processes, leaks, host_leaks, meta, outside, kill_evidence), meta,
-                                kill_evidence)
+                                kill_evidence, processes)
 
 
 def _without_kill(processes: list[dict[str, Any]], leaks: dict[str, Any], host_leaks: list[dict[str, Any]],

@@ -84,11 +84,14 @@ def parse_oom_kills(lines: Iterable[str]) -> list[dict[str, Any]]:
         line = line[:MAX_LINE]
         c = _OOM_KILL_CONSTRAINT.search(line)
         if c:
-            pending = {"constraint": c.group(1), "memcg": c.group(2) or c.group(3)}
+            pending = {"constraint": c.group(1), "memcg": c.group(2) or c.group(3), "oom_memcg": c.group(2) or None,
+                       "task_memcg": c.group(3) or None, "pid": c.group(5)}
             continue
         m = _KILLED.search(line) or _KILLED_ANY.search(line)
         if not m or len(m.group(1)) > 12:
             continue
+        if pending.get("pid") != m.group(1):  # the constraint line of another kill (lines lost or interleaved)
+            pending = {}
         rss = {k: int(v) for k, v in _RSS.findall(m.group(3)) if len(v) < 16}
         reason = _REASON.search(line)
         kills.append({
@@ -96,6 +99,8 @@ def parse_oom_kills(lines: Iterable[str]) -> list[dict[str, Any]]:
             "anon_rss_kb": rss.get("anon-rss"), "file_rss_kb": rss.get("file-rss"), "shmem_rss_kb": rss.get("shmem-rss"),
             "reason": reason.group(1) if reason else None,
             "memcg": pending.get("memcg"), "constraint": pending.get("constraint"),
+            # the killed task's cgroup, and the one whose limit was hit (a memcg OOM): which container it was in
+            "task_memcg": pending.get("task_memcg"), "oom_memcg": pending.get("oom_memcg"),
             "line": number, "text": line.strip()[:500],
         })
         pending = {}
