@@ -7,7 +7,7 @@ use` breakdown). explain then says which fact decides and how to get it, and `ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
 
@@ -57,6 +57,7 @@ DECIDERS: dict[str, Decider] = {
 # walkthrough, session 25: a CuPy OOM was told to set PYTORCH_CUDA_ALLOC_CONF)
 _PEAK = "this job's own peak against the memory it may use"
 OLD_TORCH = "torch_oom<2.1"  # a PyTorch OOM in the message format of 2.0 and before (patterns._torch_format)
+OLDEST_TORCH = "torch_oom<1.4"  # ... of 1.3 and before ("N cached"), which reads no PYTORCH_CUDA_ALLOC_CONF at all
 _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
     ("fragmentation", "cupy_oom"): Decider("memory CuPy's pool holds but has not handed out (total_bytes - used_bytes)",
                                            "pool = cupy.get_default_memory_pool(); print(pool.used_bytes(), "
@@ -77,6 +78,11 @@ _BY_FRAMEWORK: dict[tuple[str, str], Decider] = {
     ("fragmentation", OLD_TORCH): Decider("reserved minus allocated at the failure (free memory inside PyTorch's cache)",
                                           "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 python train.py  # fixed: it "
                                           "was fragmentation (this PyTorch predates expandable_segments)"),
+    # PyTorch 1.3 and older have no allocator settings: the fix is an upgrade first (rules._frag_fix)
+    ("fragmentation", OLDEST_TORCH): Decider("reserved minus allocated at the failure (free memory inside PyTorch's "
+                                             "cache)", "pip install -U torch; PYTORCH_CUDA_ALLOC_CONF=expandable_segments"
+                                             ":True python train.py  # fixed: it was fragmentation (PyTorch 1.3 and "
+                                             "older read no allocator settings)"),
 }
 # Servers and runtimes: no WORKLOAD.py to estimate, and their own start-up lines say what the weights took
 # (a walkthrough, session 27: vLLM's and llama.cpp's were sent to `oomdoctor estimate WORKLOAD.py`)
@@ -92,6 +98,16 @@ _BY_FRAMEWORK[("true_capacity", LLAMA_CPP)] = Decider(
     "the buffers llama.cpp allocates (its log's MiB figures) against the GPU's free memory before it loads",
     "nvidia-smi --query-gpu=memory.used,memory.total --format=csv; then llama-cli -m MODEL -ngl 20 -c 4096  "
     "# fewer layers and a smaller context: the buffer sizes it logs fall")
+# Whether llama.cpp's failure is memory at all: with nothing offloaded the GPU's memory is out of the question (a
+# walkthrough, session 28: llama.cpp was told `CUDA_LAUNCH_BLOCKING=1 python train.py`)
+_BY_FRAMEWORK[("not_oom", LLAMA_CPP)] = Decider(
+    "whether the model runs with no layers on the GPU",
+    "llama-cli -m MODEL -ngl 0 -c 2048 -p hi  # (ollama: PARAMETER num_gpu 0) it runs: the GPU's memory was short; "
+    "the same error: not a shortage of memory")
+# The servers' own launch in place of a training script in the generic commands (TGI and vLLM run PyTorch, so its
+# settings apply); llama.cpp runs no PyTorch: a command naming it or a training script is no decider there
+_LAUNCH = {TGI: "text-generation-launcher --model-id MODEL", VLLM_CACHE_BLOCKS: "vllm serve MODEL",
+           "vllm_capacity": "vllm serve MODEL"}
 _NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
                              "runs: its highest reading")
 for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to name here: the device's reading
@@ -100,4 +116,12 @@ for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to 
 
 def decider(category: str, kind: str = "") -> Decider | None:
     """The fact that decides `category`, asked of the allocator of the event's framework (`kind`)."""
-    return _BY_FRAMEWORK.get((category, kind)) or DECIDERS.get(category)
+    own = _BY_FRAMEWORK.get((category, kind))
+    if own is not None:
+        return own
+    d = DECIDERS.get(category)
+    if d is None or "train.py" not in d.command:
+        return d
+    if kind == LLAMA_CPP:
+        return None
+    return replace(d, command=d.command.replace("python train.py", _LAUNCH[kind])) if kind in _LAUNCH else d

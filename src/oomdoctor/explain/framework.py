@@ -63,9 +63,13 @@ TGI = "tgi"  # text-generation-inference's warmup: "Not enough memory to handle 
 VLLM_CACHE_BLOCKS = "vllm_cache_blocks"  # vLLM: the weights left nothing for the KV cache
 LLAMA_CPP = "llama_cpp"  # llama.cpp / ggml's CUDA buffer allocation
 _TGI = re.compile(r"prefill tokens|--max-batch-prefill-tokens|--max-total-tokens|text_generation_")
+# TGI's router when the shard's warmup failed: "Unable to warmup model: Generation(\"... out of memory ...\")" (a
+# walkthrough, session 28: read as a vague OOM and told PyTorch training advice)
+_TGI_WARMUP = re.compile(r"Unable to warmup model\b")
 _VLLM_BLOCKS = re.compile(r"No available memory for the cache blocks")
+# (ollama's runner: "Error: llama runner process has terminated: cudaMalloc failed: out of memory", ggml's line after it)
 LLAMA_CPP_LINE = re.compile(r"\bggml_\w+: (?:allocating|failed to allocate)\b|\bllama_\w+: (?:failed|error)|"
-                            r"\bggml_(?:backend_)?cuda\w*\b[^\n]*\bout of memory")
+                            r"\bggml_(?:backend_)?cuda\w*\b[^\n]*\bout of memory|\bllama runner process has terminated\b")
 
 
 def server_kind(kind: str, text: str) -> str:
@@ -78,4 +82,6 @@ def server_kind(kind: str, text: str) -> str:
             return VLLM_CACHE_BLOCKS
     if kind == "generic_oom" and LLAMA_CPP_LINE.search(text):
         return LLAMA_CPP
+    if kind in ("generic_oom", "torch_oom") and _TGI_WARMUP.search(text):
+        return TGI
     return kind

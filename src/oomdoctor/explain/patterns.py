@@ -502,7 +502,17 @@ ENV_PATTERNS: dict[str, re.Pattern[str]] = {
                                r"|\b(?:at|in|during|around|after) (?:approximately |about |around )?(?:epoch|iteration) ~?\d{2,}\b"
                                # "I run out of memory after a while", "OOM after some time"
                                r"|\b(?:out of memory|oom(?:s|ed|ing)?|crash\w*|fail\w*)\b[^.\n]{0,30}\bafter (?:a while|some time)\b"),
-    "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"),
+    # (not a statistic's label: XLA's BufferAssignment stats print "total fragmentation: 680.30MiB (4.60%)", the slack
+    # of its own buffer packing, in every JAX OOM; a walkthrough, session 28, was told "the text reports fragmentation")
+    "fragmentation_words": re.compile(r"(?i)(?<!avoid )(?<!cause is memory )(?<!cause is )\bfragment(?:ation|ed)\b(?! maybe the environment)"
+                                      r"(?!\s*:\s*[0-9])"),
+    # Figures printed on the lines after an allocator's failure line, which the event itself does not hold (a
+    # walkthrough, session 28): XLA's BufferAssignment stats "total allocation: 14.44GiB" (what the program needs in
+    # all), TF/JAX's async allocator "Reported by CUDA: Free memory/Total memory: F/T", ggml's "failed to allocate
+    # CUDA0 buffer of size N" under ollama's "cudaMalloc failed: out of memory".
+    "xla_total_allocation": re.compile(r"^\s*total allocation:\s*([0-9][0-9.]* ?[KMGT]i?B)\b"),
+    "cuda_free_total": re.compile(r"\bFree memory/Total memory: (\d+/\d+)\b"),
+    "ggml_buffer": re.compile(r"\bfailed to allocate CUDA\d+ buffer of size (\d+)\b"),
 }
 
 # Hints kept with the start of their clause (up to this many characters before the match; the regex
@@ -553,6 +563,9 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
                      "device 0", "same gpu"),
     "fragmentation_words": ("fragment",),
+    "xla_total_allocation": ("total allocation:",),
+    "cuda_free_total": ("Free memory/Total memory: ",),
+    "ggml_buffer": ("buffer of size ",),
     "late_failure": ("after ", "th epoch", "st epoch", "nd epoch", "rd epoch", "th iteration", "st iteration",
                      "nd iteration", "rd iteration", "t epoch ", "n epoch ", "t iteration ", "n iteration ", "g epoch ",
                      "g iteration ", "d epoch ", "d iteration ", "r epoch ", "r iteration ", "y epoch ", "y iteration "),
@@ -692,6 +705,12 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
             nums["requested_bytes"] = int(m.group(1))
     elif kind == "ort_oom":
         m = re.search(r"requested buffer of size (\d+)", text)
+        if m:
+            nums["requested_bytes"] = int(m.group(1))
+    elif kind == "cuda_driver_oom":
+        # TF/JAX's async allocator (gpu_cudamallocasync_allocator.cc): "cuMemAllocAsync failed to allocate N bytes";
+        # its "Free memory/Total memory" line after it is a hint (ENV_PATTERNS cuda_free_total)
+        m = re.search(r"\bcuMemAllocAsync failed to allocate (\d+) bytes\b", text)
         if m:
             nums["requested_bytes"] = int(m.group(1))
     elif kind == "jax_oom":

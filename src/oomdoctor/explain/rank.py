@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.explain.deciders import OLD_TORCH, bundle_command, decider
+from oomdoctor.explain.deciders import OLD_TORCH, OLDEST_TORCH, bundle_command, decider
 from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.framework import server_kind
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
@@ -130,7 +130,8 @@ class Explanation:
             h.kind = self.category_kinds.get(h.category) or (self.primary.kind if self.primary is not None else "")
             if h.kind == "torch_oom" and self.primary is not None and self.primary.kind == "torch_oom" and \
                     self.primary.details.get("format") in ("1.4-2.0", "1.0-1.3"):
-                h.kind = OLD_TORCH  # what decides is asked of that PyTorch (deciders.OLD_TORCH)
+                # what decides is asked of that PyTorch (deciders.OLD_TORCH, OLDEST_TORCH)
+                h.kind = OLDEST_TORCH if self.primary.details.get("format") == "1.0-1.3" else OLD_TORCH
             elif self.primary is not None and h.kind == self.primary.kind:
                 h.kind = server_kind(h.kind, self.primary.text)  # TGI's, vLLM's, llama.cpp's own deciding command
 

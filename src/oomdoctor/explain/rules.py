@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oomdoctor.explain.events import OomEvent
-from oomdoctor.explain.figures import CONTEXT_MAX, breakdown, is_gap, unaccounted_of
+from oomdoctor.explain.figures import CONTEXT_MAX, breakdown, is_gap, own_figure, unaccounted_of
+from oomdoctor.explain.framework import TGI, server_kind
 from oomdoctor.explain.kinds import DIRECT_MALLOC
 from oomdoctor.knowledge.gpus import GIB, is_slice
 from oomdoctor.units import format_bytes as fb
@@ -42,6 +43,17 @@ NEAR_EDGE_FRAG = (2.2, 2.0)
 # is the "large" reserved-but-unallocated memory of PyTorch's own hint, fragmentation first (review,
 # session 7; dev: the one such case, 5.1 GiB, was fragmentation).
 NEAR_EDGE_MAX = 4 * GIB
+# PyTorch's figures for its own memory above the card's total by more than rounding: the message does not add up
+# for a card alone (a walkthrough, session 28: "total capacty of 8.00 GiB ... 22.44 GiB is allocated by PyTorch" was
+# read as a shortfall of 60.84 MiB). Dev, session 28: the 4 reports that show it were all jobs far too big for the card,
+# spilling past it (Windows' sysmem fallback).
+OVER_CARD = 1.02
+# This process's memory (NVML's figure) beyond PyTorch's reserve by at least this much, and this share of the card:
+# memory the process holds outside PyTorch's allocator, far more than a CUDA context and library workspaces
+# (CONTEXT_MAX). A walkthrough, session 28: NVIDIA/Fuser#2600, "Process N has 39.37 GiB memory in use. Of the allocated
+# memory 9.27 GiB is allocated by PyTorch": ~30 GiB that earlier tests in one pytest process never freed.
+OUTSIDE_MIN = 2 * CONTEXT_MAX
+OUTSIDE_SHARE = 0.25
 
 
 @dataclass
@@ -92,6 +104,26 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "the tensor itself must shrink: check the shape that produced it (batch x sequence x hidden, "
               "an accidental outer product or broadcast), or shard it across GPUs")
         return
+    held = own_figure(P, R, A, U, T)  # what this job holds, for the words (the weights keep own_share below)
+    spilled = _over_card(A, R, T)
+    if spilled is not None:
+        b.add("true_capacity", 0.0, f"the message's figures do not add up for one card: PyTorch reports {fb(spilled)} "
+              f"of its own on a GPU of {fb(T)} in total. On Windows the driver lets a job spill past the card into "
+              "shared system memory (WDDM's \"shared GPU memory\", NVIDIA's sysmem fallback), slowly, until that runs "
+              f"out too: the job needs about {spilled / T:.1f} times this card")
+        held = None
+    cap_fix = _spilled_fix(X, spilled, T) if spilled is not None and X is not None else _capacity_fix(X, F, U, T)
+    if P is not None and R is not None and T and P <= T and P - R >= max(OUTSIDE_MIN, OUTSIDE_SHARE * T):
+        outside = P - R
+        b.add("true_capacity", 0.0, f"this process holds {fb(P)} of the GPU but PyTorch's allocator only {fb(R)} of "
+              f"it: about {fb(outside)} is memory outside PyTorch's cache (other libraries' allocations, CUDA graphs, "
+              "NCCL buffers, extra CUDA contexts, or objects of earlier tests or steps that were never freed)")
+        b.add("leak_in_code", 1.0, f"about {fb(outside)} of this process's memory is outside PyTorch's allocator: "
+              "memory kept from earlier work in the same process (tests run one after another in one pytest process, "
+              "models or CUDA graphs made per step and never released) builds up there",
+              "find what holds it: compare torch.cuda.memory_reserved() with the process's nvidia-smi figure as the "
+              "job goes on; free each test's or step's objects (del, gc.collect(), torch.cuda.empty_cache()), or "
+              "run the tests in separate processes")
     if C is not None and ev.kind == "mps_oom":
         # Apple's MPS allocator: "max allowed" is PYTORCH_MPS_HIGH_WATERMARK_RATIO times the GPU's recommended working
         # set of the machine's unified memory, not a CUDA fraction (a walkthrough, session 27, was told of
@@ -117,10 +149,13 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # a per-process fraction is a sharing limit (docs/contracts.md): it, not the GPU, refused
             # when the device still had room for the request; with the device full too, the job is big
             cat = "gpu_sharing_limit" if F is not None and X is not None and F >= X else "true_capacity"
-            b.add(cat, 3.0, f"{fb(C)} allowed by torch.cuda.set_per_process_memory_fraction; "
+            # TGI sets the fraction from its own flag (a walkthrough, session 28: its warmup was told PyTorch's call)
+            setter = ("TGI's --cuda-memory-fraction" if server_kind(ev.kind, ev.text) == TGI
+                      else "torch.cuda.set_per_process_memory_fraction")
+            b.add(cat, 3.0, f"{fb(C)} allowed by {setter}; "
                   f"PyTorch holds {fb(used)} and {why_x}" + (f", while the GPU still has {fb(F)} free" if F else ""),
                   f"the cap, not the GPU, is the limit{now}: this allocation alone needs {frac} "
-                  "(torch.cuda.set_per_process_memory_fraction), with headroom for the rest of the step; "
+                  f"({setter}), with headroom for the rest of the step; "
                   "or shrink the batch to fit the cap")
         return
     own = R if R is not None else P
@@ -138,16 +173,16 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         # is what filled the GPU. In the corpus's confirmed reports (dev) no fragmentation case had the
         # cache above 3.1 x the request while it was under a fifth of the GPU; leaks and full jobs did.
         # A cache that is a large share of the GPU is fragmentation whatever the ratio.
-        b.add("fragmentation", 1.4, f"{fb(U)} is reserved by PyTorch but unallocated, {U / X:.0f} x the {why_x}: "
-              "some of PyTorch's cache is split, but that much free cache that cannot hold the request "
-              "is mostly in blocks it cannot use", _frag_fix(X, d))
+        b.add("fragmentation", 1.4, f"{fb(U)} is cached by PyTorch but unused, {U / X:.0f} times the {why_x}, yet "
+              "none of it could serve the request: that cache is split into pieces each too small for it (or kept for "
+              "small tensors and other streams)", _frag_fix(X, d))
         b.add("true_capacity", 1.6, f"the {why_x} is small next to what is cached: the GPU is full of this job's "
-              "own memory", _capacity_fix(X, F, U, T))
+              "own memory", cap_fix)
     elif (U is not None and X is not None and U >= X and T and A is not None and U < SLACK_SHARE * T
           and A >= FULL_SHARE * T):
         b.add("true_capacity", 2.4, f"this job's tensors hold {fb(A)} of {fb(T)}; the {fb(U)} cached but "
               f"unallocated is under {SLACK_SHARE:.0%} of the GPU: even unsplit it would not let the step go on",
-              _capacity_fix(X, F, U, T))
+              cap_fix)
         b.add("fragmentation", 1.2, f"{fb(U)} is reserved by PyTorch but unallocated, more than the {why_x}: "
               "a little free memory is split inside PyTorch's cache", _frag_fix(X, d))
     elif U is not None and X is not None and U >= X and U >= 128 * 1024**2:
@@ -159,7 +194,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # the numbers; the words around the message (expandable_segments helped, batch size) decide.
             b.add("true_capacity", NEAR_EDGE_FRAG[0], f"{fb(U)} cached but unallocated is under "
                   f"{FRAG_SHARE_MIN:.0%} of the GPU: the job is at its edge, and a smaller step is the usual cure",
-                  _capacity_fix(X, F, U, T))
+                  cap_fix)
             b.add("fragmentation", NEAR_EDGE_FRAG[1], f"{fb(U)} is reserved by PyTorch but unallocated, more than "
                   f"the {why_x}: free memory exists inside PyTorch's cache but not in one block", _frag_fix(X, d))
         else:
@@ -168,27 +203,20 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     elif U is not None and X is not None and U >= 0.5 * X and U >= 512 * 1024**2 and (F is None or U + F >= X):
         b.add("fragmentation", 2.0, f"{fb(U)} reserved-unallocated" + (f" plus {fb(F)} free" if F is not None else "")
               + f" is close to the {why_x}: the cache is fragmented", _frag_fix(X, d))
-        b.add("true_capacity", 1.2, "the job uses nearly all of the memory it can get", _capacity_fix(X, F, U, T))
+        b.add("true_capacity", 1.2, "the job uses nearly all of the memory it can get", cap_fix)
     elif X is None:
         b.add("true_capacity", 1.0, "the caching allocator ran out of memory (the message gives no numbers)",
               _capacity_fix(None, F, None, T))
     else:
         # True capacity means this job's own footprint is what fills the GPU (docs/contracts.md §2).
         w = 2.2 if least_share is None or least_share >= 0.5 else 0.8
-        left = f" but only {fb(F)} is free" if F is not None else ""
-        cached = f" and {fb(U)} is cached unallocated" if U is not None else ""
-        if U is not None:
-            b.add("true_capacity", w, f"{why_x}{left}{cached}: even without fragmentation it would not fit"
-                  + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None and T else ""),
-                  _capacity_fix(X, F, U, T))
-        else:
-            b.add("true_capacity", w, f"{why_x}{left}" + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None
-                  and T else ""), _capacity_fix(X, F, U, T))
-            if ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5):
-                # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
-                # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
-                b.add("fragmentation", 1.0, "the message gives no reserved-but-unallocated figure, so free "
-                      "memory split inside PyTorch's cache (fragmentation) is not ruled out", _frag_fix(X, d))
+        holds = f"; this job holds {fb(held)} of {fb(T)}" if held is not None and T else ""
+        b.add("true_capacity", w, _shortfall(why_x, X, F, U) + holds, cap_fix)
+        if U is None and ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5):
+            # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
+            # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
+            b.add("fragmentation", 1.0, "the message gives no reserved-but-unallocated figure, so free "
+                  "memory split inside PyTorch's cache (fragmentation) is not ruled out", _frag_fix(X, d))
     if T is not None and F is not None and others and others >= 0.1 * T:
         w = 3.4 if X is None or F + others >= X else 1.2
         top = ", ".join(f"pid {p['pid']} {fb(p['bytes'])}" for p in sorted(procs, key=lambda p: -p["bytes"])[:3])
@@ -226,7 +254,7 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             if not most:
                 b.add("true_capacity", 1.0, "memory outside PyTorch's reserve is often the job's own too (other "
                       "libraries in the process, cuDNN/cuBLAS workspaces, a desktop on a small card)",
-                      _capacity_fix(X, F, U, T))
+                      cap_fix)
     if X is not None and F is not None and F >= X + 64 * 1024**2 and C is None:
         # cudaMalloc failed although cudaMemGetInfo reported room: a limit below the device's
         # (MPS pinned memory limit, a hooked sharing layer) or a driver-side failure (env-facts §4).
@@ -248,19 +276,63 @@ def unaccounted(ev: OomEvent) -> int | None:
     return unaccounted_of(ev.numbers, ev.details)
 
 
+def _over_card(a: int | None, r: int | None, t: int | None) -> int | None:
+    """PyTorch's own figure (reserved, else allocated) where it is above the card's total (OVER_CARD), else None."""
+    own = max((v for v in (a, r) if v is not None), default=None)
+    return own if own is not None and t and own > OVER_CARD * t else None
+
+
+def _shortfall(why_x: str, x: int, f: int | None, u: int | None) -> str:
+    """What the free figure and the cache say of the request, as the message's own numbers allow (a walkthrough,
+    session 28: "requested 2.26 GiB but only 3.03 GiB is free ... it would not fit", and "would not fit" where free
+    memory and the cache together covered the request)."""
+    if f is None:
+        return why_x + (f" and {fb(u)} is cached unallocated" if u is not None else "")
+    if f >= x:
+        return (f"{why_x} while {fb(f)} is reported free, no less than the request: by the message's own figures it "
+                "fits, so a full card is not what these numbers show")
+    if u is None:
+        return f"{why_x} but only {fb(f)} is free"
+    if f + u >= x:
+        return (f"{why_x} but only {fb(f)} is free; with the {fb(u)} cached unallocated it would fit, but that cache "
+                "is split into pieces that cannot take it")
+    return f"{why_x} but only {fb(f)} is free and {fb(u)} is cached unallocated: even without fragmentation it would not fit"
+
+
+def _spilled_fix(x: int, spilled: int, t: int) -> str:
+    """The fix where PyTorch holds more than the card (_over_card): no shortfall of a few MiB to quote."""
+    return (f"the job needs far more than this {fb(t)} GPU (it already holds {fb(spilled)}, past the card, and asked "
+            f"for {fb(x)} more): lower the batch size or the input size, enable activation checkpointing, use bf16 "
+            "autocast, or find the largest batch that fits with `oomdoctor estimate WORKLOAD.py --max-batch "
+            "--memory-limit SIZE`; on Windows, setting NVIDIA's \"CUDA - Sysmem Fallback Policy\" to \"Prefer No "
+            "Sysmem Fallback\" makes such a job fail at the card's size at once instead of slowly")
+
+
+# The least max_split_size_mb every PyTorch takes: c10/cuda/CUDAAllocatorConfig.cpp (parseMaxSplitSize) checked
+# `val > kLargeBuffer / kUnitMB` ("max_split_size_mb too small, must be > 20", kLargeBuffer being 20 MiB) until the
+# check moved to c10/core/AllocatorConfig.cpp as `>= 20` (2.13 takes 20). The fix is given for a PyTorch older than
+# 2.1 (_frag_fix), which refuses 20 (a walkthrough, session 28, was told max_split_size_mb:20 for a 20 MiB request).
+MIN_SPLIT_MB = 21
+MAX_SPLIT_MB = 1024
+
+
 def _frag_fix(x: int, d: dict) -> str:
     if d.get("format") in ("2.1+", "unknown"):
         return ALLOC_CONF_FIX
+    if d.get("format") == "1.0-1.3":
+        return ("upgrade PyTorch first: this message's wording is of PyTorch 1.3 or older, which has no allocator "
+                "settings (PYTORCH_CUDA_ALLOC_CONF came in 2021); then " + ALLOC_CONF_FIX)
     return (f"export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{_split_mb(x)} (this PyTorch predates "
             "expandable_segments, 2.1; stops cached blocks larger than that being split)")
 
 
 def _split_mb(x: int) -> int:
-    mb = max(20, x // 1024**2)
+    """The largest power of two (MiB) not above the request, within MIN_SPLIT_MB..MAX_SPLIT_MB."""
+    mb = max(1, x // 1024**2)
     p = 1
     while p * 2 <= mb:
         p *= 2
-    return max(20, min(p, 1024))
+    return max(MIN_SPLIT_MB, min(p, MAX_SPLIT_MB))
 
 
 def _capacity_fix(x: int | None, f: int | None, u: int | None, t: int | None) -> str:
@@ -297,6 +369,15 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     """`CUDA error: out of memory` = cudaErrorMemoryAllocation from the driver/runtime, raised where the
     caching allocator is not involved (it would print 'CUDA out of memory. Tried to allocate'): context
     creation, the first allocation, cuBLAS/cuDNN handles, pinned memory [CUDAERR][OOMTXT]."""
+    x, t = ev.numbers.get("requested_bytes"), ev.numbers.get("total_bytes") or _reported_total(env)
+    if x and t and x > t:
+        # one request larger than the card: the shape or the configuration asks too much, whatever else holds the
+        # GPU (a walkthrough, session 28: 1.1 TiB asked of an 80 GB card through cuMemAllocAsync read as the driver's)
+        b.add("true_capacity", 4.0, f"one allocation of {fb(x)} is larger than the whole GPU ({fb(t)}): the shape "
+              "or the configuration asks too much", "the array itself must shrink: check the shape that produced it "
+              "(batch x sequence x hidden, a configuration value such as a maximum length or a number of samples), or "
+              "shard it across GPUs")
+        return
     site = ev.details.get("call_site")
     where = f" while {site}" if site else ""
     # Where this rule fires, context_or_driver was the label in only 12 of 53 dev reports and 7 of 23 silver items
@@ -360,6 +441,13 @@ def driver_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("context_or_driver", 0.5, "pinned host memory is limited on WSL and by locked-memory limits",
               "try pin_memory=False in the DataLoader to confirm")
     _env_hints(b, env)
+
+
+def _reported_total(env: dict[str, list[str]]) -> int | None:
+    """The card's total from the async allocator's "Free memory/Total memory: F/T" line (ENV_PATTERNS cuda_free_total)."""
+    for v in env.get("cuda_free_total", [])[:1]:
+        return int(v.split("/")[1])
+    return None
 
 
 # One fix for HAMi's limit, whether its refusal or only its start-up lines were read: two wordings of it were printed

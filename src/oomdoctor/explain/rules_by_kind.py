@@ -21,7 +21,7 @@ from oomdoctor.explain.rules import (
     torch_oom,
     unaccounted,
 )
-from oomdoctor.knowledge.gpus import GIB
+from oomdoctor.knowledge.gpus import GIB, physical_gib
 from oomdoctor.units import format_bytes as fb
 
 # accelerate's find_executable_batch_size halved the batch down to zero: a smaller batch is no fix (a walkthrough,
@@ -89,6 +89,30 @@ LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a
 JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
                     "preallocates 75% of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 lets it use more, "
                     "XLA_PYTHON_CLIENT_PREALLOCATE=false allocates on demand (and shows the real peak)")
+# TensorFlow's own terms (a walkthrough, session 28: a ResourceExhaustedError was told of bf16 autocast and `oomdoctor
+# estimate WORKLOAD.py`, which traces PyTorch)
+TF_CAPACITY_FIX = ("lower the batch size (usually the first dimension of the shape in the message) or the input size; use "
+                   "mixed precision (tf.keras.mixed_precision.set_global_policy('mixed_float16')); RunOptions("
+                   "report_tensor_allocations_upon_oom=True) lists the tensors that held the memory")
+# CuPy, RAPIDS, ONNX Runtime: no PyTorch advice for them either
+ARRAY_CAPACITY_FIX = ("make the arrays or the batch smaller, or process the data in chunks; watch the device's peak "
+                      "(nvidia-smi) against its memory")
+
+
+def _array_fix(x: int | None) -> str:
+    return (f"one allocation of {fb(x)} could not be served: " if x else "") + ARRAY_CAPACITY_FIX
+# JAX's own allocator settings for free memory XLA's pool holds but cannot hand out (the fix for fragmentation in a JAX
+# job; the walkthrough of session 28 was given PyTorch's and TensorFlow's)
+JAX_FRAG_FIX = ("XLA_PYTHON_CLIENT_ALLOCATOR=platform (allocates and frees on demand: no pool to fragment, slower); or "
+                "XLA_PYTHON_CLIENT_PREALLOCATE=false, or a larger XLA_PYTHON_CLIENT_MEM_FRACTION (.95) for the pool")
+TF_FRAG_FIX = "TF_GPU_ALLOCATOR=cuda_malloc_async (the allocator TensorFlow suggests for fragmentation)"
+# The kubelet evicts first the pods whose use is above their request, then by priority, then by how far above it
+# (Kubernetes, "Node-pressure eviction"): a memory request, not a limit, is what keeps a pod from being first (a
+# walkthrough, session 28, was told to raise resources.limits.memory for "... exceeds its request of 0")
+EVICTION_FIX = ("set resources.requests.memory to what the container really uses (a pod above its request, as every pod "
+                "with none is, is the first the kubelet evicts), with resources.limits.memory at or above it; or give "
+                "the node more memory, or fewer pods")
+_EVICTION_USE = re.compile(r"was using (\d+)Ki, which exceeds its request of (\d+\w*)")
 # Ray's memory monitor kills a worker when the node's RAM passes RAY_memory_usage_threshold (0.95): fewer tasks or
 # actors at once, each asking for more of the node, is Ray's own advice (a walkthrough, session 27)
 RAY_FIX = ("run fewer tasks/actors at once on the node: request more per task (num_cpus=..., memory=... in "
@@ -142,6 +166,14 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         detail = f": the job would reach {fb(use)} against a limit of {fb(lim)}" if lim and use else ""
         b.add("gpu_sharing_limit", 3.5, f"HAMi-core refused the allocation{detail}; the limit comes from the "
               "pod's nvidia.com/gpumem, not the physical GPU", HAMI_FIX)
+    elif k == "k8s_evicted":
+        w, why = _HOST_FAILURES[k]
+        b.add("host_oom", w, why, EVICTION_FIX)
+        m = _EVICTION_USE.search(ev.text)
+        if m:
+            req = "no memory request (0)" if m.group(2) == "0" else f"a memory request of {m.group(2)}"
+            b.add("host_oom", 0.0, f"the container used {fb(int(m.group(1)) * 1024)} with {req}: the kubelet evicts "
+                  "first the pods that use more than they requested")
     elif k == "tf_oom" and ("device:CPU" in ev.text or "by allocator cpu" in ev.text):
         # TensorFlow names the device and allocator of the failed tensor: CPU means host RAM.
         b.add("host_oom", 3.0, "TensorFlow's CPU allocator ran out: the tensor was on the host, in RAM", HOST_FIX)
@@ -176,7 +208,11 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         else:
             b.add("true_capacity", 2.2, f"{_FRAMEWORK[k]} ran out of device memory"
                   + (f" allocating {fb(x)}" if x else ""), JAX_CAPACITY_FIX if k == "jax_oom"
-                  else _capacity_fix(x, None, None, None))
+                  else TF_CAPACITY_FIX if k == "tf_oom" else _array_fix(x))
+        if k == "tf_oom":
+            _tf_tensor(ev.text, b)
+        if k == "jax_oom":
+            _xla_program(x, env, b)
         if k == "tf_oom" and "from device" in ev.text:
             _tf_reserve_failed(b, alone="OOM when allocating" not in ev.text)
         if k == "tf_oom" and "memory fragmentation" in ev.text:
@@ -342,10 +378,15 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
             # 0.8 until session 20 (the label where it fired: 60 of 166 dev reports, 70 of 233 silver items): a guess
             # the words (rank.PRIOR_WEIGHT_VAGUE) should outweigh. At 0.4 (a rule written down first): dev out of fold
             # 930 -> 932 right first, silver (5 folds, prior refitted without the fifth) 999 -> 1005
-            if server_kind(k, ev.text) == LLAMA_CPP:  # the same weight: a llama.cpp load is no training step
-                x = n.get("requested_bytes")
+            server = server_kind(k, ev.text)
+            if server == LLAMA_CPP:  # the same weight: a llama.cpp load is no training step
+                # (ollama prints ggml's buffer on the line after its own: "failed to allocate CUDA0 buffer of size N")
+                x = n.get("requested_bytes") or next((int(v) for v in env.get("ggml_buffer", [])[:1]), None)
                 b.add("true_capacity", 0.4, "llama.cpp could not allocate its buffer on the GPU"
                       + (f" ({fb(x)})" if x else ""), LLAMA_CPP_FIX)
+            elif server == TGI:  # its warmup's own figures are TGI's prefill and total tokens
+                b.add("true_capacity", 0.4, "text-generation-inference ran out of memory in its warmup (the largest "
+                      "prefill batch it is configured for)", SERVER_FIXES[TGI])
             else:
                 b.add("true_capacity", 0.4, "an 'out of memory' message without numbers",
                       _capacity_fix(None, None, None, None))
@@ -389,6 +430,57 @@ def _tf_startup_free(env: dict[str, list[str]], b: Board) -> None:
     if tot and free and free[0] < 0.5 * tot[0]:
         b.add("other_process", 2.4, f"TensorFlow found only {fb(free[0])} free of {fb(tot[0])} before it allocated "
               "anything: other processes hold the rest", "stop them (nvidia-smi) or pick another GPU")
+
+
+_FRAG_FIX_BY_KIND = {"jax_oom": JAX_FRAG_FIX, "tf_oom": TF_FRAG_FIX, "torch_oom": ALLOC_CONF_FIX}
+_TF_SHAPE = re.compile(r"OOM when allocating tensor with shape\s?\[([0-9, ]+)\] and type (\w+)")
+_TF_DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "bool": 1, "int16": 2,
+                   "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "complex64": 8, "complex128": 16}
+
+
+def _tf_tensor(text: str, b: Board) -> None:
+    """The tensor TensorFlow could not allocate, from its shape and type in the message: how big it was."""
+    m = _TF_SHAPE.search(text)
+    size = _TF_DTYPE_BYTES.get(m.group(2)) if m else None
+    if m is None or size is None:
+        return
+    for d in m.group(1).split(","):
+        size *= int(d)
+    b.add("true_capacity", 0.0, f"the tensor it could not allocate, shape [{m.group(1)}] of {m.group(2)}, takes "
+          f"{fb(size)}")
+
+
+def _card(env: dict[str, list[str]]) -> tuple[int, str] | None:
+    """The GPU the log names, in bytes of its smallest model (knowledge.gpus), and its name; None if unknown."""
+    for name in env.get("gpu_name", []):
+        gib = physical_gib(name)
+        if gib:
+            return int(gib * GIB), name
+    return None
+
+
+def _xla_program(x: int | None, env: dict[str, list[str]], b: Board) -> None:
+    """XLA's BufferAssignment stats (printed under a JAX OOM): 'total allocation' is what the compiled program needs in
+    all, the failed allocation one part of it. Against the card the log names: a program larger than the card does not
+    fit whatever the pool's settings (a walkthrough, session 28: 14.44 GiB on a 12 GB card, never read)."""
+    from oomdoctor.explain.patterns import sizes_in
+
+    sizes = sizes_in(" ".join(env.get("xla_total_allocation", [])[:1]))
+    if not sizes:
+        return
+    need, card = sizes[0], _card(env)
+    plan = (f"XLA's plan for the compiled program needs {fb(need)} in all (the 'total allocation' of its "
+            "BufferAssignment stats)" + (f", the {fb(x)} that failed being part of it" if x else ""))
+    if card is not None and need > card[0]:
+        b.add("true_capacity", 1.0, f"{plan}: more than the whole {card[1]} ({fb(card[0])}), so it does not fit on "
+              "this card whatever the allocator does", "shrink the program: a smaller batch or sequence length, "
+              "jax.checkpoint to rematerialise activations, or shard it over more devices; XLA_PYTHON_CLIENT_* "
+              "settings cannot make room that the card does not have")
+    elif card is not None and need > 0.75 * card[0]:
+        b.add("true_capacity", 0.0, f"{plan}: more than the 75% of the {card[1]} that JAX takes by default "
+              f"({fb(int(0.75 * card[0]))})")
+    else:
+        b.add("true_capacity", 0.0, plan)
 
 
 LEAK_FIX = ("look for tensors kept across steps: `total_loss += loss` (use loss.item()), outputs appended to "
@@ -492,8 +584,9 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               f"('{env['late_failure'][0]}'): memory that grows step after step does that", LEAK_FIX)
     if env.get("fragmentation_words"):
         b.add("fragmentation", 1.2 if numeric else 2.2, "the text reports fragmentation: free memory exists but "
-              "not in one block", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch); "
-              "TF_GPU_ALLOCATOR=cuda_malloc_async (TensorFlow); XLA_PYTHON_CLIENT_ALLOCATOR=platform (JAX)")
+              "not in one block", _FRAG_FIX_BY_KIND.get(ev.kind, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                                                        "(PyTorch); TF_GPU_ALLOCATOR=cuda_malloc_async (TensorFlow); "
+                                                        "XLA_PYTHON_CLIENT_ALLOCATOR=platform (JAX)"))
 
 
 def bundle_events(facts: FactSet | None) -> list[OomEvent]:

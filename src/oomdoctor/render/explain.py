@@ -49,6 +49,13 @@ def _shown(hyps: list) -> int:
     return n
 
 
+def ranked(ex: Explanation) -> list:
+    """The causes to show: `unknown` (a rule's "the message does not say which memory ran out") is no cause to rank
+    beside the others, so it is shown only when nothing else was found (a walkthrough, session 28, read "2. unknown
+    confidence 0.03" as a cause). JSON keeps it."""
+    return [h for i, h in enumerate(ex.hypotheses) if i == 0 or h.category != "unknown"]
+
+
 def _notes(con, ex: Explanation) -> None:
     from rich.markup import escape
 
@@ -92,15 +99,16 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
         rows = number_rows(p.numbers, p.kind)
         if rows:
             con.print("  " + "; ".join(f"{k}: [bold]{v}[/bold]" for k, v in rows))
-    shown = _shown(ex.hypotheses)
-    for i, h in enumerate(ex.hypotheses[:shown]):
+    hyps = ranked(ex)
+    shown = _shown(hyps)
+    for i, h in enumerate(hyps[:shown]):
         con.print()
         con.print(f"[bold]{i + 1}. {escape(h.category)}[/bold]  confidence {h.confidence:.2f}")
         for e in h.evidence[:4]:
             con.print(f"   - {escape(e)}")
         for f in h.fixes[:2]:
             con.print(f"   [green]fix:[/green] {escape(f)}")
-    rest = ex.hypotheses[shown:]
+    rest = hyps[shown:]
     if rest:
         con.print()
         con.print("   [dim]also ranked: " + ", ".join(f"{escape(h.category)} {h.confidence:.2f}" for h in rest)
@@ -137,7 +145,7 @@ def to_html(ex: Explanation) -> str:
         events.append({"where": f"{e.source + ':' if e.source else ''}{e.line}", "kind": e.kind, "count": e.count,
                        "category": ex.event_categories.get(i, ""), "text": e.text[:2000],
                        "numbers": number_rows(e.numbers, e.kind), "primary": e is ex.primary})
-    return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ex.hypotheses],
+    return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ranked(ex)],
                        events=events, facts_used=ex.facts_used, notes=ex.notes, failed=bool(ex.failures),
                        failures=len(ex.failures), recovered=len(ex.recovered), documentation=ex.documentation,
                        to_decide=ex.to_decide() if ex.failures else [])
