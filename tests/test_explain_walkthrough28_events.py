@@ -1,0 +1,65 @@
+"""Defects a new user's walkthrough found in how `oomdoctor explain` reads events (session 28): a fairseq run that
+crashed right after "attempting to recover from OOM", slurmstepd's count of a step's oom-kill events, the figures of
+PyTorch's cudaMallocAsync message and of vLLM's memory profile, TGI's cut message, a Kubernetes exit 137 whose reason
+is Error, and a reStructuredText title. The texts are shortened from the real logs of public issues."""
+
+from __future__ import annotations
+
+from oomdoctor.explain.rank import Explanation, explain_text
+from oomdoctor.render.explain import to_text
+from oomdoctor.units import torch_size_to_bytes
+
+
+def _said(ex: Explanation) -> str:
+    """Everything the answer tells the user: evidence, fixes and the deciding commands."""
+    parts = []
+    for h in ex.hypotheses:
+        j = h.to_json()
+        parts += j["evidence"] + j["fixes"] + [j.get("decided_by", {}).get("command", "")]
+    return "\n".join(parts)
+
+
+def _gib(x: str) -> int:
+    n, u = x.split()
+    return torch_size_to_bytes(n, u)
+
+
+# -- A2. fairseq: a traceback right after "attempting to recover from OOM" is the job's failure ---------------------
+
+_FAIRSEQ_OOM = ("2020-11-06 22:55:35 | WARNING | fairseq.trainer | OOM: Ran out of memory with exception: CUDA out of "
+                "memory. Tried to allocate 28.00 MiB (GPU 1; 10.92 GiB total capacity; 10.13 GiB already allocated; "
+                "13.38 MiB free; 10.33 GiB reserved in total by PyTorch)")
+_FAIRSEQ_RECOVER = ("2020-11-06 22:55:35 | WARNING | fairseq.trainer | attempting to recover from OOM in "
+                    "forward/backward pass")
+_SPAWN_TB = [
+    "Traceback (most recent call last):",
+    '  File "/data/rwd/anaconda3/envs/fairseq/bin/fairseq-train", line 33, in <module>',
+    "    sys.exit(load_entry_point('fairseq', 'console_scripts', 'fairseq-train')())",
+    '  File "/data/rwd/fairseq/fairseq_cli/train.py", line 352, in cli_main',
+    "    distributed_utils.call_main(args, main)",
+    '  File "/data/rwd/anaconda3/envs/fairseq/lib/python3.6/site-packages/torch/multiprocessing/spawn.py", line 171, '
+    "in spawn",
+]
+
+
+def test_a_traceback_right_after_fairseqs_recovery_line_is_a_failure():
+    ex = explain_text([_FAIRSEQ_OOM, "...", _FAIRSEQ_RECOVER] + _SPAWN_TB)
+    assert ex.failures and ex.primary is not None and ex.primary.kind == "torch_oom"
+    assert not ex.recovered
+    assert ex.category == "true_capacity"
+    assert "No failure" not in to_text(ex)
+
+
+def test_a_worker_killed_right_after_the_recovery_line_is_a_failure():
+    lines = [_FAIRSEQ_OOM, _FAIRSEQ_RECOVER, "Traceback (most recent call last):",
+             '  File "train.py", line 352, in cli_main', "Exception: process 1 terminated with signal SIGKILL"]
+    ex = explain_text(lines)
+    assert ex.failures and not ex.recovered
+
+
+def test_a_recovery_line_followed_by_more_training_is_still_recovered():
+    lines = [_FAIRSEQ_OOM, _FAIRSEQ_RECOVER,
+             "2020-11-06 22:55:41 | INFO | train_inner | epoch 001:    400 / 1200 loss=7.21, ppl=148.1, wps=10221",
+             "2020-11-06 22:56:40 | INFO | train_inner | epoch 001:    500 / 1200 loss=7.02, ppl=129.8, wps=10310"]
+    ex = explain_text(lines)
+    assert not ex.failures and ex.recovered
