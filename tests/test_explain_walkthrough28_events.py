@@ -63,3 +63,36 @@ def test_a_recovery_line_followed_by_more_training_is_still_recovered():
              "2020-11-06 22:56:40 | INFO | train_inner | epoch 001:    500 / 1200 loss=7.02, ppl=129.8, wps=10310"]
     ex = explain_text(lines)
     assert not ex.failures and ex.recovered
+
+
+# -- A3. slurmstepd's oom-kill count: a host OOM kill of a Slurm step, with Slurm's fix ------------------------------
+
+_STEPD_OLD = ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may "
+              "have been killed by the cgroup out-of-memory handler.")
+_STEPD_NEW = ("slurmstepd: error: Detected 2 oom_kill events in StepId=4242.13. Some of the step tasks have been OOM "
+              "Killed.")
+
+
+def test_slurmstepds_oom_kill_line_is_a_slurm_host_oom_kill():
+    for line in (_STEPD_OLD, _STEPD_NEW,
+                 "slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup. Some of your processes "
+                 "may have been killed by the cgroup out-of-memory handler."):
+        ex = explain_text([line])
+        assert [e.kind for e in ex.failures] == ["slurm_oom_kill"], line
+        assert ex.category == "host_oom" and ex.hypotheses[0].confidence >= 0.8, line
+        said = _said(ex)
+        assert "--mem" in said and "seff" in said and "resources.limits.memory" not in said, line
+        assert "unknown" not in [h.category for h in ex.hypotheses], line
+
+
+def test_a_shells_killed_line_in_a_slurm_script_gets_slurms_fix():
+    lines = ["Epoch: [0][511/1736]\t Loss 0.5117 MAE 0.6075 RMSE 0.7153",
+             "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py "
+             "--prop hform --epochs 400", _STEPD_OLD]
+    ex = explain_text(lines)
+    assert ex.category == "host_oom" and ex.primary is not None and ex.primary.kind == "slurm_oom_kill"
+    said = _said(ex)
+    assert "--mem" in said and "resources.limits.memory" not in said
+    # the shell's Killed alone, in a Slurm batch script: Slurm's fix too
+    ex = explain_text(lines[:2])
+    assert ex.category == "host_oom" and "--mem" in _said(ex) and "resources.limits.memory" not in _said(ex)

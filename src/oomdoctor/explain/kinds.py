@@ -63,6 +63,7 @@ KINDS: dict[str, Kind] = {
     "nccl_system_error": Kind("shm_exhausted", False, "NCCL's failed system call (in containers: /dev/shm)", definite=False),
     "kernel_oom": Kind("host_oom", False, "the kernel OOM killer", recoverable=False),
     "slurm_oom_state": Kind("host_oom", False, "Slurm's OUT_OF_MEMORY job state (the cgroup OOM killer)", recoverable=False),
+    "slurm_oom_kill": Kind("host_oom", False, "slurmstepd's count of the OOM kills in a step's cgroup", recoverable=False),
     "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)", recoverable=False),
     "k8s_evicted": Kind("host_oom", False, "the kubelet's eviction under node memory pressure", recoverable=False),
     "exit_137": Kind("host_oom", False, "a SIGKILL exit (137, -9, 'Killed')"),

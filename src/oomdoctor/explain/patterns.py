@@ -170,8 +170,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("nccl_system_error", r"unhandled system error"),
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
     # srun's report of its tasks' kill ("srun: error: nid001277: tasks 1-3: Out Of Memory", session 9, round z9).
-    # Not slurmstepd's "Detected 1 oom_kill event": HPC docs quote it in full (dev benign p5_sigma2_memsettings_oomkill),
-    # and as a strong kind it would pass the documentation gate; the word model already reads it as host_oom.
+    # (slurmstepd's "Detected 1 oom_kill event" is its own kind, slurm_oom_kill, below: HPC docs quote it in full, dev
+    # benign p5_sigma2_memsettings_oomkill, and as a strong kind it would pass the documentation gate)
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint|"
                    r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"),
     # Slurm's job state after the cgroup OOM killer (session 10): seff's "State: OUT_OF_MEMORY (exit code 0)", a
@@ -184,6 +184,13 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("slurm_oom_state", r"\bState: OUT_OF_MEMORY\b|\bJobState=OUT_OF_MEMORY\b|\bOUT_OF_ME\+|\bOUT_OF_MEMORY\s+\d+:\d+\b|"
                         r"\d+:\d+\s+OUT_OF_MEMORY\b|\|OUT_OF_MEMORY\|\d+:\d+\b|\bRun time [\d:-]+, OUT_OF_MEMORY\b|"
                         r"SLURM status is:? ?[\"']?OUT_OF_MEMORY\b"),
+    # slurmstepd's count of the OOM kills in a step's cgroup (Slurm's task/cgroup plugin), as it ends the step: "slurmstepd:
+    # error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the
+    # cgroup out-of-memory handler." (older: "in step 3495064.0 cgroup"; newer: "Detected 2 oom_kill events in
+    # StepId=4242.13. Some of the step tasks have been OOM Killed."). A host OOM kill of a Slurm step (a walkthrough,
+    # session 28: the first form was no event, the newer one a vague generic_oom). HPC docs quote it whole: judged by the
+    # documentation gate, as slurm_oom_state (rank.DOCS_WEAK_KINDS).
+    ("slurm_oom_kill", r"\bslurmstepd(?:-[\w.-]+)?: error: Detected (\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )([\w.]+)"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
     # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
     ("k8s_evicted", r"low on resource: memory"),
@@ -296,6 +303,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "nccl_system_error": ("unhandled system error",),
     "kernel_oom": ("of memory: Kill", "oom-kill", "Out Of Memory"),
     "slurm_oom_state": ("OUT_OF_ME",),
+    "slurm_oom_kill": ("error: Detected ",),
     "k8s_oomkilled": ("OOMKilled",),
     "k8s_evicted": ("low on resource: memory",),
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
@@ -321,6 +329,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "generic_oom": ("f memory", "f Memory", "OUT OF MEMORY", "OOM"),
 }
 _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
+LINE_PATTERNS_BY_KIND = dict(LINE_PATTERNS)
 
 # The pre-filter (bytes): any line that could hold one of the above. Every match of every pattern
 # contains one of these literals, or "OOM" (tests/test_prefilter_recall.py generates lines from each
@@ -732,6 +741,10 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             det["xid"] = int(m.group(2))
             det["pci"] = m.group(1)
+    elif kind == "slurm_oom_kill":
+        m = LINE_PATTERNS_BY_KIND["slurm_oom_kill"].search(text)
+        if m:
+            det["oom_kills"], det["step"] = int(m.group(1)), m.group(2).rstrip(".")
     elif kind == "kernel_oom":
         m = re.search(r"Killed process (\d+) \((.*?)\)", text)
         if m:

@@ -84,7 +84,7 @@ DOCS_MIN = 0.95
 # ... nor, when the documentation model is surer still, one that quotes a known message, if no event carries
 # the allocator's figures, a traceback or the machine (_documentation).
 DOCS_MIN_ANY = 0.99
-DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state"})
+DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state", "slurm_oom_kill"})
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
 # pattern names it, so doctor's oom_events never hold it.
 REPORTED_KIND = "reported_failure"

@@ -42,6 +42,8 @@ _HOST_FAILURES: dict[str, tuple[float, str]] = {
     "kernel_oom": (3.5, "the kernel OOM killer killed a process (host or cgroup RAM exhausted)"),
     "slurm_oom_state": (3.5, "Slurm ended the job OUT_OF_MEMORY: the cgroup OOM killer killed a task (the job's host RAM "
                              "limit, --mem)"),
+    "slurm_oom_kill": (3.5, "slurmstepd counted oom-kill events in the step's cgroup: the cgroup OOM killer killed a task "
+                            "(the job's host RAM limit, --mem)"),
     "k8s_oomkilled": (3.5, "Kubernetes reports OOMKilled: the container hit its memory limit"),
     "k8s_evicted": (3.2, "the kubelet evicted the pod because the node ran low on memory"),
     "ray_oom": (3.0, "Ray's memory monitor killed the task: the node ran low on RAM"),
@@ -98,7 +100,8 @@ HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memor
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 # Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
 # walkthrough, session 27, was told to raise resources.limits.memory)
-_SLURM = re.compile(r"\bslurmstepd\b|\bsrun: |\bStepId=\d|\bsbatch\b")
+# (a batch script's own line: bash names it "/var/spool/slurmd/job00191/slurm_script: line 28: 8156 Killed ...")
+_SLURM = re.compile(r"\bslurmstepd\b|\bsrun: |\bStepId=\d|\bsbatch\b|/slurmd/\S*slurm_script\b")
 SLURM_HOST_FIX = ("raise the job's memory request (sbatch/srun --mem, --mem-per-cpu or --mem-per-gpu; `seff JOBID` "
                   "shows what it used) or use less host RAM: fewer DataLoader workers, smaller prefetch_factor, load "
                   "the checkpoint with mmap=True / to the GPU directly")
@@ -278,7 +281,7 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
                 else "exit code -9: killed by SIGKILL" if _MINUS_9.search(ev.text)
                 else "killed by SIGKILL (the shell's 'Killed'; no exit code printed)")
         b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, a scheduler's "
-              "preemption and deadlines send SIGKILL too)", HOST_FIX)
+              "preemption and deadlines send SIGKILL too)", SLURM_HOST_FIX if _SLURM.search(ev.text) else HOST_FIX)
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
