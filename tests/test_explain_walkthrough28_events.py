@@ -96,3 +96,94 @@ def test_a_shells_killed_line_in_a_slurm_script_gets_slurms_fix():
     # the shell's Killed alone, in a Slurm batch script: Slurm's fix too
     ex = explain_text(lines[:2])
     assert ex.category == "host_oom" and "--mem" in _said(ex) and "resources.limits.memory" not in _said(ex)
+
+
+# -- A5. the figures of PyTorch's memory-fraction message, vLLM's memory profile and TGI's cut message --------------
+
+_ALLOWED = ["Allocation on device 0 would exceed allowed memory. (out of memory)",
+            "Currently allocated     : 16.08 GiB",
+            "Requested               : 4.83 GiB",
+            "Device limit            : 22.20 GiB",
+            "Free (according to CUDA): 11.12 MiB",
+            "PyTorch limit (set by user-supplied memory fraction)",
+            "                        : 22.20 GiB"]
+
+
+def _check_allowed_figures(ex: Explanation) -> None:
+    assert ex.primary is not None and ex.primary.kind == "torch_oom"
+    n = ex.primary.numbers
+    assert n["requested_bytes"] == _gib("4.83 GiB") and n["allocated_bytes"] == _gib("16.08 GiB")
+    assert n["total_bytes"] == _gib("22.20 GiB") and n["free_bytes"] == _gib("11.12 MiB")
+    assert "allowed_bytes" not in n  # the limit is the whole device: no fraction was set
+    assert ex.category == "true_capacity" and ex.hypotheses[0].confidence >= 0.5
+    assert "without numbers" not in _said(ex)
+    assert "set_per_process_memory_fraction" not in _said(ex)
+
+
+def test_the_memory_fraction_message_escaped_on_one_line_is_read_with_its_figures():
+    line = ("thread 'main' panicked at 'Unable to warmup model: Generation(\"" + "\\n".join(_ALLOWED) + "\")', "
+            "router/src/main.rs:216:18")
+    _check_allowed_figures(explain_text([line, "Error: WebserverFailed"]))
+
+
+def test_the_memory_fraction_message_on_its_own_lines_is_read_with_its_figures():
+    _check_allowed_figures(explain_text(["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                                         "RuntimeError: " + _ALLOWED[0]] + _ALLOWED[1:]))
+
+
+def test_a_fraction_below_the_device_is_the_cap_that_refused():
+    lines = ["torch.OutOfMemoryError: " + _ALLOWED[0], "Currently allocated     : 10.00 GiB",
+             "Requested               : 4.83 GiB", "Device limit            : 22.20 GiB",
+             "Free (according to CUDA): 9.50 GiB", "PyTorch limit (set by user-supplied memory fraction)",
+             "                        : 11.10 GiB"]
+    ex = explain_text(lines)
+    assert ex.primary is not None and ex.primary.numbers["allowed_bytes"] == _gib("11.10 GiB")
+    assert ex.category == "gpu_sharing_limit"
+
+
+_VLLM = [
+    "INFO 02-26 09:54:02 model_runner.py:1115] Loading model weights took 5.2032 GB",
+    "INFO 02-26 09:54:05 worker.py:267] Memory profiling takes 3.25 seconds",
+    "INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x "
+    "gpu_memory_utilization (0.70) = 5.60GiB",
+    "INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation "
+    "peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.",
+    "INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681",
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "/usr/local/lib/python3.12/dist-packages/vllm/worker/worker.py", line 493, in '
+    "raise_if_cache_size_invalid",
+    '[rank0]:     raise ValueError("No available memory for the cache blocks. "',
+    "[rank0]: ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine.",
+]
+
+
+def test_vllms_negative_kv_cache_is_a_capacity_failure_told_with_its_figures():
+    ex = explain_text(_VLLM)
+    assert ex.primary is not None and ex.primary.kind == "vllm_capacity"
+    assert ex.category == "true_capacity"
+    said = _said(ex)
+    assert "5.20 GiB" in said and "-1.05 GiB" in said and "8.00 GiB" in said
+    # the log already has what the deciding command would grep for
+    assert not any("grep" in d["command"] for d in ex.to_decide())
+    assert not ex.ambiguous
+
+
+def test_vllm_profile_with_a_small_model_under_a_low_utilisation_is_the_cap():
+    lines = [ln.replace("(8.00GiB) x gpu_memory_utilization (0.70) = 5.60GiB",
+                        "(80.00GiB) x gpu_memory_utilization (0.08) = 6.40GiB").replace("-1.05GiB", "-0.25GiB")
+             for ln in _VLLM]
+    ex = explain_text(lines)
+    assert ex.category == "gpu_sharing_limit"
+
+
+def test_tgis_cut_message_keeps_its_allocated_figure_and_the_pid_is_the_job():
+    line = ("text_generation.errors.GenerationError: Request failed during generation: Server error: CUDA out of "
+            "memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacty of 39.39 GiB of which 31.94 MiB is free. "
+            "Process 7529 has 39.23 GiB memory in use. Of the allocated memory 37.21 GiB is allo")
+    ex = explain_text([line])
+    assert ex.primary is not None and ex.primary.numbers["allocated_bytes"] == _gib("37.21 GiB")
+    assert ex.category == "true_capacity"
+    assert "other_process" not in [h.category for h in ex.hypotheses[:1]]
+    assert "stop or move those processes" not in _said(ex)
+    assert "pid namespace" in _said(ex)

@@ -65,7 +65,9 @@ _CONTINUATION = re.compile(
     r"use pytorch_mps|total capac|memory in use|reserved|allocated|free\b|cached\)|already allocated|"
     r"\{\{node|node \S+\}\}|hint: if you want|report_tensor_allocations|\[op:|op:|"
     r"cuda kernel errors|for debugging consider|compile with|and type \w+ on|on /job:|by allocator|"
-    r"with shape|mps allocated|other allocations|max allowed|bytes\)|\(allocated so far|if the cause is memory fragmentation)"
+    r"with shape|mps allocated|other allocations|max allowed|bytes\)|\(allocated so far|if the cause is memory fragmentation|"
+    # the cudaMallocAsync backend's last figure, on the line after its label (patterns.ASYNC_OOM)
+    r"pytorch limit \(set by user-supplied memory fraction\))"
     r"|^.{0,40}?[0-9][0-9.,]* ?(?:[KMGT]i?B|bytes)\b")
 
 
@@ -313,6 +315,8 @@ class LogScanner:
             self._remember_wrapped(lineno)
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
+        if kind == "vllm_capacity" and (profile := P.vllm_profile(before)) is not None:
+            ev.details["vllm_profile"] = profile  # the figures vLLM logged before its KV-cache check failed
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
             # each line once: in a storm of events (a TF retry storm prints thousands of BFC warnings) the 40
             # lines before one event were mostly read for the one before it (session 17: 60k lines took 11 s)

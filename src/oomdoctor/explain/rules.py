@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from oomdoctor.explain.events import OomEvent
 from oomdoctor.explain.figures import CONTEXT_MAX, breakdown, is_gap, unaccounted_of
 from oomdoctor.explain.kinds import DIRECT_MALLOC
+from oomdoctor.explain.patterns import ASYNC_FORMAT
 from oomdoctor.knowledge.gpus import GIB, is_slice
 from oomdoctor.units import format_bytes as fb
 
@@ -79,8 +80,9 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     fig, procs, me = breakdown(n, d)
     P, R, U = fig["P"], fig["R"], fig["U"]
     if me is not None:
-        why_me = (f"is PyTorch's {fb(R)} reserve and at most a CUDA context more" if P - R <= CONTEXT_MAX else
-                  f"holds PyTorch's {fb(R)}; another process that large could not fit beside it on the {fb(T)} card")
+        held, what = (R, "reserve") if R is not None else (fig["A"], "allocated memory")  # (a cut message: A alone)
+        why_me = (f"is PyTorch's {fb(held)} {what} and at most a CUDA context more" if P - held <= CONTEXT_MAX else
+                  f"holds PyTorch's {fb(held)}; another process that large could not fit beside it on the {fb(T)} card")
         b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) {why_me}, so it is this job seen through a container's "
               "pid namespace")
     others = sum(p["bytes"] for p in procs)
@@ -184,7 +186,8 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         else:
             b.add("true_capacity", w, f"{why_x}{left}" + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None
                   and T else ""), _capacity_fix(X, F, U, T))
-            if ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5):
+            # (not for the cudaMallocAsync backend: it has no such cache, nor its settings)
+            if ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5) and d.get("format") != ASYNC_FORMAT:
                 # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
                 # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
                 b.add("fragmentation", 1.0, "the message gives no reserved-but-unallocated figure, so free "

@@ -86,6 +86,42 @@ SERVER_FIXES = {
                         "free the GPU of other processes, or use a smaller or quantized model, or tensor parallelism "
                         "(--tensor-parallel-size) over more GPUs"),
 }
+# vLLM's memory profile before its KV-cache check failed (patterns.vllm_profile): what the weights, the activation peak
+# and non-torch memory take of the GPU. Half the GPU or more is the model not fitting (a walkthrough, session 28: a 7B
+# model on an 8 GB card); a small share under a low gpu_memory_utilization is the cap leaving it no room (dev
+# w1_vllm_10439, where the reporter had set 0.03-0.4 for a 0.5B model; it prints no profile).
+VLLM_MODEL_SHARE = 0.5
+VLLM_UTILIZATION_HIGH = 0.9  # vLLM's default
+VLLM_UTILIZATION_MAX = 0.95  # about the most a card with a CUDA context can give vLLM
+
+
+def _vllm_profile_rules(p: dict, b: Board) -> None:
+    total, util, budget, kv = p["total_bytes"], p.get("utilization"), p.get("budget_bytes"), p["kv_cache_bytes"]
+    names = (("weights_bytes", "the weights take"), ("activation_bytes", "the activation peak"),
+             ("non_torch_bytes", "non-torch memory"))
+    parts = [f"{what} {fb(p[key])}" for key, what in names if key in p]
+    fixed = sum(p.get(key, 0) for key, _ in names)
+    said = (f"vLLM's memory profile: {', '.join(parts)}: {fb(fixed)} of the {fb(total)} GPU before any KV cache; "
+            + (f"gpu_memory_utilization {util:g} gives vLLM {fb(budget)}, " if util is not None and budget is not None
+               else "") + f"so the KV cache gets {fb(kv)}")
+    best = int(VLLM_UTILIZATION_MAX * total) - fixed
+    more = (f"raising gpu_memory_utilization to {VLLM_UTILIZATION_MAX:g} would leave the KV cache {fb(best)}" if best > 0
+            else f"even gpu_memory_utilization {VLLM_UTILIZATION_MAX:g} would leave the KV cache nothing")
+    if fixed >= VLLM_MODEL_SHARE * total or util is None or util >= VLLM_UTILIZATION_HIGH:
+        big = fixed >= VLLM_MODEL_SHARE * total
+        b.add("true_capacity", 4.0 if big else 3.0, said + (": the weights and the activation peak take most of the GPU"
+              if big else ""), "use a smaller or quantized model (AWQ, GPTQ, FP8), tensor parallelism over more GPUs "
+              f"(--tensor-parallel-size), or a shorter max_model_len / fewer max_num_batched_tokens; {more}")
+        if best > 0 and util is not None and util < VLLM_UTILIZATION_MAX:
+            b.add("gpu_sharing_limit", 1.0, f"{more}: the cap leaves less than the GPU could",
+                  f"raise gpu_memory_utilization (now {util:g})")
+    else:
+        b.add("gpu_sharing_limit", 3.5, said + f": the model needs a small share of the GPU, and the gpu_memory_utilization "
+              f"cap ({util:g}) leaves it no room", f"raise gpu_memory_utilization: {more}")
+        b.add("true_capacity", 1.0, "or the activation peak, which grows with max_num_batched_tokens, outgrows the cap",
+              VLLM_FIX)
+
+
 LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a smaller quantisation of the model "
                  "(e.g. Q4_K_M), or a smaller context (-c / --ctx-size)")
 JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
@@ -199,6 +235,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("fragmentation", 1.5, "NCCL allocates outside PyTorch's caching allocator, and memory PyTorch keeps "
               "cached but unused is not given back to it",
               "torch.cuda.empty_cache() before creating the process group or the first collective, or " + ALLOC_CONF_FIX)
+    elif k == "vllm_capacity" and d.get("vllm_profile"):
+        _vllm_profile_rules(d["vllm_profile"], b)
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
@@ -475,7 +513,8 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "leftovers, and give each worker its own GPU (torch.cuda.set_device(local_rank) before any CUDA call)")
     shares = [float(v) for v in env.get("mem_fraction", [])]
     T, P = ev.numbers.get("total_bytes"), ev.numbers.get("process_bytes")
-    if shares and shares[-1] <= MEM_FRACTION_CAP and not (T and P and P >= 0.9 * T):
+    # (not where the event's own figures weighed the cap: vLLM's memory profile, _vllm_profile_rules)
+    if shares and shares[-1] <= MEM_FRACTION_CAP and not (T and P and P >= 0.9 * T) and "vllm_profile" not in ev.details:
         # (the last value the text sets; not where the message shows this process holding the whole GPU)
         # the job capped its own share of the GPU: the cap, not the card, is what ran out (a fraction near 1
         # is the usual default headroom and says nothing)
