@@ -187,3 +187,34 @@ def test_tgis_cut_message_keeps_its_allocated_figure_and_the_pid_is_the_job():
     assert "other_process" not in [h.category for h in ex.hypotheses[:1]]
     assert "stop or move those processes" not in _said(ex)
     assert "pid namespace" in _said(ex)
+
+
+# -- B4. Kubernetes' Reason: Error with exit code 137 is not its OOM kill -------------------------------------------
+
+_DESCRIBE = ["    State: Running", "      Started: Mon, 13 Nov 2023 03:50:57 +0100", "    Last State: Terminated",
+             "      Reason: Error", "      Exit Code: 137", "      Started: Mon, 13 Nov 2023 03:48:52 +0100",
+             "      Finished: Mon, 13 Nov 2023 03:50:55 +0100", "    Ready: True", "    Restart Count: 1"]
+
+
+def test_kubernetes_reason_error_with_137_is_not_stated_as_an_oom_kill():
+    ex = explain_text(_DESCRIBE)
+    assert ex.failures
+    assert ex.category != "host_oom"
+    host = next((h for h in ex.hypotheses if h.category == "host_oom"), None)
+    assert host is None or host.confidence < 0.5
+    assert "OOMKilled" in _said(ex)
+    assert not any("CUDA_LAUNCH_BLOCKING" in d["command"] for d in ex.to_decide())
+    assert any("kubectl" in d["command"] for d in ex.to_decide())
+
+
+def test_kubernetes_reason_error_in_pod_yaml_is_read_too():
+    lines = ["    lastState:", "      terminated:", "        containerID: containerd://0f30d47b", "        exitCode: 137",
+             '        finishedAt: "2025-12-17T10:56:44Z"', "        reason: Error"]
+    ex = explain_text(lines)
+    assert ex.failures and ex.category != "host_oom"
+
+
+def test_kubernetes_oomkilled_with_137_stays_host_oom():
+    lines = [ln.replace("Reason: Error", "Reason: OOMKilled") for ln in _DESCRIBE]
+    ex = explain_text(lines)
+    assert ex.category == "host_oom"

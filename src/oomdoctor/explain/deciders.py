@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
+from oomdoctor.explain.framework import K8S_EXIT, LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,12 @@ _BY_FRAMEWORK[("true_capacity", LLAMA_CPP)] = Decider(
     "the buffers llama.cpp allocates (its log's MiB figures) against the GPU's free memory before it loads",
     "nvidia-smi --query-gpu=memory.used,memory.total --format=csv; then llama-cli -m MODEL -ngl 20 -c 4096  "
     "# fewer layers and a smaller context: the buffer sizes it logs fall")
+# A container's SIGKILL as Kubernetes recorded it: who sent it is in the pod's events, not in a rerun of the job with
+# CUDA_LAUNCH_BLOCKING (a new user's walkthrough, session 28)
+_BY_FRAMEWORK[("not_oom", K8S_EXIT)] = Decider(
+    "who killed the container: the pod's events (a failed liveness probe, a preemption, an eviction) beside the "
+    "reason Kubernetes recorded (OOMKilled or Error)",
+    "kubectl get events --field-selector involvedObject.name=POD  # Liveness probe failed / Killing / Preempting")
 _NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
                              "runs: its highest reading")
 for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to name here: the device's reading

@@ -19,6 +19,7 @@ from typing import Any
 from oomdoctor.explain import patterns as P
 from oomdoctor.explain.figures import gap_key
 from oomdoctor.explain.framework import relabel_xla
+from oomdoctor.explain.kubernetes import k8s_reasons
 from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
@@ -526,6 +527,7 @@ class LogScanner:
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
         relabel_xla(events, self._samples)  # XLA's allocator line in a JAX log is JAX's, not TensorFlow's
+        k8s_reasons(events, self._samples)  # an exit 137 in Kubernetes' record: the reason it gives
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
                        bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))

@@ -318,8 +318,16 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
                 else "exit code -9: killed by SIGKILL" if _MINUS_9.search(ev.text)
                 else "killed by SIGKILL (the shell's 'Killed'; no exit code printed)")
-        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, a scheduler's "
-              "preemption and deadlines send SIGKILL too)", SLURM_HOST_FIX if _SLURM.search(ev.text) else HOST_FIX)
+        k8s_error = d.get("k8s_reason") == "Error"  # Kubernetes' record says Error, not OOMKilled (explain/kubernetes.py)
+        b.add("host_oom", 1.2 if k8s_error else 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, "
+              "a scheduler's preemption and deadlines send SIGKILL too)", SLURM_HOST_FIX if _SLURM.search(ev.text)
+              else HOST_FIX)
+        if k8s_error:
+            b.add("not_oom", 2.6, "Kubernetes recorded this exit as Reason: Error, not OOMKilled (its reason when the "
+                  "container's cgroup OOM killer ended it): the SIGKILL came from elsewhere, such as the kubelet after "
+                  "failed liveness probes, a preemption or a stop past its grace period",
+                  "read the pod's events (kubectl describe pod POD: Liveness probe failed, Killing, Preempting); a probe "
+                  "that times out under load needs a longer timeoutSeconds / failureThreshold, or a startupProbe")
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
