@@ -218,3 +218,35 @@ def test_kubernetes_oomkilled_with_137_stays_host_oom():
     lines = [ln.replace("Reason: Error", "Reason: OOMKilled") for ln in _DESCRIBE]
     ex = explain_text(lines)
     assert ex.category == "host_oom"
+
+
+# -- B5. an underlined (reStructuredText / setext) title is a heading, not a failure ---------------------------------
+
+def test_an_rst_title_about_ooms_is_no_failure():
+    for under in ("-", "=", "~"):
+        ex = explain_text(["Common causes of OOM failures", under * 29, "",
+                           "**Running multiple JAX processes concurrently.**",
+                           "  Either use XLA_PYTHON_CLIENT_MEM_FRACTION to give each process an appropriate"])
+        assert not ex.failures, under
+
+
+def test_an_error_line_above_a_separator_is_still_a_failure():
+    err = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "23.65 GiB of which 1.06 GiB is free.")
+    ex = explain_text(["Traceback (most recent call last):", '  File "t.py", line 9, in test_x', err, "-" * 70,
+                       "Ran 1 test in 3.2s", "FAILED (errors=1)"])
+    assert ex.failures
+    ex = explain_text(["CUDA out of memory", "-" * 18, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert ex.failures
+
+
+def test_a_title_whose_underline_begins_the_next_block_is_no_failure():
+    from oomdoctor.explain.events import LogScanner
+
+    for second, failed in ((b"-----------------------------\n\nText of the page.\n", False),
+                           (b"step 12 loss 0.31\n", True)):
+        scanner = LogScanner()
+        scanner.feed(b"Some notes\nCommon causes of OOM failures\n")
+        scanner.feed(second)
+        scan = scanner.finish()
+        assert bool(scan.events) == failed, second

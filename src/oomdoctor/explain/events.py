@@ -20,7 +20,14 @@ from oomdoctor.explain import patterns as P
 from oomdoctor.explain.figures import gap_key
 from oomdoctor.explain.framework import relabel_xla
 from oomdoctor.explain.kubernetes import k8s_reasons
-from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
+from oomdoctor.explain.mentions import (
+    CJK_GENERAL,
+    CJK_OWN_RUN,
+    EXAMPLE_INTRO,
+    TITLE_MAX,
+    title_like,
+    underlines,
+)
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
     CARET_ESCAPE,
@@ -164,6 +171,11 @@ def _bfc_second_sentence(block: bytes, pos: int, end: int) -> str:
     return _decode(nxt.split(b"\n", 1)[0]) if nxt.startswith(_BFC_SECOND) else ""
 
 
+def _underlined(title: str, block: bytes, pos: int, end: int) -> bool:
+    """The line at `pos` (within block[:end]) underlines `title` as a section title (mentions.underlines)."""
+    return underlines(title, block[pos:min(end, pos + 4 * TITLE_MAX)].split(b"\n", 1)[0].decode("utf-8", errors="replace"))
+
+
 _GUNICORN_KILL = re.compile(r"Worker \(pid:(\d+)\) was sent SIGKILL! Perhaps out of memory\?")
 
 
@@ -215,6 +227,7 @@ class LogScanner:
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
         self._bfc_head: OomEvent | None = None  # a BFC warning's head that ended a block (_resolve_bfc_head)
+        self._title_head: OomEvent | None = None  # a title-like event line that ended a block (_resolve_title_head)
         self._wrapped: set[tuple[str, int]] = set()  # the first MAX_WRAPPED_BFC // 2 lines
         self._wrapped_last: collections.deque[tuple[str, int]] = collections.deque(maxlen=MAX_WRAPPED_BFC // 2)
         self._skip_to = 0
@@ -229,6 +242,7 @@ class LogScanner:
     def start_source(self, name: str) -> None:
         """The following blocks come from another file: line numbers restart, context is cut."""
         self._resolve_bfc_head(None, 0)
+        self._resolve_title_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
@@ -263,6 +277,8 @@ class LogScanner:
         self._skip_to = start
         if self._bfc_head is not None:  # (never with a pending continuation: a head line ends one)
             self._resolve_bfc_head(block, start)  # may open its event and read its continuation here
+        elif self._title_head is not None:  # (nor with a BFC head or a continuation: it too ended the last block)
+            self._resolve_title_head(block, start)
         elif self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
@@ -309,6 +325,9 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
+        title = title_like(text)
+        if title and le + 1 < self._end and _underlined(text, block, le + 1, self._end):
+            return  # a section title of documentation
         head = kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
         wrapped = head and _bfc_second_sentence(block, le + 1, self._end)
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
@@ -328,6 +347,9 @@ class LogScanner:
             self._env_rescanned = lineno
         if head and le + 1 >= self._end:  # the block ends here: the next block's first line decides (feed)
             self._bfc_head = ev
+            return
+        if title and le + 1 >= self._end:  # the same for a title's underline
+            self._title_head = ev
             return
         self._open_event(ev, block, le + 1)
 
@@ -361,6 +383,17 @@ class LogScanner:
         elif block is None:
             self._finish_event(ev)
         else:
+            self._open_event(ev, block, start)
+
+    def _resolve_title_head(self, block: bytes | None, start: int) -> None:
+        """A title-like event line that ended the previous block: dropped where this block's first line underlines
+        it, else opened (None: no more input)."""
+        ev, self._title_head = self._title_head, None
+        if ev is None:
+            return
+        if block is None:
+            self._finish_event(ev)
+        elif not _underlined(ev.text, block, start, self._end):
             self._open_event(ev, block, start)
 
     def _env_scan(self, text: str) -> None:
@@ -520,6 +553,7 @@ class LogScanner:
 
     def finish(self) -> LogScan:
         self._resolve_bfc_head(None, 0)
+        self._resolve_title_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
