@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 from oomdoctor.explain.events import EVAL_ACCUMULATION, OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS, server_kind
-from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.kinds import (
+    HANDLE_AT_START,
+    NVENC_SESSION,
+    VLLM_MODEL_SHARE,
+    XID_HEALTH,
+    XID_PROGRAM,
+    vllm_cap_squeezed,
+)
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
     ALLOC_CONF_FIX,
@@ -89,9 +96,7 @@ SERVER_FIXES = {
 # vLLM's memory profile before its KV-cache check failed (patterns.vllm_profile): what the weights, the activation peak
 # and non-torch memory take of the GPU. Half the GPU or more is the model not fitting (a walkthrough, session 28: a 7B
 # model on an 8 GB card); a small share under a low gpu_memory_utilization is the cap leaving it no room (dev
-# w1_vllm_10439, where the reporter had set 0.03-0.4 for a 0.5B model; it prints no profile).
-VLLM_MODEL_SHARE = 0.5
-VLLM_UTILIZATION_HIGH = 0.9  # vLLM's default
+# w1_vllm_10439, where the reporter had set 0.03-0.4 for a 0.5B model; it prints no profile): kinds.vllm_cap_squeezed.
 VLLM_UTILIZATION_MAX = 0.95  # about the most a card with a CUDA context can give vLLM
 
 
@@ -107,7 +112,7 @@ def _vllm_profile_rules(p: dict, b: Board) -> None:
     best = int(VLLM_UTILIZATION_MAX * total) - fixed
     more = (f"raising gpu_memory_utilization to {VLLM_UTILIZATION_MAX:g} would leave the KV cache {fb(best)}" if best > 0
             else f"even gpu_memory_utilization {VLLM_UTILIZATION_MAX:g} would leave the KV cache nothing")
-    if fixed >= VLLM_MODEL_SHARE * total or util is None or util >= VLLM_UTILIZATION_HIGH:
+    if not vllm_cap_squeezed(p):
         big = fixed >= VLLM_MODEL_SHARE * total
         b.add("true_capacity", 4.0 if big else 3.0, said + (": the weights and the activation peak take most of the GPU"
               if big else ""), "use a smaller or quantized model (AWQ, GPTQ, FP8), tensor parallelism over more GPUs "
