@@ -186,7 +186,8 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         else:
             b.add("true_capacity", w, f"{why_x}{left}" + (f"; this job holds {fb(own)} of {fb(T)}" if own is not None
                   and T else ""), _capacity_fix(X, F, U, T))
-            # (not for the cudaMallocAsync backend: it has no such cache, nor its settings)
+            # (not for the cudaMallocAsync backend: its pool is the driver's, and expandable_segments / max_split_size_mb
+            # are the native allocator's settings)
             if ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5) and d.get("format") != ASYNC_FORMAT:
                 # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
                 # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
