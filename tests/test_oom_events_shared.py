@@ -98,7 +98,7 @@ def test_kind_table_covers_every_pattern():
     # from outside the process are never recovered
     from oomdoctor.explain.kinds import NEVER_RECOVERED, SELF_CONTAINED
     assert SELF_CONTAINED == {"oom_caught"}
-    assert NEVER_RECOVERED == {"kernel_oom", "slurm_oom_state", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"}
+    assert NEVER_RECOVERED == {"kernel_oom", "slurm_oom_state", "slurm_oom_kill", "k8s_oomkilled", "k8s_evicted", "dataloader_killed", "ray_oom"}
 
 
 # Lines for kinds the corpus may not hold, so every kind of the table is held to explain's rules.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
+from oomdoctor.explain.framework import K8S_EXIT, LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,12 @@ _BY_FRAMEWORK[("not_oom", LLAMA_CPP)] = Decider(
 # settings apply); llama.cpp runs no PyTorch: a command naming it or a training script is no decider there
 _LAUNCH = {TGI: "text-generation-launcher --model-id MODEL", VLLM_CACHE_BLOCKS: "vllm serve MODEL",
            "vllm_capacity": "vllm serve MODEL"}
+# A container's SIGKILL as Kubernetes recorded it: who sent it is in the pod's events, not in a rerun of the job with
+# CUDA_LAUNCH_BLOCKING (a new user's walkthrough, session 28)
+_BY_FRAMEWORK[("not_oom", K8S_EXIT)] = Decider(
+    "who killed the container: the pod's events (a failed liveness probe, a preemption, an eviction) beside the "
+    "reason Kubernetes recorded (OOMKilled or Error)",
+    "kubectl get events --field-selector involvedObject.name=POD  # Liveness probe failed / Killing / Preempting")
 _NVSMI_PEAK = Decider(_PEAK, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 1  # while the job "
                              "runs: its highest reading")
 for _kind in ("rmm_oom", "ort_oom"):  # no allocator statistics of their own to name here: the device's reading

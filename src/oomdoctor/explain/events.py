@@ -19,7 +19,15 @@ from typing import Any
 from oomdoctor.explain import patterns as P
 from oomdoctor.explain.figures import gap_key
 from oomdoctor.explain.framework import relabel_xla
-from oomdoctor.explain.mentions import CJK_GENERAL, CJK_OWN_RUN, EXAMPLE_INTRO
+from oomdoctor.explain.kubernetes import k8s_reasons
+from oomdoctor.explain.mentions import (
+    CJK_GENERAL,
+    CJK_OWN_RUN,
+    EXAMPLE_INTRO,
+    TITLE_MAX,
+    title_like,
+    underlines,
+)
 from oomdoctor.explain.prefilter import (  # noqa: F401 - re-exported for benches and tests
     _PREFILTERS,
     CARET_ESCAPE,
@@ -65,7 +73,9 @@ _CONTINUATION = re.compile(
     r"use pytorch_mps|total capac|memory in use|reserved|allocated|free\b|cached\)|already allocated|"
     r"\{\{node|node \S+\}\}|hint: if you want|report_tensor_allocations|\[op:|op:|"
     r"cuda kernel errors|for debugging consider|compile with|and type \w+ on|on /job:|by allocator|"
-    r"with shape|mps allocated|other allocations|max allowed|bytes\)|\(allocated so far|if the cause is memory fragmentation)"
+    r"with shape|mps allocated|other allocations|max allowed|bytes\)|\(allocated so far|if the cause is memory fragmentation|"
+    # the cudaMallocAsync backend's last figure, on the line after its label (patterns.ASYNC_OOM)
+    r"pytorch limit \(set by user-supplied memory fraction\))"
     r"|^.{0,40}?[0-9][0-9.,]* ?(?:[KMGT]i?B|bytes)\b")
 
 
@@ -161,6 +171,11 @@ def _bfc_second_sentence(block: bytes, pos: int, end: int) -> str:
     return _decode(nxt.split(b"\n", 1)[0]) if nxt.startswith(_BFC_SECOND) else ""
 
 
+def _underlined(title: str, block: bytes, pos: int, end: int) -> bool:
+    """The line at `pos` (within block[:end]) underlines `title` as a section title (mentions.underlines)."""
+    return underlines(title, block[pos:min(end, pos + 4 * TITLE_MAX)].split(b"\n", 1)[0].decode("utf-8", errors="replace"))
+
+
 _GUNICORN_KILL = re.compile(r"Worker \(pid:(\d+)\) was sent SIGKILL! Perhaps out of memory\?")
 
 
@@ -212,6 +227,7 @@ class LogScanner:
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
         self._bfc_head: OomEvent | None = None  # a BFC warning's head that ended a block (_resolve_bfc_head)
+        self._title_head: OomEvent | None = None  # a title-like event line that ended a block (_resolve_title_head)
         self._wrapped: set[tuple[str, int]] = set()  # the first MAX_WRAPPED_BFC // 2 lines
         self._wrapped_last: collections.deque[tuple[str, int]] = collections.deque(maxlen=MAX_WRAPPED_BFC // 2)
         self._skip_to = 0
@@ -226,6 +242,7 @@ class LogScanner:
     def start_source(self, name: str) -> None:
         """The following blocks come from another file: line numbers restart, context is cut."""
         self._resolve_bfc_head(None, 0)
+        self._resolve_title_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
@@ -260,6 +277,8 @@ class LogScanner:
         self._skip_to = start
         if self._bfc_head is not None:  # (never with a pending continuation: a head line ends one)
             self._resolve_bfc_head(block, start)  # may open its event and read its continuation here
+        elif self._title_head is not None:  # (nor with a BFC head or a continuation: it too ended the last block)
+            self._resolve_title_head(block, start)
         elif self._pending is not None:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
@@ -306,6 +325,9 @@ class LogScanner:
         before = self._lookback(block, ls)
         if _wrapped_mention(before, text) or _introduced_example(before) or _timeout_kill(before, text):
             return
+        title = title_like(text)
+        if title and le + 1 < self._end and _underlined(text, block, le + 1, self._end):
+            return  # a section title of documentation
         head = kind == "tf_oom" and "ran out of memory trying to allocate" in text and "summary follows" not in text
         wrapped = head and _bfc_second_sentence(block, le + 1, self._end)
         if wrapped:  # TF's BFC warning with its "The caller indicates ..." wrapped onto the next line: its text
@@ -313,6 +335,8 @@ class LogScanner:
             self._remember_wrapped(lineno)
         ev = OomEvent(kind=kind, line=lineno, text=text[:MAX_EVENT_TEXT], source=self.source)
         ev.details.update(_context(before, text, lineno))
+        if kind == "vllm_capacity" and (profile := P.vllm_profile(before)) is not None:
+            ev.details["vllm_profile"] = profile  # the figures vLLM logged before its KV-cache check failed
         if self._src_bytes >= P.ENV_BYTES:  # past the head of the log: hints printed just before the error
             # each line once: in a storm of events (a TF retry storm prints thousands of BFC warnings) the 40
             # lines before one event were mostly read for the one before it (session 17: 60k lines took 11 s)
@@ -323,6 +347,9 @@ class LogScanner:
             self._env_rescanned = lineno
         if head and le + 1 >= self._end:  # the block ends here: the next block's first line decides (feed)
             self._bfc_head = ev
+            return
+        if title and le + 1 >= self._end:  # the same for a title's underline
+            self._title_head = ev
             return
         self._open_event(ev, block, le + 1)
 
@@ -356,6 +383,17 @@ class LogScanner:
         elif block is None:
             self._finish_event(ev)
         else:
+            self._open_event(ev, block, start)
+
+    def _resolve_title_head(self, block: bytes | None, start: int) -> None:
+        """A title-like event line that ended the previous block: dropped where this block's first line underlines
+        it, else opened (None: no more input)."""
+        ev, self._title_head = self._title_head, None
+        if ev is None:
+            return
+        if block is None:
+            self._finish_event(ev)
+        elif not _underlined(ev.text, block, start, self._end):
             self._open_event(ev, block, start)
 
     def _env_scan(self, text: str) -> None:
@@ -515,6 +553,7 @@ class LogScanner:
 
     def finish(self) -> LogScan:
         self._resolve_bfc_head(None, 0)
+        self._resolve_title_head(None, 0)
         if self._pending is not None:
             ev, _ = self._pending
             self._pending = None
@@ -522,6 +561,7 @@ class LogScanner:
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
         relabel_xla(events, self._samples)  # XLA's allocator line in a JAX log is JAX's, not TensorFlow's
+        k8s_reasons(events, self._samples)  # an exit 137 in Kubernetes' record: the reason it gives
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
                        bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))

@@ -48,11 +48,15 @@ def breakdown(n: Mapping[str, Any], details: Mapping[str, Any]) -> tuple[dict[st
         r = a + u
     procs = [dict(x) for x in details.get("other_processes") or []]
     me = None
-    if p is None and procs and r is not None:
-        mine = [x for x in procs if r <= x["bytes"] <= r + CONTEXT_MAX]
+    # a message cut before its reserve (TGI's "... Of the allocated memory 37.21 GiB is allo") still has the allocated
+    # figure, which the reserve is at least: a listed process that could not fit on the card beside it is the job
+    # (a walkthrough, session 28: its pid through a container's namespace was told "stop or move those processes")
+    floor = r if r is not None else a
+    if p is None and procs and floor is not None:
+        mine = [x for x in procs if r is not None and r <= x["bytes"] <= r + CONTEXT_MAX]
         if not mine:  # more than a context beside the reserve (NCCL, cuBLAS workspaces on an H100: 1.57 GiB,
             # session 27), yet the two would not fit on the card together: still the job
-            mine = [x for x in procs if _cannot_share(x["bytes"], r, n.get("total_bytes"))]
+            mine = [x for x in procs if _cannot_share(x["bytes"], floor, n.get("total_bytes"))]
         if len(mine) == 1:
             p, me = mine[0]["bytes"], mine[0]["pid"]
             procs.remove(mine[0])

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.explain import patterns as P
+from oomdoctor.explain.kubernetes import K8S_EXIT_LINE
 
 BFC_LINE = re.compile(r"Allocator \(\w+\) ran out of memory trying to allocate")
 # TensorFlow's own paths for the allocator: TensorFlow >= 2.14 builds XLA as local_xla / local_tsl; before, the
@@ -72,9 +73,13 @@ LLAMA_CPP_LINE = re.compile(r"\bggml_\w+: (?:allocating|failed to allocate)\b|\b
                             r"\bggml_(?:backend_)?cuda\w*\b[^\n]*\bout of memory|\bllama runner process has terminated\b")
 
 
+K8S_EXIT = "k8s_exit"  # an exit code 137 as Kubernetes records it (kubectl describe, the pod's YAML)
+
+
 def server_kind(kind: str, text: str) -> str:
     """The framework an event of `kind` belongs to where its kind is shared (TGI's and vLLM's capacity checks,
-    llama.cpp's vague OOM): one of TGI, VLLM_CACHE_BLOCKS, LLAMA_CPP; else `kind` itself."""
+    llama.cpp's vague OOM), and the runtime that printed an exit code 137: one of TGI, VLLM_CACHE_BLOCKS, LLAMA_CPP,
+    K8S_EXIT; else `kind` itself."""
     if kind == "vllm_capacity":
         if _TGI.search(text):
             return TGI
@@ -84,4 +89,6 @@ def server_kind(kind: str, text: str) -> str:
         return LLAMA_CPP
     if kind in ("generic_oom", "torch_oom") and _TGI_WARMUP.search(text):
         return TGI
+    if kind == "exit_137" and K8S_EXIT_LINE.match(text):
+        return K8S_EXIT  # who killed the container is in the pod's events, not in a rerun with CUDA_LAUNCH_BLOCKING
     return kind

@@ -63,6 +63,7 @@ KINDS: dict[str, Kind] = {
     "nccl_system_error": Kind("shm_exhausted", False, "NCCL's failed system call (in containers: /dev/shm)", definite=False),
     "kernel_oom": Kind("host_oom", False, "the kernel OOM killer", recoverable=False),
     "slurm_oom_state": Kind("host_oom", False, "Slurm's OUT_OF_MEMORY job state (the cgroup OOM killer)", recoverable=False),
+    "slurm_oom_kill": Kind("host_oom", False, "slurmstepd's count of the OOM kills in a step's cgroup", recoverable=False),
     "k8s_oomkilled": Kind("host_oom", False, "Kubernetes (OOMKilled)", recoverable=False),
     "k8s_evicted": Kind("host_oom", False, "the kubelet's eviction under node memory pressure", recoverable=False),
     "exit_137": Kind("host_oom", False, "a SIGKILL exit (137, -9, 'Killed')"),
@@ -108,6 +109,20 @@ NVENC_SESSION = "OpenEncodeSession"
 DIRECT_MALLOC = ("syncedmem", "cudaSuccess (2 vs. 0)", "tiny-cuda-nn", "gpu_memory.h")
 
 
+# vLLM's memory profile before its KV-cache check failed (patterns.vllm_profile, rules_by_kind._vllm_profile_rules): the
+# weights, activation peak and non-torch memory taking half the GPU or more is the model not fitting; a smaller share
+# under a gpu_memory_utilization below vLLM's default (0.9) is the cap leaving no room.
+VLLM_MODEL_SHARE = 0.5
+VLLM_UTILIZATION_HIGH = 0.9
+
+
+def vllm_cap_squeezed(p: dict[str, Any]) -> bool:
+    """A vLLM profile whose model needs a small share of the GPU, under a low gpu_memory_utilization."""
+    fixed = sum(p.get(k, 0) for k in ("weights_bytes", "activation_bytes", "non_torch_bytes"))
+    util = p.get("utilization")
+    return fixed < VLLM_MODEL_SHARE * p["total_bytes"] and util is not None and util < VLLM_UTILIZATION_HIGH
+
+
 def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = "") -> str | None:
     """The category an event's wording points to on its own (the status or Xid code refine two kinds)."""
     spec = KINDS.get(kind)
@@ -149,6 +164,10 @@ def category_hint(kind: str, details: dict[str, Any] | None = None, text: str = 
         return "context_or_driver"  # NVML could not start: the driver's state, not the message lost
     if kind == "cuda_program_error" and "invalid device ordinal" in text:
         return "context_or_driver"  # a device the process cannot see: configuration, not the program's memory use
+    if kind == "exit_137" and d.get("k8s_reason") == "Error":
+        return "not_oom"  # Kubernetes' record says Error, not OOMKilled (explain/kubernetes.py)
+    if kind == "vllm_capacity" and isinstance(d.get("vllm_profile"), dict) and vllm_cap_squeezed(d["vllm_profile"]):
+        return "gpu_sharing_limit"  # the utilization cap, not the model, left no room (rules_by_kind)
     if kind == "generic_oom" and d.get("in_dataloader_worker"):
         return "shm_exhausted"
     if kind == "generic_oom" and NVENC_SESSION in text:

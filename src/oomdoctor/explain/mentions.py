@@ -110,6 +110,27 @@ _CHANGE_ENTRY = re.compile(r"(?i)^\s*(?:[-*+\u2022]\s+|\d+\.\s+)?(?:\[[\w ]+\]\s
                            r"enabl(?:e[sd]?|ing)|disabl(?:e[sd]?|ing)|catch(?:es)?|raise[sd]?|refactor(?:s|ed)?|remov(?:e[sd]?|ing))\b")
 
 
+# A section title underlined with one punctuation character repeated (reStructuredText; Markdown's setext "Title" over
+# "-----"): a heading of documentation, as "## Title" is (_HEADING), not a log line. Only its next line tells, so the
+# scanner (events.py) and the no-event fallback (reported.py) ask it with that line (a new user's walkthrough, session
+# 28: a JAX docs diff's "Common causes of OOM failures" over dashes was a failure, exit 1). The title is short and
+# hardly indented, the adornment about as long as it (reStructuredText asks at least as long; a log's separator of
+# 70 dashes under a long error line is not one).
+_ADORNMENT = re.compile(r"^([=\-~^\"'`*+#:.<>_])\1{2,}[ \t\r]*$")
+TITLE_MAX = 80
+
+
+def title_like(line: str) -> bool:
+    body = line.strip()
+    return 0 < len(body) <= TITLE_MAX and len(line) - len(line.lstrip()) <= 3
+
+
+def underlines(title: str, line: str) -> bool:
+    """`line` is the adornment under `title`, a section title (title_like)."""
+    n, t = len(line.strip()), len(title.strip())
+    return title_like(title) and _ADORNMENT.match(line) is not None and t - 2 <= n <= t + 8
+
+
 def _line_says_no_failure(line: str, start: int, end: int) -> bool:
     return bool(_ZERO_COUNT_AFTER.match(line, end) or _ZERO_COUNT_BEFORE.search(line[max(0, start - 60):start])
                 or _TEST_VERDICT.search(line) or _HEADING.match(line) or _CHANGE_ENTRY.match(line))

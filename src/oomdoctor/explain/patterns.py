@@ -96,7 +96,12 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("nccl_oom", r"NCCL WARN .*Cuda failure (?:\d+ )?'?out of memory|ncclUnhandledCudaError.*out of memory|"
                  r"(?:^\s*|\]:? ?|: )Cuda failure (?:\d+ |\S+:\d+ )?'out of memory'"),  # as printed, not in prose
     # Caching allocator, 1.0 .. 2.x and ROCm ("HIP out of memory") [OOMTXT]; Apple MPS backend.
-    ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;"),
+    # With the cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; CUDAMallocAsyncAllocator.cpp) the
+    # message is "Allocation on device 0 would exceed allowed memory. (out of memory)" and its figures on the lines
+    # after it ("Currently allocated : ...", "Requested : ...", "Device limit : ...", "Free (according to CUDA): ...",
+    # "PyTorch limit (set by user-supplied memory fraction) : ..."; _ASYNC_FIELDS).
+    ("torch_oom", r"\b(?:CUDA|HIP|XPU) out of memory\b|Tried to allocate [0-9.]+ ?[KMGT]?i?B \(GPU \d+;|"
+                  r"\bAllocation on device \d+ would exceed allowed memory\. \(out of memory\)"),
     ("mps_oom", r"MPS backend out of memory"),
     # THC era (<= 0.4): "cuda runtime error (2) : out of memory at .../THCStorage.cu" (§4.5).
     # the same error as THC's check prints it (PyTorch <= 0.4): "THCudaCheck FAIL file=.../THCStorage.cu line=58
@@ -170,8 +175,8 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("nccl_system_error", r"unhandled system error"),
     # Kernel OOM killer (mm/oom_kill.c) [OOMKILLC], Kubernetes OOMKilled, 137 = 128 + SIGKILL [OCPOOM].
     # srun's report of its tasks' kill ("srun: error: nid001277: tasks 1-3: Out Of Memory", session 9, round z9).
-    # Not slurmstepd's "Detected 1 oom_kill event": HPC docs quote it in full (dev benign p5_sigma2_memsettings_oomkill),
-    # and as a strong kind it would pass the documentation gate; the word model already reads it as host_oom.
+    # (slurmstepd's "Detected 1 oom_kill event" is its own kind, slurm_oom_kill, below: HPC docs quote it in full, dev
+    # benign p5_sigma2_memsettings_oomkill, and as a strong kind it would pass the documentation gate)
     ("kernel_oom", r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process|invoked oom-killer|oom-kill:constraint|"
                    r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"),
     # Slurm's job state after the cgroup OOM killer (session 10): seff's "State: OUT_OF_MEMORY (exit code 0)", a
@@ -184,6 +189,13 @@ LINE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)
     ("slurm_oom_state", r"\bState: OUT_OF_MEMORY\b|\bJobState=OUT_OF_MEMORY\b|\bOUT_OF_ME\+|\bOUT_OF_MEMORY\s+\d+:\d+\b|"
                         r"\d+:\d+\s+OUT_OF_MEMORY\b|\|OUT_OF_MEMORY\|\d+:\d+\b|\bRun time [\d:-]+, OUT_OF_MEMORY\b|"
                         r"SLURM status is:? ?[\"']?OUT_OF_MEMORY\b"),
+    # slurmstepd's count of the OOM kills in a step's cgroup (Slurm's task/cgroup plugin), as it ends the step: "slurmstepd:
+    # error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the
+    # cgroup out-of-memory handler." (older: "in step 3495064.0 cgroup"; newer: "Detected 2 oom_kill events in
+    # StepId=4242.13. Some of the step tasks have been OOM Killed."). A host OOM kill of a Slurm step (a walkthrough,
+    # session 28: the first form was no event, the newer one a vague generic_oom). HPC docs quote it whole: judged by the
+    # documentation gate, as slurm_oom_state (rank.DOCS_WEAK_KINDS).
+    ("slurm_oom_kill", r"\bslurmstepd(?:-[\w.-]+)?: error: Detected (\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )([\w.]+)"),
     ("k8s_oomkilled", r"\bOOMKilled\b"),
     # The kubelet evicts pods under node memory pressure: "The node was low on resource: memory".
     ("k8s_evicted", r"low on resource: memory"),
@@ -277,7 +289,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "torch_oom_nvml": ("NVML_SUCCESS",),
     "tensorrt_oom": ("Cuda Runtime (out of memory)", "Requested amount of GPU memory"),
     "nccl_oom": ("out of memory",),
-    "torch_oom": (" out of memory", "Tried to allocate "),
+    "torch_oom": (" out of memory", "Tried to allocate ", "would exceed allowed memory"),
     "mps_oom": ("MPS backend out of memory",),
     "torch_oom_legacy": ("cuda runtime error (2)", "error=2"),
     "tf_oom": ("ResourceExhaustedError", "OOM when allocating tensor", "CUDA_ERROR_OUT_OF_MEMORY", "from device: hipError_t(1002)", "ran out of memory trying"),
@@ -296,6 +308,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "nccl_system_error": ("unhandled system error",),
     "kernel_oom": ("of memory: Kill", "oom-kill", "Out Of Memory"),
     "slurm_oom_state": ("OUT_OF_ME",),
+    "slurm_oom_kill": ("error: Detected ",),
     "k8s_oomkilled": ("OOMKilled",),
     "k8s_evicted": ("low on resource: memory",),
     "exit_137": ("exit", "Exit", "EXIT", "eturn", "ETURN", "Signals.SIGKILL", "Killed", "killed"),
@@ -321,6 +334,7 @@ LINE_GATES: dict[str, tuple[str, ...]] = {
     "generic_oom": ("f memory", "f Memory", "OUT OF MEMORY", "OOM"),
 }
 _GATED_PATTERNS = tuple((k, LINE_GATES[k], p) for k, p in LINE_PATTERNS)
+LINE_PATTERNS_BY_KIND = dict(LINE_PATTERNS)
 
 # The pre-filter (bytes): any line that could hold one of the above. Every match of every pattern
 # contains one of these literals, or "OOM" (tests/test_prefilter_recall.py generates lines from each
@@ -648,7 +662,8 @@ _TORCH_FIELDS = (
     ("free_bytes", _N0 + r"\s?" + _U + r" free\b"),
     ("process_bytes", r"this process has " + _N + r"\s?" + _U + r" memory in use"),
     ("allowed_bytes", _N0 + r"\s?" + _U + r" allowed"),
-    ("allocated_bytes", r"Of the allocated memory " + _N + r"\s?" + _U + r" is allocated by PyTorch"),
+    # (a message cut inside this phrase still gives the figure: TGI's "... Of the allocated memory 37.21 GiB is allo")
+    ("allocated_bytes", r"Of the allocated memory " + _N + r"\s?" + _U + r" is allo(?:c|$)"),
     ("allocated_bytes", _N0 + r"\s?" + _U + r" already allocated"),
     ("private_pool_bytes", r"with " + _N + r"\s?" + _U + r" allocated in private pools"),
     ("reserved_unallocated_bytes", _N0 + r"\s?" + _U + r" is reserved by PyTorch but unallocated"),
@@ -657,6 +672,19 @@ _TORCH_FIELDS = (
     ("reserved_unallocated_bytes", _N0 + r"\s?" + _U + r" cached\)"),
 )
 _PROCESS = re.compile(r"Process (\d+) has " + _N + r"\s?" + _U + r" memory in use")
+# The cudaMallocAsync backend's message (its lines joined by the scanner, or escaped "\n" on one line, as a server
+# quotes it: TGI's warmup panic). "Device limit" is the device's total (cudaMemGetInfo); the PyTorch limit is the
+# memory fraction's cap, the whole device when none was set (then no cap: not kept).
+ASYNC_OOM = "would exceed allowed memory"
+ASYNC_FORMAT = "cudaMallocAsync"
+_SEP = r"(?:\s|\\n)*:\s*"
+_ASYNC_FIELDS = (
+    ("allocated_bytes", r"Currently allocated" + _SEP + _N + r"\s?" + _U),
+    ("requested_bytes", r"Requested" + _SEP + _N + r"\s?" + _U),
+    ("total_bytes", r"Device limit" + _SEP + _N + r"\s?" + _U),
+    ("free_bytes", r"Free \(according to CUDA\)" + _SEP + _N + r"\s?" + _U),
+    ("allowed_bytes", r"PyTorch limit \(set by user-supplied memory fraction\)" + _SEP + _N + r"\s?" + _U),
+)
 
 
 # A request no machine of any era can hold, GPU or host (64 TiB): the size was corrupt (an integer overflow, an
@@ -672,7 +700,18 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
     """Numbers the text gives (never guessed) and other details, for an event of `kind`."""
     nums: dict[str, int] = {}
     det: dict[str, Any] = {}
-    if kind in ("torch_oom", "mps_oom"):
+    if kind == "torch_oom" and ASYNC_OOM in text:
+        for key, pat in _ASYNC_FIELDS:
+            v = _find(pat, text)
+            if v is not None:
+                nums[key] = v
+        if nums.get("allowed_bytes", 0) >= nums.get("total_bytes", 1 << 62):
+            del nums["allowed_bytes"]  # the whole device: no fraction was set
+        m = re.search(r"Allocation on device (\d+)", text)
+        if m:
+            det["gpu"] = int(m.group(1))
+        det["format"], det["backend"] = ASYNC_FORMAT, "cuda"
+    elif kind in ("torch_oom", "mps_oom"):
         for key, pat in _TORCH_FIELDS:
             if key not in nums:
                 v = _find(pat, text)
@@ -751,6 +790,10 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
         if m:
             det["xid"] = int(m.group(2))
             det["pci"] = m.group(1)
+    elif kind == "slurm_oom_kill":
+        m = LINE_PATTERNS_BY_KIND["slurm_oom_kill"].search(text)
+        if m:
+            det["oom_kills"], det["step"] = int(m.group(1)), m.group(2).rstrip(".")
     elif kind == "kernel_oom":
         m = re.search(r"Killed process (\d+) \((.*?)\)", text)
         if m:
@@ -766,6 +809,37 @@ def extract(kind: str, text: str) -> tuple[dict[str, int], dict[str, Any]]:
     if x >= ABSURD_BYTES or (t and x > ABSURD_SHARE * t):  # (a total of 0 bytes: a lost device, no share to take)
         det["absurd_size"] = True  # no device has that much, or not a hundredth of it: the size itself is suspect
     return nums, det
+
+
+# vLLM's memory profile, logged just before its KV-cache check fails (vllm worker.py, 0.7): "the current vLLM instance can
+# use total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) = 5.60GiB" and "model weights take 5.20GiB;
+# non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV
+# Cache is -1.05GiB." The figures say what took the budget (a walkthrough, session 28, was asked to grep for them).
+_GIB_N = r"(-?[0-9]+(?:\.[0-9]+)?) ?GiB"
+_VLLM_PROFILE = (
+    ("total_bytes", r"total_gpu_memory \(" + _GIB_N + r"\) x gpu_memory_utilization"),
+    ("utilization", r"x gpu_memory_utilization \(([0-9.]+)\)"),
+    ("budget_bytes", r"x gpu_memory_utilization \([0-9.]+\) = " + _GIB_N),
+    ("weights_bytes", r"model weights take " + _GIB_N),
+    ("non_torch_bytes", r"non_torch_memory takes " + _GIB_N),
+    ("activation_bytes", r"activation peak memory takes " + _GIB_N),
+    ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _GIB_N),
+)
+
+
+def vllm_profile(text: str) -> dict[str, Any] | None:
+    """vLLM's last memory profile in `text` (the lines before its KV-cache error): bytes, and the utilization as a
+    fraction; None without the KV cache's and the GPU's figures."""
+    at = text.rfind("the rest of the memory reserved for KV Cache is")
+    if at < 0:
+        return None
+    text = text[max(0, text.rfind("total_gpu_memory (", 0, at)):]
+    out: dict[str, Any] = {}
+    for key, pat in _VLLM_PROFILE:
+        m = re.search(pat, text)
+        if m:
+            out[key] = float(m.group(1)) if key == "utilization" else int(float(m.group(1)) * (1 << 30))
+    return out if "kv_cache_bytes" in out and "total_bytes" in out else None
 
 
 # cublasStatus_t / cudnnStatus_t values (cublas_api.h, cudnn.h).

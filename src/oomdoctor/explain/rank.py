@@ -23,6 +23,7 @@ from oomdoctor.explain.mentions import cjk_article, reads_as_prose
 from oomdoctor.explain.patterns import ENV_PATTERNS, MACHINE_HINTS, classify_line
 from oomdoctor.explain.recovery import (
     bfc_crash,
+    crashed_after,
     loop_went_on,
     recovered_events,
     retry_went_on,
@@ -83,7 +84,7 @@ DOCS_MIN = 0.95
 # ... nor, when the documentation model is surer still, one that quotes a known message, if no event carries
 # the allocator's figures, a traceback or the machine (_documentation).
 DOCS_MIN_ANY = 0.99
-DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state"})
+DOCS_WEAK_KINDS = frozenset({"generic_oom", "reported_failure", "slurm_oom_state", "slurm_oom_kill"})
 # The event of a failure that the text reports in its own words (explain/reported.py): no scanner
 # pattern names it, so doctor's oom_events never hold it.
 REPORTED_KIND = "reported_failure"
@@ -453,7 +454,9 @@ def _facts_note(facts: FactSet, ex: Explanation) -> str | None:
 def _explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFAULT) -> Explanation:
     logged = [e for e in scan.events if e.kind not in _MARKERS]
     crashes = {id(e): bfc_crash(e, scan) for e in scan.events if e.kind in RECOVERY}
-    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and crashes[id(e)] is None])
+    # (a recovery line the job crashed right after recovered nothing: recovery.crashed_after)
+    recovered = recovered_events(logged, [e for e in scan.events if e.kind in RECOVERY and crashes[id(e)] is None
+                                          and not crashed_after(e, scan)])
     # a BFC warning followed by a crash is no caught shortage, and no failure by itself either: said, not scored
     notes = [f"TensorFlow's allocator ran short at {_where(e.source, e.line)} (a warning its caller can do without: "
              f"by itself no failure); then the job crashed at {_where(e.source, c[0])}: {c[1]}"

@@ -92,6 +92,26 @@ def bfc_crash(e: OomEvent, scan: LogScan) -> tuple[int, str] | None:
     return None
 
 
+# A recovery line the job did not get past: a crash (_CRASH, not itself an OOM line) among the first lines after it.
+CRASH_AFTER_LINES = 3
+
+
+def crashed_after(m: OomEvent, scan: LogScan) -> bool:
+    """A recovery line (not a library's own caught shortage: bfc_crash reads TensorFlow's) right after whose last
+    repeat the job crashed: a traceback, an exception, a kill among the next CRASH_AFTER_LINES non-blank lines of
+    its sample. It recovered nothing: fairseq's "attempting to recover from OOM in forward/backward pass" and then
+    the spawn's traceback ended the run (a new user's walkthrough, session 28, was told "No failure", exit 0).
+    An OOM line there is not the crash: fairseq may announce the recovery just before the OOM it caught."""
+    if m.kind in SELF_CONTAINED:
+        return False
+    end = m.last_line or m.line
+    got = _around(m, scan, end, end)
+    if got is None:
+        return False
+    said = [ln for ln in got[1] if ln.strip()][:CRASH_AFTER_LINES]
+    return any(_CRASH.search(ln) and not _GLOG_IWE.match(ln) and classify_line(ln) is None for ln in said)
+
+
 _DIGITS_RUN = re.compile(r"\d+")
 # (any framework's allocator: a loop that caught a JAX or CuPy OOM went on as one that caught PyTorch's; session 27)
 _LOOP_KINDS = frozenset({"torch_oom", "cuda_driver_oom", "generic_oom", "torch_oom_legacy", "jax_oom", "cupy_oom"})

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.explain.mentions import CJK_HEDGE, GENERAL_STATEMENT, MODAL_AFTER, WARN_LEVEL, is_mention
+from oomdoctor.explain.mentions import (
+    CJK_HEDGE,
+    GENERAL_STATEMENT,
+    MODAL_AFTER,
+    WARN_LEVEL,
+    is_mention,
+    underlines,
+)
 from oomdoctor.explain.patterns import _GATED_PATTERNS, SLURM_MEMORY_WARNING
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
@@ -151,7 +158,8 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
     for source, first, text in samples:
         prev = ""
         in_doc = False  # inside a docstring of pasted source: what code says of a failure, not one that happened
-        for i, line in enumerate(text.split("\n")):  # "\n" only, as the scanner counts lines (not tqdm's "\r")
+        lines = text.split("\n")  # "\n" only, as the scanner counts lines (not tqdm's "\r")
+        for i, line in enumerate(lines):
             was_doc = in_doc
             odd = bool(len(_TRIPLE_QUOTE.findall(line[:_MAX_LINE])) % 2)
             if in_doc:
@@ -173,6 +181,7 @@ def failure_statement(samples: list[tuple[str, int, str]], after: dict[str, int]
                     or _NOT_PROSE.match(line) or _YOUR_CONDITION.search(line) or WARN_LEVEL.match(line)
                     or "``" in lead + line  # reStructuredText literals: docstrings and Sphinx docs
                     or SLURM_MEMORY_WARNING.search(line)
+                    or (i + 1 < len(lines) and underlines(line, lines[i + 1]))  # a section title (reStructuredText)
                     or _judged(line)):
                 continue
             for f in _FAILURE.finditer(line):

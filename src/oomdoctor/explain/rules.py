@@ -13,6 +13,7 @@ from oomdoctor.explain.events import OomEvent
 from oomdoctor.explain.figures import CONTEXT_MAX, breakdown, is_gap, own_figure, unaccounted_of
 from oomdoctor.explain.framework import TGI, server_kind
 from oomdoctor.explain.kinds import DIRECT_MALLOC
+from oomdoctor.explain.patterns import ASYNC_FORMAT
 from oomdoctor.knowledge.gpus import GIB, is_slice
 from oomdoctor.units import format_bytes as fb
 
@@ -91,8 +92,9 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
     fig, procs, me = breakdown(n, d)
     P, R, U = fig["P"], fig["R"], fig["U"]
     if me is not None:
-        why_me = (f"is PyTorch's {fb(R)} reserve and at most a CUDA context more" if P - R <= CONTEXT_MAX else
-                  f"holds PyTorch's {fb(R)}; another process that large could not fit beside it on the {fb(T)} card")
+        held, what = (R, "reserve") if R is not None else (fig["A"], "allocated memory")  # (a cut message: A alone)
+        why_me = (f"is PyTorch's {fb(held)} {what} and at most a CUDA context more" if P - held <= CONTEXT_MAX else
+                  f"holds PyTorch's {fb(held)}; another process that large could not fit beside it on the {fb(T)} card")
         b.add("true_capacity", 0.0, f"Process {me} ({fb(P)}) {why_me}, so it is this job seen through a container's "
               "pid namespace")
     others = sum(p["bytes"] for p in procs)
@@ -212,7 +214,8 @@ def torch_oom(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         w = 2.2 if least_share is None or least_share >= 0.5 else 0.8
         holds = f"; this job holds {fb(held)} of {fb(T)}" if held is not None and T else ""
         b.add("true_capacity", w, _shortfall(why_x, X, F, U) + holds, cap_fix)
-        if U is None and ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5):
+        if (U is None and ev.kind == "torch_oom" and (own_share is None or own_share >= 0.5)
+                and d.get("format") != ASYNC_FORMAT):  # not for cudaMallocAsync: its pool is the driver's
             # The message stops before (or predates) the cache's figure: what PyTorch holds reserved
             # but unallocated is unknown, so free memory in its cache, split, is not ruled out.
             b.add("fragmentation", 1.0, "the message gives no reserved-but-unallocated figure, so free "

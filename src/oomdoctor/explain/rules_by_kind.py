@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 from oomdoctor.explain.events import EVAL_ACCUMULATION, OomEvent
 from oomdoctor.explain.figures import is_gap, own_figure
 from oomdoctor.explain.framework import LLAMA_CPP, TGI, VLLM_CACHE_BLOCKS, server_kind
-from oomdoctor.explain.kinds import HANDLE_AT_START, NVENC_SESSION, XID_HEALTH, XID_PROGRAM
+from oomdoctor.explain.kinds import (
+    HANDLE_AT_START,
+    NVENC_SESSION,
+    VLLM_MODEL_SHARE,
+    XID_HEALTH,
+    XID_PROGRAM,
+    vllm_cap_squeezed,
+)
 from oomdoctor.explain.patterns import ABSURD_BYTES, LEAK_DENIED
 from oomdoctor.explain.rules import (
     ALLOC_CONF_FIX,
@@ -42,6 +49,8 @@ _HOST_FAILURES: dict[str, tuple[float, str]] = {
     "kernel_oom": (3.5, "the kernel OOM killer killed a process (host or cgroup RAM exhausted)"),
     "slurm_oom_state": (3.5, "Slurm ended the job OUT_OF_MEMORY: the cgroup OOM killer killed a task (the job's host RAM "
                              "limit, --mem)"),
+    "slurm_oom_kill": (3.5, "slurmstepd counted oom-kill events in the step's cgroup: the cgroup OOM killer killed a task "
+                            "(the job's host RAM limit, --mem)"),
     "k8s_oomkilled": (3.5, "Kubernetes reports OOMKilled: the container hit its memory limit"),
     "k8s_evicted": (3.2, "the kubelet evicted the pod because the node ran low on memory"),
     "ray_oom": (3.0, "Ray's memory monitor killed the task: the node ran low on RAM"),
@@ -84,6 +93,40 @@ SERVER_FIXES = {
                         "free the GPU of other processes, or use a smaller or quantized model, or tensor parallelism "
                         "(--tensor-parallel-size) over more GPUs"),
 }
+# vLLM's memory profile before its KV-cache check failed (patterns.vllm_profile): what the weights, the activation peak
+# and non-torch memory take of the GPU. Half the GPU or more is the model not fitting (a walkthrough, session 28: a 7B
+# model on an 8 GB card); a small share under a low gpu_memory_utilization is the cap leaving it no room (dev
+# w1_vllm_10439, where the reporter had set 0.03-0.4 for a 0.5B model; it prints no profile): kinds.vllm_cap_squeezed.
+VLLM_UTILIZATION_MAX = 0.95  # about the most a card with a CUDA context can give vLLM
+
+
+def _vllm_profile_rules(p: dict, b: Board) -> None:
+    total, util, budget, kv = p["total_bytes"], p.get("utilization"), p.get("budget_bytes"), p["kv_cache_bytes"]
+    names = (("weights_bytes", "the weights take"), ("activation_bytes", "the activation peak"),
+             ("non_torch_bytes", "non-torch memory"))
+    parts = [f"{what} {fb(p[key])}" for key, what in names if key in p]
+    fixed = sum(p.get(key, 0) for key, _ in names)
+    said = (f"vLLM's memory profile: {', '.join(parts)}: {fb(fixed)} of the {fb(total)} GPU before any KV cache; "
+            + (f"gpu_memory_utilization {util:g} gives vLLM {fb(budget)}, " if util is not None and budget is not None
+               else "") + f"so the KV cache gets {fb(kv)}")
+    best = int(VLLM_UTILIZATION_MAX * total) - fixed
+    more = (f"raising gpu_memory_utilization to {VLLM_UTILIZATION_MAX:g} would leave the KV cache {fb(best)}" if best > 0
+            else f"even gpu_memory_utilization {VLLM_UTILIZATION_MAX:g} would leave the KV cache nothing")
+    if not vllm_cap_squeezed(p):
+        big = fixed >= VLLM_MODEL_SHARE * total
+        b.add("true_capacity", 4.0 if big else 3.0, said + (": the weights and the activation peak take most of the GPU"
+              if big else ""), "use a smaller or quantized model (AWQ, GPTQ, FP8), tensor parallelism over more GPUs "
+              f"(--tensor-parallel-size), or a shorter max_model_len / fewer max_num_batched_tokens; {more}")
+        if best > 0 and util is not None and util < VLLM_UTILIZATION_MAX:
+            b.add("gpu_sharing_limit", 1.0, f"{more}: the cap leaves less than the GPU could",
+                  f"raise gpu_memory_utilization (now {util:g})")
+    else:
+        b.add("gpu_sharing_limit", 3.5, said + f": the model needs a small share of the GPU, and the gpu_memory_utilization "
+              f"cap ({util:g}) leaves it no room", f"raise gpu_memory_utilization: {more}")
+        b.add("true_capacity", 1.0, "or the activation peak, which grows with max_num_batched_tokens, outgrows the cap",
+              VLLM_FIX)
+
+
 LLAMA_CPP_FIX = ("offload fewer layers to the GPU (-ngl / --n-gpu-layers), use a smaller quantisation of the model "
                  "(e.g. Q4_K_M), or a smaller context (-c / --ctx-size)")
 JAX_CAPACITY_FIX = ("lower the batch size or sequence length, or rematerialise activations (jax.checkpoint); JAX "
@@ -122,7 +165,8 @@ HOST_FIX = ("raise the memory limit of the container/pod (resources.limits.memor
             "DataLoader workers, smaller prefetch_factor, load the checkpoint with mmap=True / to the GPU directly")
 # Slurm's own words for a step its cgroup killed (srun, slurmstepd): the limit is the job's request, not a pod's (a
 # walkthrough, session 27, was told to raise resources.limits.memory)
-_SLURM = re.compile(r"\bslurmstepd\b|\bsrun: |\bStepId=\d|\bsbatch\b")
+# (a batch script's own line: bash names it "/var/spool/slurmd/job00191/slurm_script: line 28: 8156 Killed ...")
+_SLURM = re.compile(r"\bslurmstepd\b|\bsrun: |\bStepId=\d|\bsbatch\b|/slurmd/\S*slurm_script\b")
 SLURM_HOST_FIX = ("raise the job's memory request (sbatch/srun --mem, --mem-per-cpu or --mem-per-gpu; `seff JOBID` "
                   "shows what it used) or use less host RAM: fewer DataLoader workers, smaller prefetch_factor, load "
                   "the checkpoint with mmap=True / to the GPU directly")
@@ -232,6 +276,8 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         b.add("fragmentation", 1.5, "NCCL allocates outside PyTorch's caching allocator, and memory PyTorch keeps "
               "cached but unused is not given back to it",
               "torch.cuda.empty_cache() before creating the process group or the first collective, or " + ALLOC_CONF_FIX)
+    elif k == "vllm_capacity" and d.get("vllm_profile"):
+        _vllm_profile_rules(d["vllm_profile"], b)
     elif k in ("vllm_capacity", "batch_finder"):
         b.add("true_capacity", 3.0, "the framework's own capacity check failed: model + KV cache/batch do not "
               "fit" if k == "vllm_capacity" else "every batch size down to 1 ran out of memory",
@@ -313,8 +359,16 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
         said = ("exit code 137 = 128 + SIGKILL" if _CODE_137.search(ev.text)
                 else "exit code -9: killed by SIGKILL" if _MINUS_9.search(ev.text)
                 else "killed by SIGKILL (the shell's 'Killed'; no exit code printed)")
-        b.add("host_oom", 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, a scheduler's "
-              "preemption and deadlines send SIGKILL too)", HOST_FIX)
+        k8s_error = d.get("k8s_reason") == "Error"  # Kubernetes' record says Error, not OOMKilled (explain/kubernetes.py)
+        b.add("host_oom", 1.2 if k8s_error else 2.0, f"{said}, the usual mark of the OOM killer (but kill -9, docker kill, "
+              "a scheduler's preemption and deadlines send SIGKILL too)", SLURM_HOST_FIX if _SLURM.search(ev.text)
+              else HOST_FIX)
+        if k8s_error:
+            b.add("not_oom", 2.6, "Kubernetes recorded this exit as Reason: Error, not OOMKilled (its reason when the "
+                  "container's cgroup OOM killer ended it): the SIGKILL came from elsewhere, such as the kubelet after "
+                  "failed liveness probes, a preemption or a stop past its grace period",
+                  "read the pod's events (kubectl describe pod POD: Liveness probe failed, Killing, Preempting); a probe "
+                  "that times out under load needs a longer timeoutSeconds / failureThreshold, or a startupProbe")
         if env.get("stop_kill"):
             b.add("not_oom", 3.0, f"the text speaks of a stop ('{env['stop_kill'][0]}'): Docker sends SIGKILL (137) "
                   "to a container that does not stop within its grace period, with memory to spare",
@@ -564,7 +618,8 @@ def prose_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "leftovers, and give each worker its own GPU (torch.cuda.set_device(local_rank) before any CUDA call)")
     shares = [float(v) for v in env.get("mem_fraction", [])]
     T, P = ev.numbers.get("total_bytes"), ev.numbers.get("process_bytes")
-    if shares and shares[-1] <= MEM_FRACTION_CAP and not (T and P and P >= 0.9 * T):
+    # (not where the event's own figures weighed the cap: vLLM's memory profile, _vllm_profile_rules)
+    if shares and shares[-1] <= MEM_FRACTION_CAP and not (T and P and P >= 0.9 * T) and "vllm_profile" not in ev.details:
         # (the last value the text sets; not where the message shows this process holding the whole GPU)
         # the job capped its own share of the GPU: the cap, not the card, is what ran out (a fraction near 1
         # is the usual default headroom and says nothing)
