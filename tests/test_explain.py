@@ -394,9 +394,11 @@ KNOWN_DEV_FALSE_ALARMS = frozenset({
     # corpus on review: a failure without its cause is neither benign nor a report.)
     "ao1_ieevee_k8s_pod_shm_64m_design",
     "ao1_jishuzhan_num_workers_docker_shm_bus_error_howto", "ao3_devopsbeast_k8s_oomkilled_guide",
-    # session 22: the same refit moved the Anyscale PR's DeepSpeed cache-flush warning past the gates again (off the
-    # list in session 21, as it had raised no false alarm then)
-    "t5_anyscale_templates_cacheflush_pr252",
+    # (session 22: the same refit moved the Anyscale PR's DeepSpeed cache-flush warning past the gates again; session
+    # 28's refit, with the walkthrough's cases, took it back under them: off the list)
+    # session 28: that refit moved a Chinese DeepSpeed introduction (which quotes ZeRO's memory savings and an OOM in
+    # passing) past the gates: the models' words moved, no rule changed
+    "t5_coloradmin_zh_deepspeed_intro",
 })
 
 
