@@ -10,7 +10,7 @@ URL was involved (`https://user:***@host`, `HF_TOKEN=***`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -246,7 +246,7 @@ _SQL_PASSWORD = re.compile(r"(?<![\w\-])(?P<head>(?:IDENTIFIED[ \t]{1,16}BY|PASS
                            r"(?P<v>[^'\"\r\n]{1,4096})(?P=q)", re.IGNORECASE)
 # A secret option and its value as items of a list (`CalledProcessError: Command '['mysql', '--password', 'x']'`,
 # a JSON argv `["--api-key", "x"]`)
-_FLAG_ITEM = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
+_FLAG_ITEM = re.compile(r"(?P<flag>-(?<![\w.\-]-)-?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
                         r"[bru]?(?P<q>[\"']))(?P<v>[^\"'\r\n]{1,4096})(?P=q)")
 # `kind: Secret` as raw YAML (`kubectl get secret -o yaml` pasted in a log): its data's keys are not secret names
 _SECRET_KIND = re.compile(r"^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*\r?$", re.MULTILINE)
@@ -267,8 +267,10 @@ _YAML_FLOW_DATA = re.compile(r"^(?P<head>[ \t]*(?:-[ \t]+)?[\"']?(?:data|stringD
                              r"(?P<v>\{[^\r\n]{0,1048576}\})(?=[ \t]*\r?$)", re.MULTILINE)
 
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
-# the next word. Values that start with `-` are the next option, not a value.
-_FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sp>[ \t]{1,16})"
+# the next word. Values that start with `-` are the next option, not a value. The look-behind (no name character
+# before the option) stands after the option's first `-`, so that the regex starts with a literal and skips from
+# `-` to `-` in C: before, a log of `2024-01-01` lines cost a try at every character.
+_FLAG_VALUE = re.compile(r"(?P<flag>-(?<![\w.\-]-)-?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sp>[ \t]{1,16})"
                          r"(?P<value>\"[^\"\r\n]{0,4096}\"|'[^'\r\n]{0,4096}'|[^\s\"'\-]\S{0,4095})")
 
 
@@ -712,6 +714,35 @@ def _looks_like_token(word: str) -> bool:
             and any(c.islower() for c in w))
 
 
+# Words one of which every name that can be secret holds (`_secret_in_text`: a secret name by `_SECRET_NAME`, a
+# `value` whose entry names a secret, `PWD`), in lower case. A test checks them against `_SECRET_NAME`.
+_NAME_HINTS = ("token", "key", "secret", "pass", "pw", "cred", "auth", "private", "session", "cookie", "pat", "sig",
+               "dsn", "pin", "otp", "mfa", "2fa", "dockerc", "value")
+_NAME_HINT = re.compile("|".join(_NAME_HINTS).encode())
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_NAME_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
+
+
+def _hinted_names(text: str) -> Iterator[int]:
+    """Where the runs of name characters that hold a hint word start, in order, each once. A colon-rich log
+    (`2024-01-01 12:00:00: INFO: a: b: c`) has a name every few characters and none of them can be secret: judging
+    each one in Python cost a third of a second a MiB; here one regex finds the hint words in the text's ASCII
+    lower case (`encode("ascii", "replace")`: one byte a character, so the offsets are the text's), and only
+    their runs are read. A name is a whole run (nothing in `_HEAD`'s `nq` or `sep` can continue one), so the heads
+    found at these starts are the ones a scan of every name would judge secret."""
+    lowered = text.encode("ascii", "replace").lower()
+    run_end = 0
+    for h in _NAME_HINT.finditer(lowered):
+        i = h.start()
+        if i < run_end:
+            continue  # a second hint in the same run
+        start = i
+        while start > run_end and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        run_end = max(i + 1, _NAME_RUN.match(text, i).end())
+        yield start
+
+
 def _redact_assignments(text: str) -> str:
     """Mask the value after every secret name. A harmless name's value is not skipped: the scan goes on right
     after its separator, so `A= PGPASSWORD=x`, `db = connect(password="x")` and `config.ini:3:password = x`
@@ -719,10 +750,12 @@ def _redact_assignments(text: str) -> str:
     out: list[str] = []
     copied = 0
     pos = 0
-    while True:
-        m = _HEAD.search(text, pos)
+    for start in _hinted_names(text):
+        if start < pos:
+            continue  # inside a value just masked, or a name already read
+        m = _HEAD.match(text, start)
         if m is None:
-            break
+            continue
         pos = m.end()
         name = m.group("name")
         if m.group("sep") == ":" and text.startswith(":", pos) and _FILE_LINE.search(name):
