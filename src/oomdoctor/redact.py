@@ -349,7 +349,7 @@ def redact_text(text: str) -> str:
     out = text
     for pattern, anchors in zip(_TOKEN_PATTERNS, _TOKEN_ANCHORS):
         if any(a in out for a in anchors):
-            out = pattern.sub(MASK, out)
+            out = pattern.sub(_token_mask, out)
     lowered = out.lower()
     if "bearer" in lowered or "basic" in lowered or "token" in lowered:
         out = _BEARER.sub(_bearer, out)
@@ -405,6 +405,32 @@ def redact_text(text: str) -> str:
             out = _FLAG_ITEM.sub(lambda m: f"{m.group('flag')}{m.group('mid')}{MASK}{m.group('q')}"
                                  if is_secret_flag(m.group("flag")) and m.group("v") != MASK else m.group(0), out)
     return out
+
+
+# Where a YAML plain scalar starts (after `key: `, a list's `- `, or inside a flow collection after `{`, `[` or `,`)
+# and ends (the line's end or a comment; `,`, `]` or `}` in a flow collection)
+_SCALAR_START = re.compile(r"(?::[ \t]{1,16}|^[ \t]*(?:-[ \t]+){1,16}|[\[{,][ \t]{0,16})\Z")
+_SCALAR_END = re.compile(r"[ \t]*(?:#|\r?\Z)")
+_FLOW_SCALAR_END = re.compile(r"[ \t]*[,\]}]")
+
+
+def _token_mask(m: re.Match[str]) -> str:
+    """A token's mask: `'***'` where the token is a whole YAML plain scalar (`value: ghp_…`, `{token: hf_…}`), for
+    `***` alone there is an alias to YAML and a manifest in a log would no longer parse; else `***`."""
+    text, start, end = m.string, m.start(), m.end()
+    prefix = _line_prefix(text, start)
+    if prefix is None:
+        return MASK
+    scalar = _SCALAR_START.search(prefix)
+    if scalar is None:
+        return MASK
+    rest = text[end:_ahead(text, end)]
+    flow = prefix.count("{") + prefix.count("[") > prefix.count("}") + prefix.count("]")
+    if scalar.group(0)[0] in "[{," and not flow:
+        return MASK  # `[ghp_…` or `a, ghp_…` in prose
+    if _SCALAR_END.match(rest) or (flow and _FLOW_SCALAR_END.match(rest)):
+        return f"'{MASK}'"
+    return MASK
 
 
 def _mask_word(m: re.Match[str], group: str | int) -> str:
@@ -661,6 +687,8 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
+        if key == "key" and _key_ref_field(text, m):
+            return False  # `secretKeyRef: {name: db-secret, key: password}`: the name of a Secret's key
         if _file_message(name, text, m):
             return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
         if key.upper() in _PLURAL_COUNTS and _COUNT_VALUE.match(text, m.end()):
@@ -690,6 +718,55 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     if key.lower() == "value":
         return _entry_name_is_secret(text, m.start(), m.end())
     return key.upper() in _DIRECTORY_NAMES and not _DIRECTORY_VALUE.match(text, m.end())
+
+
+# A Kubernetes env entry's `valueFrom: secretKeyRef:` (or `configMapKeyRef:`) names a Secret and one of its keys
+# (`{name: db-secret, key: password}`): both are names, the value stays in the Secret. From the reference to its
+# `key`: a flow mapping (or JSON object) not closed before it, or a YAML block whose lines up to it are its own.
+_KEY_REF = re.compile(r"(?:secret|configMap)KeyRef[\"']?[ \t]{0,16}:[ \t]{0,16}"
+                      r"(?:(?P<flow>\{[^{}]{0,512})|(?:#[^\r\n]{0,256})?\r?\n(?P<block>[^{}]{0,512}))")
+_KEY_REF_NAMES = ("secretKeyRef", "configMapKeyRef")
+# The value of such a `key`: a Secret's key name (letters, digits, `-`, `_`, `.`), quoted or not, to its end
+_KEY_REF_VALUE = re.compile(r"(?P<q>[\"']?)(?P<v>[A-Za-z0-9._\-]{1,253})(?P=q)(?=[ \t]*(?:[,}\r\n#]|\Z))")
+_HEX_WORD = re.compile(r"[0-9A-Fa-f]{16,}")
+
+
+def _key_ref_field(text: str, m: re.Match[str]) -> bool:
+    """Whether the `key` at `m` is a field of a `secretKeyRef`/`configMapKeyRef` and its value a key's name (a
+    value that looks like a token stays hidden: no key is named so)."""
+    start = m.start()
+    found = text.rfind("KeyRef", max(0, start - 600), start)
+    if found < 0:
+        return False
+    v = _KEY_REF_VALUE.match(text, m.end())
+    if v is None or not _key_name(v.group("v")):
+        return False
+    ref = next((found + 6 - len(n) for n in _KEY_REF_NAMES if text.startswith(n, found + 6 - len(n))), -1)
+    if ref < 0 or (ref and (text[ref - 1].isalnum() or text[ref - 1] in "_.-")):
+        return False
+    r = _KEY_REF.match(text, ref, start)
+    if r is None or r.end() != start:
+        return False
+    # the lines from the reference's to the key's are its own: more indented than the reference (a flow mapping
+    # wrapped over lines, pretty JSON, a block mapping's lines); a block's `key` starts its line
+    column = ref - (text.rfind("\n", 0, ref) + 1)
+    flow = r.group("flow") is not None
+    lines = (r.group("flow") or r.group("block") or "").split("\n")
+    if flow:
+        lines = lines[1:]  # the first is the rest of the reference's own line
+    for i, line in enumerate(lines):
+        body = line.lstrip(" \t")
+        if i == len(lines) - 1 and not flow and body not in ("", '"', "'"):
+            return False  # `secretKeyRef:\n  name: x key: y`: no block mapping's key
+        if (body.strip() and not body.startswith("#") or i == len(lines) - 1) and len(line) - len(body) <= column:
+            return False
+    return True
+
+
+def _key_name(value: Any) -> bool:
+    """A Secret's or ConfigMap's key name, or its own name, as a reference holds it (no token by its look)."""
+    return (isinstance(value, str) and _KEY_REF_VALUE.fullmatch(value) is not None and not _looks_like_token(value)
+            and not _HEX_WORD.fullmatch(value) and redact_text(value) == value)
 
 
 def _file_message(name: str, text: str, m: re.Match[str]) -> bool:
@@ -1123,7 +1200,8 @@ def redact_manifest(doc: Any) -> Any:
     """A copy of a parsed Kubernetes/compose document with secrets hidden.
 
     `kind: Secret` loses all `data`/`stringData` values; container `env` entries with a secret name
-    lose their `value`; every other string goes through `redact_text`.
+    lose their `value`; a `secretKeyRef`/`configMapKeyRef` keeps its `name` and `key` (names, not values);
+    every other string goes through `redact_text`.
     """
     if isinstance(doc, Mapping):
         is_secret = str(doc.get("kind", "")).lower() == "secret"
@@ -1133,6 +1211,9 @@ def redact_manifest(doc: Any) -> Any:
                 out[key] = {k: MASK for k in value}
             elif key == "env" and isinstance(value, list):
                 out[key] = [_redact_env_entry(e) for e in value]
+            elif key in _KEY_REF_NAMES and isinstance(value, Mapping):
+                out[key] = {k: v if k in ("name", "key") and _key_name(v) else redact_manifest({k: v})[k]
+                            for k, v in value.items()}
             elif isinstance(value, str) and is_secret_name(str(key)):
                 out[key] = MASK
             else:
