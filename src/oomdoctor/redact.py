@@ -648,7 +648,8 @@ def _value_end(text: str, start: int, end: int, words: bool = False) -> int:
 def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
     """For a `value` key at text[start:end]: is the `name` of its entry secret? Looked for on its own line
     (before it, then after it: `{name: X, value: y}`, `{"value": y, "name": X}`), then on the line before
-    (`- name: X\\n  value: y`), then on the line after. Each window is at most 256 characters."""
+    (`- name: X\\n  value: y`), then on the line after. Each window is at most 256 characters, and stops at a `}`
+    that closes another entry (`{name: API_TOKEN,\\n value: x}, {name: MODE, ...}`)."""
     line_start, line_end = _back(text, start), _ahead(text, end)
     windows = [(line_start, start, True), (end, line_end, False)]
     if line_start and text[line_start - 1] == "\n":
@@ -656,6 +657,12 @@ def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
     if line_end < len(text) and text[line_end] == "\n":
         windows.append((line_end + 1, _ahead(text, line_end + 1), False))
     for lo, hi, nearest_last in windows:
+        # only this entry's mapping: not a `{name: MODE, ...}` closed before it or opened after its `}`
+        if nearest_last:
+            lo = max(lo, text.rfind("}", lo, hi) + 1)
+        else:
+            close = text.find("}", lo, hi)
+            hi = hi if close < 0 else close
         if text.find("ame", lo, hi) < 0 and text.find("AME", lo, hi) < 0:  # no `name` here: skip the regex
             continue
         found = None
@@ -849,12 +856,25 @@ def _redact_assignments(text: str) -> str:
         out.append(text[copied:vstart])
         mask = (_yaml_mask(text[vstart:vend], m.group("nq")) if vstart == m.end() and _yaml_value(text, m, vend)
                 else MASK)
-        out.append(mask + "\n" * (text.count("\n", vstart, vend) - mask.count("\n")))  # a value over lines keeps them
+        out.append(mask + _kept_lines(text, vstart, vend, mask))  # a value over lines keeps them
         copied = pos = vend
     if not out:
         return text
     out.append(text[copied:])
     return "".join(out)
+
+
+def _kept_lines(text: str, vstart: int, vend: int, mask: str) -> str:
+    """The line breaks of a masked value text[vstart:vend], kept (line numbers stay); where the text goes on after
+    the value on its last line (`  planted, mode: x}` of a wrapped flow mapping), that line's indentation too."""
+    n = text.count("\n", vstart, vend) - mask.count("\n")
+    if n <= 0:
+        return ""
+    last = text.rfind("\n", vstart, vend) + 1
+    indent = text[last:vend]
+    indent = indent[:len(indent) - len(indent.lstrip(" \t"))]
+    goes_on = text[vend:vend + 1] not in ("", "\n", "\r")
+    return "\n" * n + (indent if goes_on else "")
 
 
 _QUOTED_MASKS = (f"'{MASK}'", f'"{MASK}"')
@@ -951,6 +971,69 @@ def _yaml_value(text: str, m: re.Match[str], vend: int) -> bool:
     return _open_flow(text, m.start())
 
 
+def _wrapped_flow_value(text: str, m: re.Match[str], prefix: str) -> int | None:
+    """The end of the value of a key that starts a line inside a flow mapping wrapped over lines (`env: {A: 1,\n
+    PASSWORD: x, B: 2}`): to its `,`, `}` or `]`, on the next lines too where a YAML writer wrapped the scalar; not
+    the line's end, which would take the mapping's next entries or its `}` with it (the YAML no longer parsed).
+    Only where the line before ends the previous entry or opens the mapping (`,`, `{`, `[`) and a bracket is still
+    open: a log line is read as before, to its end. None where it is no such key; its own start where its value
+    is already masked."""
+    if not _wrapped_flow_key(text, m.start(), prefix):
+        return None
+    end = m.end()
+    if (vpos := _flow_value_start(text, end)) > end:
+        span = _next_line_value(text, end, vpos)
+        return end if span is None else span[1]
+    if text[end:end + 1] in ("[", "{"):
+        close = _flow_end(text, end, end + 1)
+        return close if close > end + 1 and _nests(text[end:close]) else None
+    v = _V_FLOW.match(text, end)
+    if v is None:
+        return None
+    after = text[v.end():_ahead(text, v.end())].lstrip(" \t\r")
+    if after[:1] not in (",", "}", "]"):
+        return None
+    return end if v.group(0) == MASK or v.group(0) in _QUOTED_MASKS else v.end()
+
+
+def _wrapped_flow_key(text: str, start: int, prefix: str) -> bool:
+    """Whether the key at `start`, after `prefix` on its line, starts a line of a flow mapping wrapped over lines:
+    only blanks before it, the line before ends an entry or opens the mapping (`,`, `{`, `[`), and a bracket opened
+    before it is still open."""
+    if not _YAML_LINE_LEAD.match(prefix) or "-" in prefix:
+        return False
+    line_start = start - len(prefix)
+    if line_start == 0:
+        return False
+    before = text[_back(text, line_start - 1):line_start - 1].rstrip(" \t\r")
+    return before[-1:] in (",", "{", "[") and _open_flow(text, start)
+
+
+_LINE_BREAK = re.compile(r"[ \t]{0,256}\r?\n[ \t]{0,256}(?=\S)")
+
+
+def _flow_value_start(text: str, end: int) -> int:
+    """Where the value after a flow mapping's `key:` starts: past a line break a YAML writer put before it."""
+    b = _LINE_BREAK.match(text, end)
+    return b.end() if b and text[b.end()] not in ",}]#" else end
+
+
+def _next_line_value(text: str, end: int, vpos: int) -> tuple[int, int, None] | None:
+    """A flow mapping's value that starts on the line after its key (at `vpos`): quoted, a collection, or a plain
+    scalar to its `,`, `}` or `]`. The span starts at the key's separator, so that the line break goes with it."""
+    q = _V_QUOTED.match(text, vpos)
+    if q:
+        group = next(g for g in ("dq", "sq", "eq") if q.group(g) is not None)
+        return None if q.group(group) == MASK else (end, q.end(), None)
+    if text[vpos] in "[{":
+        close = _flow_end(text, vpos, vpos + 1)
+        return (end, close, None) if close > vpos + 1 and _nests(text[vpos:close]) else (end, _ahead(text, vpos), None)
+    v = _V_FLOW.match(text, vpos)
+    if v is None:
+        return end, _ahead(text, vpos), None  # no `,` or `}` after it: its line, hidden
+    return None if v.group(0) == MASK else (end, v.end(), None)
+
+
 def _open_flow(text: str, start: int) -> bool:
     """Whether a flow collection opened before `start` (up to 4 KiB back, a wrapped `{a: 1,\\nb: 2}`) is still open."""
     before = text[max(0, start - 4096):start]
@@ -1006,6 +1089,9 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
         prefix = _line_prefix(text, m.start())
     if prefix is not None and _LINE_START.match(prefix):
+        wrapped = _wrapped_flow_value(text, m, prefix) if sep.strip() == ":" else None
+        if wrapped is not None:
+            return (end, wrapped, None) if wrapped > end else None
         v = _V_LINE.match(text, end)
         value = v.group(0).rstrip(" \t,") if v else ""  # a JSON line's `12345,` keeps its comma
         if ":" in sep and _YAML_BLOCK_INDICATOR.match(value):
@@ -1020,6 +1106,8 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if sep.strip() == ":" and prefix is not None and (_FLOW_OPEN.search(prefix) or _open_flow(text, m.start())):
         # `{password: two words, ...}`: a flow mapping's value runs to its `,` or `}` (on the next line only where
         # the mapping opened on this one)
+        if (vpos := _flow_value_start(text, end)) > end:  # `{password:\n    x}`: wrapped before its value
+            return _next_line_value(text, end, vpos)
         if text[end:end + 1] in ("[", "{"):  # `{token: [a, b]}`: the nested collection whole (its `, b` leaked)
             line_end = text.find("\n", end)
             close = _flow_end(text, end, end + 1)
@@ -1027,6 +1115,9 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
                 close = len(text) if line_end < 0 else line_end
             return end, close, None
         v = (_V_FLOW if _FLOW_OPEN.search(prefix) else _V_FLOW_LINE).match(text, end)
+        if v is None:  # `{a: 1,\n b: 2, password: two\nwords}`: a scalar a YAML writer wrapped, to its `,` or `}`
+            v = _V_FLOW.match(text, end)
+            v = v if v and v.group(0).count("\n") <= 8 else None
         after = text[v.end():_ahead(text, v.end())].lstrip("}] \t\r") if v else ""
         v = v if after[:1] in ("", ",") else None  # `{token: 0}Zq9}`: the value goes on past the `}`
         if v and v.group(0) != MASK and v.group(0) not in _QUOTED_MASKS:
@@ -1066,6 +1157,8 @@ def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
         data_block = secret_kind and name in _SECRET_DATA
         if pos >= n or not (data_block or is_secret_name(name)):
             continue
+        if _wrapped_flow_key(text, m.start("name") - len(m.group("q")), m.group("ind")):
+            continue  # `{a: 1,\n  password:\n    x}`: a flow mapping's key, its value to its `,` (`_secret_value`)
         column = len(m.group("ind")) + len(m.group("dash") or "")
         block = _BlockMask(column if m.group("block") else None, keep_keys=data_block)
         i = pos + 1  # past the parent line's "\n"
