@@ -1036,7 +1036,10 @@ def _next_line_value(text: str, end: int, vpos: int) -> tuple[int, int, None] | 
 
 def _open_flow(text: str, start: int) -> bool:
     """Whether a flow collection opened before `start` (up to 4 KiB back, a wrapped `{a: 1,\\nb: 2}`) is still open."""
-    before = text[max(0, start - 4096):start]
+    low = max(0, start - 4096)
+    if text.rfind("{", low, start) < 0 and text.rfind("[", low, start) < 0:
+        return False  # no bracket at all (most lines of most logs): no copy, no counting
+    before = text[low:start]
     return before.count("{") + before.count("[") > before.count("}") + before.count("]")
 
 
