@@ -194,12 +194,17 @@ def test_the_hinted_scan_masks_what_a_scan_of_every_name_masks(text):
     import re as _re
 
     r = redact_module
-    every_run = _re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]")
+    every_run = _re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]+")
+
+    def every_name(text, lowered, low, pos):
+        m = every_run.search(text, pos)
+        return None if m is None else (m.start(), m.end())
+
     hinted = r._redact_assignments(text)
-    original = r._hinted_names
+    original = r._next_hinted_name
     try:
-        r._hinted_names = lambda text: (m.start() for m in every_run.finditer(text))
+        r._next_hinted_name = every_name
         everything = r._redact_assignments(text)
     finally:
-        r._hinted_names = original
+        r._next_hinted_name = original
     assert hinted == everything

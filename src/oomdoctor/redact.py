@@ -10,7 +10,7 @@ URL was involved (`https://user:***@host`, `HF_TOKEN=***`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -694,7 +694,7 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
-        if key == "key" and _key_ref_field(text, m):
+        if key == "key" and text.rfind("KeyRef", max(0, m.start() - 600), m.start()) >= 0 and _key_ref_field(text, m):
             return False  # `secretKeyRef: {name: db-secret, key: password}`: the name of a Secret's key
         if _file_message(name, text, m):
             return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
@@ -807,24 +807,22 @@ _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _NAME_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
 
 
-def _hinted_names(text: str) -> Iterator[int]:
-    """Where the runs of name characters that hold a hint word start, in order, each once. A colon-rich log
+def _next_hinted_name(text: str, lowered: bytes, low: int, pos: int) -> tuple[int, int] | None:
+    """The start and the end of the first run of name characters that holds a hint word at or after `pos` (a run
+    that starts before `pos` is returned too: the caller skips it); None when there is none. A colon-rich log
     (`2024-01-01 12:00:00: INFO: a: b: c`) has a name every few characters and none of them can be secret: judging
-    each one in Python cost a third of a second a MiB; here one regex finds the hint words in the text's ASCII
-    lower case (`encode("ascii", "replace")`: one byte a character, so the offsets are the text's), and only
+    each one in Python cost a third of a second a MiB; here one regex finds the hint words in `lowered`, the text's
+    ASCII lower case (`encode("ascii", "replace")`: one byte a character, so the offsets are the text's), and only
     their runs are read. A name is a whole run (nothing in `_HEAD`'s `nq` or `sep` can continue one), so the heads
-    found at these starts are the ones a scan of every name would judge secret."""
-    lowered = text.encode("ascii", "replace").lower()
-    run_end = 0
-    for h in _NAME_HINT.finditer(lowered):
-        i = h.start()
-        if i < run_end:
-            continue  # a second hint in the same run
-        start = i
-        while start > run_end and text[start - 1] in _NAME_CHARS:
-            start -= 1
-        run_end = max(i + 1, _NAME_RUN.match(text, i).end())
-        yield start
+    found at these starts are the ones a scan of every name would judge secret. `low` is where the last run read
+    ended: no run is walked back over twice."""
+    h = _NAME_HINT.search(lowered, pos)
+    if h is None:
+        return None
+    i = start = h.start()
+    while start > low and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return start, max(i + 1, _NAME_RUN.match(text, i).end())
 
 
 def _redact_assignments(text: str) -> str:
@@ -833,10 +831,12 @@ def _redact_assignments(text: str) -> str:
     are found (the scan is linear: each step starts after the last)."""
     out: list[str] = []
     copied = 0
-    pos = 0
-    for start in _hinted_names(text):
+    pos = run_end = 0
+    lowered = text.encode("ascii", "replace").lower()
+    while (run := _next_hinted_name(text, lowered, run_end, max(pos, run_end))) is not None:
+        start, run_end = run
         if start < pos:
-            continue  # inside a value just masked, or a name already read
+            continue  # a name that starts inside a value just masked
         m = _HEAD.match(text, start)
         if m is None:
             continue
@@ -856,7 +856,9 @@ def _redact_assignments(text: str) -> str:
         out.append(text[copied:vstart])
         mask = (_yaml_mask(text[vstart:vend], m.group("nq")) if vstart == m.end() and _yaml_value(text, m, vend)
                 else MASK)
-        out.append(mask + _kept_lines(text, vstart, vend, mask))  # a value over lines keeps them
+        out.append(mask)
+        if text.find("\n", vstart, vend) >= 0:
+            out.append(_kept_lines(text, vstart, vend, mask))  # a value over lines keeps them
         copied = pos = vend
     if not out:
         return text
@@ -1002,11 +1004,10 @@ def _wrapped_flow_key(text: str, start: int, prefix: str) -> bool:
     before it is still open."""
     if not _YAML_LINE_LEAD.match(prefix) or "-" in prefix:
         return False
-    line_start = start - len(prefix)
-    if line_start == 0:
-        return False
-    before = text[_back(text, line_start - 1):line_start - 1].rstrip(" \t\r")
-    return before[-1:] in (",", "{", "[") and _open_flow(text, start)
+    last = start - len(prefix) - 2  # the line before's last character
+    while last >= 0 and text[last] in " \t\r":
+        last -= 1
+    return last >= 0 and text[last] in ",{[" and _open_flow(text, start)
 
 
 _LINE_BREAK = re.compile(r"[ \t]{0,256}\r?\n[ \t]{0,256}(?=\S)")
@@ -1092,7 +1093,9 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
         prefix = _line_prefix(text, m.start())
     if prefix is not None and _LINE_START.match(prefix):
-        wrapped = _wrapped_flow_value(text, m, prefix) if sep.strip() == ":" else None
+        line_start = m.start() - len(prefix)  # (the line before must end in `,`, `{` or `[`: a first, cheap look)
+        wrapped = (_wrapped_flow_value(text, m, prefix) if sep.strip() == ":" and line_start > 1
+                   and text[line_start - 2] in ",{[ \t\r" else None)
         if wrapped is not None:
             return (end, wrapped, None) if wrapped > end else None
         v = _V_LINE.match(text, end)
