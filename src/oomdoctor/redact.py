@@ -694,7 +694,7 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     and `Pwd=` whose value is no directory."""
     key = name.strip("-.")
     if is_secret_name(key):
-        if key == "key" and text.rfind("KeyRef", max(0, m.start() - 600), m.start()) >= 0 and _key_ref_field(text, m):
+        if key == "key" and _key_ref_field(text, m):
             return False  # `secretKeyRef: {name: db-secret, key: password}`: the name of a Secret's key
         if _file_message(name, text, m):
             return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
@@ -974,7 +974,7 @@ def _yaml_value(text: str, m: re.Match[str], vend: int) -> bool:
 
 
 def _wrapped_flow_value(text: str, m: re.Match[str], prefix: str) -> int | None:
-    """The end of the value of a key that starts a line inside a flow mapping wrapped over lines (`env: {A: 1,\n
+    """The end of the value of a key that starts a line inside a flow mapping wrapped over lines (`env: {A: 1,\\n
     PASSWORD: x, B: 2}`): to its `,`, `}` or `]`, on the next lines too where a YAML writer wrapped the scalar; not
     the line's end, which would take the mapping's next entries or its `}` with it (the YAML no longer parsed).
     Only where the line before ends the previous entry or opens the mapping (`,`, `{`, `[`) and a bracket is still
