@@ -689,12 +689,12 @@ def _ahead(text: str, pos: int) -> int:
     return newline if newline >= 0 else high
 
 
-def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
+def _secret_in_text(name: str, text: str, m: re.Match[str], key_refs: bool = True) -> bool:
     """Whether the value after this name is secret: by the name, by the entry's `name` for a `value` key,
-    and `Pwd=` whose value is no directory."""
+    and `Pwd=` whose value is no directory. `key_refs`: whether the text may hold a `secretKeyRef` at all."""
     key = name.strip("-.")
     if is_secret_name(key):
-        if key == "key" and _key_ref_field(text, m):
+        if key == "key" and key_refs and _key_ref_field(text, m):
             return False  # `secretKeyRef: {name: db-secret, key: password}`: the name of a Secret's key
         if _file_message(name, text, m):
             return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
@@ -833,7 +833,8 @@ def _redact_assignments(text: str) -> str:
     copied = 0
     pos = run_end = 0
     lowered = text.encode("ascii", "replace").lower()
-    while (run := _next_hinted_name(text, lowered, run_end, max(pos, run_end))) is not None:
+    key_refs = "KeyRef" in text
+    while (run := _next_hinted_name(text, lowered, run_end, pos if pos > run_end else run_end)) is not None:
         start, run_end = run
         if start < pos:
             continue  # a name that starts inside a value just masked
@@ -844,7 +845,7 @@ def _redact_assignments(text: str) -> str:
         name = m.group("name")
         if m.group("sep") == ":" and text.startswith(":", pos) and _FILE_LINE.search(name):
             continue  # a pytest node id, `password_reset_test.py::test_flow PASSED`: no assignment
-        if not _secret_in_text(name, text, m):
+        if not _secret_in_text(name, text, m, key_refs):
             continue
         span = _secret_value(text, m)
         if span is None:
@@ -1269,6 +1270,8 @@ def _mask_flow(value: str, keep_keys: bool) -> str | None:
     masked = _FLOW_SCALAR.sub(one, value)
     if masked == value and MASK not in value and value.strip("{}[], \t"):
         return None  # something in it, but no value found to hide (and none hidden before): hide it whole
+    if _FLOW_SCALAR.sub("", value).strip("{}[], \t\r\n"):
+        return None  # text no scalar took (`{Zq9planted[0]}`: a word glued to a bracket): hide it whole
     return None if bad else masked
 
 
