@@ -81,3 +81,10 @@ def test_a_megabyte_of_brackets_is_redacted_in_linear_time(unit):
     # no timing assert (machines differ): the openers before a value are counted in a bounded window, once a value
     out = redact_text(text)
     assert MASK in out and out.count("\n") == text.count("\n")
+
+
+@pytest.mark.parametrize("text", ["{token: []Zq9planted}", "{token: [a]Zq9planted}", "{token: {}Zq9planted}",
+                                  "env: {A: 1,\n  TOKEN: [a,\n    b]Zq9planted, C: 2}", "token: [a,\n  b]Zq9planted\n"])
+def test_a_value_that_goes_on_past_its_closing_bracket_is_hidden(text):
+    # `[]` then a word: no collection YAML would read as the whole value; the word after the bracket is the secret's
+    assert S not in redact_text(text)

@@ -921,6 +921,17 @@ def _flow_end(text: str, start: int, line_end: int) -> int:
     return line_end
 
 
+def _collection_end(text: str, start: int) -> int | None:
+    """The end of the flow collection that starts at text[start] (a `[` or `{`) as a whole value: its brackets nest
+    and what follows it ends the value (`,`, `}`, `]`, a comment or the line's end); None for anything else
+    (`[}x`, `[]Zq9x}`: the value goes on past the bracket)."""
+    close = _flow_end(text, start, start + 1)
+    if close <= start + 1 or not _nests(text[start:close]):
+        return None
+    after = text[close:_ahead(text, close)].lstrip(" \t\r")
+    return close if after[:1] in ("", ",", "}", "]", "#") else None
+
+
 def _nests(value: str) -> bool:
     """Whether the brackets of `value` (outside quotes) close in the order they opened: `[a, {b: c}]`, not `[}`."""
     stack: list[str] = []
@@ -988,8 +999,8 @@ def _wrapped_flow_value(text: str, m: re.Match[str], prefix: str) -> int | None:
         span = _next_line_value(text, end, vpos)
         return end if span is None else span[1]
     if text[end:end + 1] in ("[", "{"):
-        close = _flow_end(text, end, end + 1)
-        return close if close > end + 1 and _nests(text[end:close]) else None
+        close = _collection_end(text, end)
+        return close if close is not None else None
     v = _V_FLOW.match(text, end)
     if v is None:
         return None
@@ -1028,8 +1039,8 @@ def _next_line_value(text: str, end: int, vpos: int) -> tuple[int, int, None] | 
         group = next(g for g in ("dq", "sq", "eq") if q.group(g) is not None)
         return None if q.group(group) == MASK else (end, q.end(), None)
     if text[vpos] in "[{":
-        close = _flow_end(text, vpos, vpos + 1)
-        return (end, close, None) if close > vpos + 1 and _nests(text[vpos:close]) else (end, _ahead(text, vpos), None)
+        close = _collection_end(text, vpos)
+        return end, _ahead(text, vpos) if close is None else close, None
     v = _V_FLOW.match(text, vpos)
     if v is None:
         return end, _ahead(text, vpos), None  # no `,` or `}` after it: its line, hidden
@@ -1105,7 +1116,11 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
             return None  # `token: |`: its lines are the block's (`_redact_yaml_blocks`), the indicator no secret
         if value and value != MASK and value not in _QUOTED_MASKS and not value.startswith(MASK + "@"):
             if ":" in sep and value[0] in "{[":
-                return end, _flow_end(text, end, end + len(value)), None
+                close = _flow_end(text, end, end + len(value))
+                if close > end + len(value) and text[close:_ahead(text, close)].lstrip(" \t\r")[:1] not in (
+                        "", ",", "}", "]", "#"):
+                    close = _ahead(text, close)  # `token: [a,\n  b]x`: the value goes on past its bracket
+                return end, close, None
             if ":" in sep and sep[-1] in " \t" and _YAML_LINE_LEAD.match(prefix):
                 return end, _plain_end(text, len(prefix), end + len(value)), None
             return end, end + len(value) - _open_flow_closers(text, m.start(), value), None
@@ -1117,8 +1132,8 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
             return _next_line_value(text, end, vpos)
         if text[end:end + 1] in ("[", "{"):  # `{token: [a, b]}`: the nested collection whole (its `, b` leaked)
             line_end = text.find("\n", end)
-            close = _flow_end(text, end, end + 1)
-            if close <= end + 1 or not _nests(text[end:close]):  # `{token: [}x}`: no collection, hide the line's rest
+            close = _collection_end(text, end)
+            if close is None:  # `{token: [}x}`, `{token: []x}`: no collection, hide the line's rest
                 close = len(text) if line_end < 0 else line_end
             return end, close, None
         v = (_V_FLOW if _FLOW_OPEN.search(prefix) else _V_FLOW_LINE).match(text, end)
