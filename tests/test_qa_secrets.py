@@ -71,3 +71,13 @@ def test_report_hides_secrets_in_the_recorded_command_line(tmp_path, capsys, fmt
     assert "train.py" in out
     if fmt == "json":
         assert json.loads(out)["meta"]["argv"][:2] == ["python", "train.py"]
+
+
+def test_a_json_log_is_redacted_as_text_and_keeps_its_lines(tmp_path):
+    # a bundled log is text whatever its name: `events.json` keeps its lines (one JSON object a line), not re-dumped
+    log = tmp_path / "events.json"
+    log.write_text('{"step": 1, "password": "hunter2pw", "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
+    w = BundleWriter()
+    add_log(w, str(log))
+    assert w.files["logs/events.json"].decode() == ('{"step": 1, "password": "***", "loss": 0.5}\n'
+                                                   '{"step": 2, "loss": 0.4}\n')

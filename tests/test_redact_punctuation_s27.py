@@ -7,7 +7,7 @@ the same line and not inside the value, so a secret that holds brackets is still
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from oomdoctor.redact import MASK, redact_text
@@ -66,6 +66,7 @@ _FORMS = ["f({n}={v})", "f(a, {n}={v}, b)", "[{n}={v}]", "{{{n}: {v}}}", "x({n}=
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["token", "password", "api_key", "HF_TOKEN", "db-pass"]), st.sampled_from(_FORMS), _VALUE,
        _VALUE)
+@example(name="token", form="{{{n}: {v}}}", head="{", tail="[0]")  # `{token: {Zq9planted[0]}}`: the word before `[`
 def test_a_planted_value_between_brackets_never_survives(name, form, head, tail):
     """Whatever brackets the value holds, around or after the planted part, the planted part is hidden."""
     v = head.lstrip("-") + S + tail
@@ -80,3 +81,10 @@ def test_a_megabyte_of_brackets_is_redacted_in_linear_time(unit):
     # no timing assert (machines differ): the openers before a value are counted in a bounded window, once a value
     out = redact_text(text)
     assert MASK in out and out.count("\n") == text.count("\n")
+
+
+@pytest.mark.parametrize("text", ["{token: []Zq9planted}", "{token: [a]Zq9planted}", "{token: {}Zq9planted}",
+                                  "env: {A: 1,\n  TOKEN: [a,\n    b]Zq9planted, C: 2}", "token: [a,\n  b]Zq9planted\n"])
+def test_a_value_that_goes_on_past_its_closing_bracket_is_hidden(text):
+    # `[]` then a word: no collection YAML would read as the whole value; the word after the bracket is the secret's
+    assert S not in redact_text(text)

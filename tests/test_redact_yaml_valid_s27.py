@@ -8,6 +8,7 @@ import json
 import re
 import tarfile
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
@@ -198,6 +199,15 @@ def test_redacted_yaml_parses_with_the_same_keys(doc, flow, secret_kind):
             assert not re.search(rf"(?<![A-Za-z0-9]){value}(?![A-Za-z0-9])", out), value
 
 
+def _public_shape(doc):
+    """The shape of a document with what is under a secret key left out."""
+    if isinstance(doc, dict):
+        return {k: None if k in SECRET_KEYS else _public_shape(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_public_shape(v) for v in doc]
+    return None
+
+
 def _outside(doc):
     """The planted strings that are under no secret key."""
     if isinstance(doc, dict):
@@ -231,4 +241,58 @@ def test_redacted_block_yaml_wrapped_at_any_width_still_parses(doc, width):
     mapping wrapped over lines is not covered: a secret in it is hidden, the YAML may not stay valid."""
     out = redact_text(_dump(doc, False, width))
     YAML(typ="safe", pure=True).load(out)
+    assert redact_text(out) == out
+
+
+# --- flow mappings wrapped over lines -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    "env: {PASSWORD: hunterplanted,\n  TOKEN: tokenplanted}\n",
+    "spec:\n  env: {PASSWORD: hunterplanted, MODE: train,\n    TOKEN: tokenplanted, OTHER: 1}\n  next: 2\n",
+    "config: {a: 1,\n  password: hunterplanted, b: 2}\n",
+    "config: {a: 1,\n  password: hunterplanted,\n  b: 2}\n",
+    "env: {PASSWORD: 'hunter planted',\n  TOKEN: \"token planted\", MODE: train}\n",
+    "env: [{name: API_TOKEN,\n    value: tokenplanted}, {name: MODE, value: train}]\n",
+    "db: {user: bob,\n  password: hunter\n    planted, mode: x}\n",  # a scalar wrapped too
+    "env: {GITHUB_TOKEN: ghp_16C7e42F292c6912E7710c838347Ae178B4a,\n  MODE: train}\n",
+    "env: {\n  PASSWORD: hunterplanted,\n  MODE: train\n}\n",
+    "a: {b: {password: hunterplanted,\n    c: 1}, d: [x,\n    y]}\n",
+])
+def test_a_flow_mapping_wrapped_over_lines_stays_valid_yaml(text):
+    out = redact_text(text)
+    assert "planted" not in out and "ghp_" not in out, out
+    before, after = _load_all(text)[0], _load_all(out)[0]
+    assert _shape(after) == _shape(before), out
+
+    def values(doc, path=()):
+        if isinstance(doc, dict):
+            for k, v in doc.items():
+                yield from values(v, (*path, k))
+        elif isinstance(doc, list):
+            for i, v in enumerate(doc):
+                yield from values(v, (*path, i))
+        else:
+            yield path, doc
+
+    new = dict(values(after))
+    for path, value in values(before):
+        planted = "planted" in str(value) or "ghp_" in str(value)
+        assert new[path] == (MASK if planted else value), (path, out)  # the values beside them are kept
+    assert redact_text(out) == out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.dictionaries(st.sampled_from(SECRET_KEYS + PLAIN_KEYS), _tree(3), min_size=1, max_size=5),
+       width=st.sampled_from([20, 40, 80]))
+def test_redacted_flow_yaml_wrapped_at_any_width_still_parses(doc, width):
+    """Flow style wrapped as a YAML writer wraps it: valid YAML with the same keys outside the secret keys (a
+    collection wrapped over lines under a secret key may become one `'***'`), the values under secret keys hidden."""
+    out = redact_text(_dump(doc, True, width))
+    parsed = YAML(typ="safe", pure=True).load(out)
+    assert _public_shape(parsed) == _public_shape(doc), out
+    shown = set(_outside(doc))
+    for key in SECRET_KEYS:
+        for value in set(_under(doc, key)) - shown:
+            assert not re.search(rf"(?<![A-Za-z0-9]){value}(?![A-Za-z0-9])", out), value
     assert redact_text(out) == out

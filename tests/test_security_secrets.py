@@ -250,3 +250,48 @@ def test_error_lines_are_one_bounded_line():
 
     line = _one_line("bundle x: entry\nname \x1b[31m" + "n" * 100_000)
     assert "\n" not in line and "\x1b" not in line and len(line) <= 1000
+
+
+def test_every_text_of_a_written_bundle_is_redacted_once(tmp_path, monkeypatch):
+    """The writer is the one place a bundle's text is redacted: a log, the kernel log and nvidia-smi's text each pass
+    the redactor once (a log redacted by its producer and again by the writer cost two passes), cut logs too."""
+    from oomdoctor import redact
+    from oomdoctor.collectors import bundle_write
+    from oomdoctor.collectors.context import CollectContext, CommandResult, NoCommands
+    from oomdoctor.collectors.nvml import BundleSmiBackend
+
+    class SmiText(NoCommands):
+        def run(self, argv, timeout=10.0, env=None):
+            if list(argv) == ["nvidia-smi"]:
+                return CommandResult(tuple(argv), 0, "| 0 python --password=smipass4k 1000MiB |\n", "")
+            return super().run(argv, timeout, env)
+
+    seen: list[str] = []
+    real = redact.redact_text
+
+    def spy(text: str) -> str:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(redact, "redact_text", spy)
+    monkeypatch.setattr(bundle_write, "redact_text", spy)
+    root = _planted_bundle(tmp_path)
+    ctx = CollectContext(root=root, env={}, gpu=BundleSmiBackend((root / "commands" / "nvidia-smi-q.xml").read_text(),
+                                                                 "", None), runner=SmiText(), bundle=True)
+    whole, cut = tmp_path / "whole.log", tmp_path / "cut.log"
+    whole.write_text("".join(f"whole line {i} password: wholepass{i}\n" for i in range(50)))
+    cut.write_text("".join(f"cut line {i} token: cuttoken{i}x\n" for i in range(4000)))
+    monkeypatch.setattr(bundle_write, "MAX_LOG_BYTES", 32 << 10)
+    monkeypatch.setattr(bundle_write, "LOG_HEAD_BYTES", 8 << 10)
+    w = bundle_write.build_bundle(logs=[str(whole), str(cut)], ctx=ctx)
+    assert "logs/cut.log" in w.log_cuts
+    kept = w.files["logs/cut.log"].decode()
+    for i in (0, 3999):
+        assert sum(t.count(f"cut line {i} token: ") for t in seen) == 1, i  # head and tail, each once
+        assert f"cut line {i} token: ***" in kept
+    assert sum(t.count("whole line 7 password: ") for t in seen) == 1
+    assert sum(t.count("| 0 python --password=") for t in seen) == 1
+    assert sum(t.count("Killed process 99") for t in seen) == 1  # the kernel log
+    for rel, data in w.files.items():
+        _no_secrets(data.decode("utf-8", "replace"), rel)
+        assert "smipass4k" not in data.decode("utf-8", "replace") and "wholepass" not in data.decode()

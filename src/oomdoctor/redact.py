@@ -246,7 +246,7 @@ _SQL_PASSWORD = re.compile(r"(?<![\w\-])(?P<head>(?:IDENTIFIED[ \t]{1,16}BY|PASS
                            r"(?P<v>[^'\"\r\n]{1,4096})(?P=q)", re.IGNORECASE)
 # A secret option and its value as items of a list (`CalledProcessError: Command '['mysql', '--password', 'x']'`,
 # a JSON argv `["--api-key", "x"]`)
-_FLAG_ITEM = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
+_FLAG_ITEM = re.compile(r"(?P<flag>-(?<![\w.\-]-)-?[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?P<mid>[\"'][ \t]{0,16},[ \t]{0,16}"
                         r"[bru]?(?P<q>[\"']))(?P<v>[^\"'\r\n]{1,4096})(?P=q)")
 # `kind: Secret` as raw YAML (`kubectl get secret -o yaml` pasted in a log): its data's keys are not secret names
 _SECRET_KIND = re.compile(r"^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*\r?$", re.MULTILINE)
@@ -267,8 +267,10 @@ _YAML_FLOW_DATA = re.compile(r"^(?P<head>[ \t]*(?:-[ \t]+)?[\"']?(?:data|stringD
                              r"(?P<v>\{[^\r\n]{0,1048576}\})(?=[ \t]*\r?$)", re.MULTILINE)
 
 # `--api-key VALUE` / `--password VALUE` on command lines (argv, `docker run`, scripts): the value is
-# the next word. Values that start with `-` are the next option, not a value.
-_FLAG_VALUE = re.compile(r"(?<![\w.\-])(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sp>[ \t]{1,16})"
+# the next word. Values that start with `-` are the next option, not a value. The look-behind (no name character
+# before the option) stands after the option's first `-`, so that the regex starts with a literal and skips from
+# `-` to `-` in C: before, a log of `2024-01-01` lines cost a try at every character.
+_FLAG_VALUE = re.compile(r"(?P<flag>-(?<![\w.\-]-)-?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sp>[ \t]{1,16})"
                          r"(?P<value>\"[^\"\r\n]{0,4096}\"|'[^'\r\n]{0,4096}'|[^\s\"'\-]\S{0,4095})")
 
 
@@ -347,7 +349,7 @@ def redact_text(text: str) -> str:
     out = text
     for pattern, anchors in zip(_TOKEN_PATTERNS, _TOKEN_ANCHORS):
         if any(a in out for a in anchors):
-            out = pattern.sub(MASK, out)
+            out = pattern.sub(_token_mask, out)
     lowered = out.lower()
     if "bearer" in lowered or "basic" in lowered or "token" in lowered:
         out = _BEARER.sub(_bearer, out)
@@ -403,6 +405,32 @@ def redact_text(text: str) -> str:
             out = _FLAG_ITEM.sub(lambda m: f"{m.group('flag')}{m.group('mid')}{MASK}{m.group('q')}"
                                  if is_secret_flag(m.group("flag")) and m.group("v") != MASK else m.group(0), out)
     return out
+
+
+# Where a YAML plain scalar starts (after `key: `, a list's `- `, or inside a flow collection after `{`, `[` or `,`)
+# and ends (the line's end or a comment; `,`, `]` or `}` in a flow collection)
+_SCALAR_START = re.compile(r"(?::[ \t]{1,16}|^[ \t]*(?:-[ \t]+){1,16}|[\[{,][ \t]{0,16})\Z")
+_SCALAR_END = re.compile(r"[ \t]*(?:#|\r?\Z)")
+_FLOW_SCALAR_END = re.compile(r"[ \t]*[,\]}]")
+
+
+def _token_mask(m: re.Match[str]) -> str:
+    """A token's mask: `'***'` where the token is a whole YAML plain scalar (`value: ghp_…`, `{token: hf_…}`), for
+    `***` alone there is an alias to YAML and a manifest in a log would no longer parse; else `***`."""
+    text, start, end = m.string, m.start(), m.end()
+    prefix = _line_prefix(text, start)
+    if prefix is None:
+        return MASK
+    scalar = _SCALAR_START.search(prefix)
+    if scalar is None:
+        return MASK
+    rest = text[end:_ahead(text, end)]
+    flow = prefix.count("{") + prefix.count("[") > prefix.count("}") + prefix.count("]")
+    if scalar.group(0)[0] in "[{," and not flow:
+        return MASK  # `[ghp_…` or `a, ghp_…` in prose
+    if _SCALAR_END.match(rest) or (flow and _FLOW_SCALAR_END.match(rest)):
+        return f"'{MASK}'"
+    return MASK
 
 
 def _mask_word(m: re.Match[str], group: str | int) -> str:
@@ -620,7 +648,8 @@ def _value_end(text: str, start: int, end: int, words: bool = False) -> int:
 def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
     """For a `value` key at text[start:end]: is the `name` of its entry secret? Looked for on its own line
     (before it, then after it: `{name: X, value: y}`, `{"value": y, "name": X}`), then on the line before
-    (`- name: X\\n  value: y`), then on the line after. Each window is at most 256 characters."""
+    (`- name: X\\n  value: y`), then on the line after. Each window is at most 256 characters, and stops at a `}`
+    that closes another entry (`{name: API_TOKEN,\\n value: x}, {name: MODE, ...}`)."""
     line_start, line_end = _back(text, start), _ahead(text, end)
     windows = [(line_start, start, True), (end, line_end, False)]
     if line_start and text[line_start - 1] == "\n":
@@ -628,6 +657,12 @@ def _entry_name_is_secret(text: str, start: int, end: int) -> bool:
     if line_end < len(text) and text[line_end] == "\n":
         windows.append((line_end + 1, _ahead(text, line_end + 1), False))
     for lo, hi, nearest_last in windows:
+        # only this entry's mapping: not a `{name: MODE, ...}` closed before it or opened after its `}`
+        if nearest_last:
+            lo = max(lo, text.rfind("}", lo, hi) + 1)
+        else:
+            close = text.find("}", lo, hi)
+            hi = hi if close < 0 else close
         if text.find("ame", lo, hi) < 0 and text.find("AME", lo, hi) < 0:  # no `name` here: skip the regex
             continue
         found = None
@@ -654,11 +689,13 @@ def _ahead(text: str, pos: int) -> int:
     return newline if newline >= 0 else high
 
 
-def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
+def _secret_in_text(name: str, text: str, m: re.Match[str], key_refs: bool = True) -> bool:
     """Whether the value after this name is secret: by the name, by the entry's `name` for a `value` key,
-    and `Pwd=` whose value is no directory."""
+    and `Pwd=` whose value is no directory. `key_refs`: whether the text may hold a `secretKeyRef` at all."""
     key = name.strip("-.")
     if is_secret_name(key):
+        if key == "key" and key_refs and _key_ref_field(text, m):
+            return False  # `secretKeyRef: {name: db-secret, key: password}`: the name of a Secret's key
         if _file_message(name, text, m):
             return False  # `my-secret.yaml: invalid YAML: ...`: a message about the file, scanned on
         if key.upper() in _PLURAL_COUNTS and _COUNT_VALUE.match(text, m.end()):
@@ -690,6 +727,55 @@ def _secret_in_text(name: str, text: str, m: re.Match[str]) -> bool:
     return key.upper() in _DIRECTORY_NAMES and not _DIRECTORY_VALUE.match(text, m.end())
 
 
+# A Kubernetes env entry's `valueFrom: secretKeyRef:` (or `configMapKeyRef:`) names a Secret and one of its keys
+# (`{name: db-secret, key: password}`): both are names, the value stays in the Secret. From the reference to its
+# `key`: a flow mapping (or JSON object) not closed before it, or a YAML block whose lines up to it are its own.
+_KEY_REF = re.compile(r"(?:secret|configMap)KeyRef[\"']?[ \t]{0,16}:[ \t]{0,16}"
+                      r"(?:(?P<flow>\{[^{}]{0,512})|(?:#[^\r\n]{0,256})?\r?\n(?P<block>[^{}]{0,512}))")
+_KEY_REF_NAMES = ("secretKeyRef", "configMapKeyRef")
+# The value of such a `key`: a Secret's key name (letters, digits, `-`, `_`, `.`), quoted or not, to its end
+_KEY_REF_VALUE = re.compile(r"(?P<q>[\"']?)(?P<v>[A-Za-z0-9._\-]{1,253})(?P=q)(?=[ \t]*(?:[,}\r\n#]|\Z))")
+_HEX_WORD = re.compile(r"[0-9A-Fa-f]{16,}")
+
+
+def _key_ref_field(text: str, m: re.Match[str]) -> bool:
+    """Whether the `key` at `m` is a field of a `secretKeyRef`/`configMapKeyRef` and its value a key's name (a
+    value that looks like a token stays hidden: no key is named so)."""
+    start = m.start()
+    found = text.rfind("KeyRef", max(0, start - 600), start)
+    if found < 0:
+        return False
+    v = _KEY_REF_VALUE.match(text, m.end())
+    if v is None or not _key_name(v.group("v")):
+        return False
+    ref = next((found + 6 - len(n) for n in _KEY_REF_NAMES if text.startswith(n, found + 6 - len(n))), -1)
+    if ref < 0 or (ref and (text[ref - 1].isalnum() or text[ref - 1] in "_.-")):
+        return False
+    r = _KEY_REF.match(text, ref, start)
+    if r is None or r.end() != start:
+        return False
+    # the lines from the reference's to the key's are its own: more indented than the reference (a flow mapping
+    # wrapped over lines, pretty JSON, a block mapping's lines); a block's `key` starts its line
+    column = ref - (text.rfind("\n", 0, ref) + 1)
+    flow = r.group("flow") is not None
+    lines = (r.group("flow") or r.group("block") or "").split("\n")
+    if flow:
+        lines = lines[1:]  # the first is the rest of the reference's own line
+    for i, line in enumerate(lines):
+        body = line.lstrip(" \t")
+        if i == len(lines) - 1 and not flow and body not in ("", '"', "'"):
+            return False  # `secretKeyRef:\n  name: x key: y`: no block mapping's key
+        if (body.strip() and not body.startswith("#") or i == len(lines) - 1) and len(line) - len(body) <= column:
+            return False
+    return True
+
+
+def _key_name(value: Any) -> bool:
+    """A Secret's or ConfigMap's key name, or its own name, as a reference holds it (no token by its look)."""
+    return (isinstance(value, str) and _KEY_REF_VALUE.fullmatch(value) is not None and not _looks_like_token(value)
+            and not _HEX_WORD.fullmatch(value) and redact_text(value) == value)
+
+
 def _file_message(name: str, text: str, m: re.Match[str]) -> bool:
     """`FILE: message` (`pod-and-secret.yaml: invalid YAML: found ...`, `db_password.txt: Permission denied`): a file
     named with a secret word, a colon, a space and words, as an error message names its file. Not grep's
@@ -712,22 +798,54 @@ def _looks_like_token(word: str) -> bool:
             and any(c.islower() for c in w))
 
 
+# Words one of which every name that can be secret holds (`_secret_in_text`: a secret name by `_SECRET_NAME`, a
+# `value` whose entry names a secret, `PWD`), in lower case. A test checks them against `_SECRET_NAME`.
+_NAME_HINTS = ("token", "key", "secret", "pass", "pw", "cred", "auth", "private", "session", "cookie", "pat", "sig",
+               "dsn", "pin", "otp", "mfa", "2fa", "dockerc", "value")
+_NAME_HINT = re.compile("|".join(_NAME_HINTS).encode())
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_NAME_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
+
+
+def _next_hinted_name(text: str, lowered: bytes, low: int, pos: int) -> tuple[int, int] | None:
+    """The start and the end of the first run of name characters that holds a hint word at or after `pos` (a run
+    that starts before `pos` is returned too: the caller skips it); None when there is none. A colon-rich log
+    (`2024-01-01 12:00:00: INFO: a: b: c`) has a name every few characters and none of them can be secret: judging
+    each one in Python cost a third of a second a MiB; here one regex finds the hint words in `lowered`, the text's
+    ASCII lower case (`encode("ascii", "replace")`: one byte a character, so the offsets are the text's), and only
+    their runs are read. A name is a whole run (nothing in `_HEAD`'s `nq` or `sep` can continue one), so the heads
+    found at these starts are the ones a scan of every name would judge secret. `low` is where the last run read
+    ended: no run is walked back over twice."""
+    h = _NAME_HINT.search(lowered, pos)
+    if h is None:
+        return None
+    i = start = h.start()
+    while start > low and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return start, max(i + 1, _NAME_RUN.match(text, i).end())
+
+
 def _redact_assignments(text: str) -> str:
     """Mask the value after every secret name. A harmless name's value is not skipped: the scan goes on right
     after its separator, so `A= PGPASSWORD=x`, `db = connect(password="x")` and `config.ini:3:password = x`
     are found (the scan is linear: each step starts after the last)."""
     out: list[str] = []
     copied = 0
-    pos = 0
-    while True:
-        m = _HEAD.search(text, pos)
+    pos = run_end = 0
+    lowered = text.encode("ascii", "replace").lower()
+    key_refs = "KeyRef" in text
+    while (run := _next_hinted_name(text, lowered, run_end, pos if pos > run_end else run_end)) is not None:
+        start, run_end = run
+        if start < pos:
+            continue  # a name that starts inside a value just masked
+        m = _HEAD.match(text, start)
         if m is None:
-            break
+            continue
         pos = m.end()
         name = m.group("name")
         if m.group("sep") == ":" and text.startswith(":", pos) and _FILE_LINE.search(name):
             continue  # a pytest node id, `password_reset_test.py::test_flow PASSED`: no assignment
-        if not _secret_in_text(name, text, m):
+        if not _secret_in_text(name, text, m, key_refs):
             continue
         span = _secret_value(text, m)
         if span is None:
@@ -739,12 +857,27 @@ def _redact_assignments(text: str) -> str:
         out.append(text[copied:vstart])
         mask = (_yaml_mask(text[vstart:vend], m.group("nq")) if vstart == m.end() and _yaml_value(text, m, vend)
                 else MASK)
-        out.append(mask + "\n" * (text.count("\n", vstart, vend) - mask.count("\n")))  # a value over lines keeps them
+        out.append(mask)
+        if text.find("\n", vstart, vend) >= 0:
+            out.append(_kept_lines(text, vstart, vend, mask))  # a value over lines keeps them
         copied = pos = vend
     if not out:
         return text
     out.append(text[copied:])
     return "".join(out)
+
+
+def _kept_lines(text: str, vstart: int, vend: int, mask: str) -> str:
+    """The line breaks of a masked value text[vstart:vend], kept (line numbers stay); where the text goes on after
+    the value on its last line (`  planted, mode: x}` of a wrapped flow mapping), that line's indentation too."""
+    n = text.count("\n", vstart, vend) - mask.count("\n")
+    if n <= 0:
+        return ""
+    last = text.rfind("\n", vstart, vend) + 1
+    indent = text[last:vend]
+    indent = indent[:len(indent) - len(indent.lstrip(" \t"))]
+    goes_on = text[vend:vend + 1] not in ("", "\n", "\r")
+    return "\n" * n + (indent if goes_on else "")
 
 
 _QUOTED_MASKS = (f"'{MASK}'", f'"{MASK}"')
@@ -786,6 +919,17 @@ def _flow_end(text: str, start: int, line_end: int) -> int:
             if depth == 0:
                 return max(i + 1, line_end)
     return line_end
+
+
+def _collection_end(text: str, start: int) -> int | None:
+    """The end of the flow collection that starts at text[start] (a `[` or `{`) as a whole value: its brackets nest
+    and what follows it ends the value (`,`, `}`, `]`, a comment or the line's end); None for anything else
+    (`[}x`, `[]Zq9x}`: the value goes on past the bracket)."""
+    close = _flow_end(text, start, start + 1)
+    if close <= start + 1 or not _nests(text[start:close]):
+        return None
+    after = text[close:_ahead(text, close)].lstrip(" \t\r")
+    return close if after[:1] in ("", ",", "}", "]", "#") else None
 
 
 def _nests(value: str) -> bool:
@@ -841,9 +985,74 @@ def _yaml_value(text: str, m: re.Match[str], vend: int) -> bool:
     return _open_flow(text, m.start())
 
 
+def _wrapped_flow_value(text: str, m: re.Match[str], prefix: str) -> int | None:
+    """The end of the value of a key that starts a line inside a flow mapping wrapped over lines (`env: {A: 1,\\n
+    PASSWORD: x, B: 2}`): to its `,`, `}` or `]`, on the next lines too where a YAML writer wrapped the scalar; not
+    the line's end, which would take the mapping's next entries or its `}` with it (the YAML no longer parsed).
+    Only where the line before ends the previous entry or opens the mapping (`,`, `{`, `[`) and a bracket is still
+    open: a log line is read as before, to its end. None where it is no such key; its own start where its value
+    is already masked."""
+    if not _wrapped_flow_key(text, m.start(), prefix):
+        return None
+    end = m.end()
+    if (vpos := _flow_value_start(text, end)) > end:
+        span = _next_line_value(text, end, vpos)
+        return end if span is None else span[1]
+    if text[end:end + 1] in ("[", "{"):
+        close = _collection_end(text, end)
+        return close if close is not None else None
+    v = _V_FLOW.match(text, end)
+    if v is None:
+        return None
+    after = text[v.end():_ahead(text, v.end())].lstrip(" \t\r")
+    if after[:1] not in (",", "}", "]"):
+        return None
+    return end if v.group(0) == MASK or v.group(0) in _QUOTED_MASKS else v.end()
+
+
+def _wrapped_flow_key(text: str, start: int, prefix: str) -> bool:
+    """Whether the key at `start`, after `prefix` on its line, starts a line of a flow mapping wrapped over lines:
+    only blanks before it, the line before ends an entry or opens the mapping (`,`, `{`, `[`), and a bracket opened
+    before it is still open."""
+    if not _YAML_LINE_LEAD.match(prefix) or "-" in prefix:
+        return False
+    last = start - len(prefix) - 2  # the line before's last character
+    while last >= 0 and text[last] in " \t\r":
+        last -= 1
+    return last >= 0 and text[last] in ",{[" and _open_flow(text, start)
+
+
+_LINE_BREAK = re.compile(r"[ \t]{0,256}\r?\n[ \t]{0,256}(?=\S)")
+
+
+def _flow_value_start(text: str, end: int) -> int:
+    """Where the value after a flow mapping's `key:` starts: past a line break a YAML writer put before it."""
+    b = _LINE_BREAK.match(text, end)
+    return b.end() if b and text[b.end()] not in ",}]#" else end
+
+
+def _next_line_value(text: str, end: int, vpos: int) -> tuple[int, int, None] | None:
+    """A flow mapping's value that starts on the line after its key (at `vpos`): quoted, a collection, or a plain
+    scalar to its `,`, `}` or `]`. The span starts at the key's separator, so that the line break goes with it."""
+    q = _V_QUOTED.match(text, vpos)
+    if q:
+        group = next(g for g in ("dq", "sq", "eq") if q.group(g) is not None)
+        return None if q.group(group) == MASK else (end, q.end(), None)
+    if text[vpos] in "[{":
+        close = _collection_end(text, vpos)
+        return end, _ahead(text, vpos) if close is None else close, None
+    v = _V_FLOW.match(text, vpos)
+    if v is None:
+        return end, _ahead(text, vpos), None  # no `,` or `}` after it: its line, hidden
+    return None if v.group(0) == MASK else (end, v.end(), None)
+
+
 def _open_flow(text: str, start: int) -> bool:
     """Whether a flow collection opened before `start` (up to 4 KiB back, a wrapped `{a: 1,\\nb: 2}`) is still open."""
-    before = text[max(0, start - 4096):start]
+    low = max(0, start - 4096)
+    if text.rfind("{", low, start) < 0 and text.rfind("[", low, start) < 0:
+        return False  # no bracket at all (most lines of most logs): no copy, no counting
+    before = text[low:start]
     return before.count("{") + before.count("[") > before.count("}") + before.count("]")
 
 
@@ -896,13 +1105,22 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if ":" in sep or sep != "=":  # `key: value`, `key = value`: a YAML or ini line's value runs to its end
         prefix = _line_prefix(text, m.start())
     if prefix is not None and _LINE_START.match(prefix):
+        line_start = m.start() - len(prefix)  # (the line before must end in `,`, `{` or `[`: a first, cheap look)
+        wrapped = (_wrapped_flow_value(text, m, prefix) if sep.strip() == ":" and line_start > 1
+                   and text[line_start - 2] in ",{[ \t\r" else None)
+        if wrapped is not None:
+            return (end, wrapped, None) if wrapped > end else None
         v = _V_LINE.match(text, end)
         value = v.group(0).rstrip(" \t,") if v else ""  # a JSON line's `12345,` keeps its comma
         if ":" in sep and _YAML_BLOCK_INDICATOR.match(value):
             return None  # `token: |`: its lines are the block's (`_redact_yaml_blocks`), the indicator no secret
         if value and value != MASK and value not in _QUOTED_MASKS and not value.startswith(MASK + "@"):
             if ":" in sep and value[0] in "{[":
-                return end, _flow_end(text, end, end + len(value)), None
+                close = _flow_end(text, end, end + len(value))
+                if close > end + len(value) and text[close:_ahead(text, close)].lstrip(" \t\r")[:1] not in (
+                        "", ",", "}", "]", "#"):
+                    close = _ahead(text, close)  # `token: [a,\n  b]x`: the value goes on past its bracket
+                return end, close, None
             if ":" in sep and sep[-1] in " \t" and _YAML_LINE_LEAD.match(prefix):
                 return end, _plain_end(text, len(prefix), end + len(value)), None
             return end, end + len(value) - _open_flow_closers(text, m.start(), value), None
@@ -910,13 +1128,18 @@ def _secret_value(text: str, m: re.Match[str]) -> tuple[int, int, int | None] | 
     if sep.strip() == ":" and prefix is not None and (_FLOW_OPEN.search(prefix) or _open_flow(text, m.start())):
         # `{password: two words, ...}`: a flow mapping's value runs to its `,` or `}` (on the next line only where
         # the mapping opened on this one)
+        if (vpos := _flow_value_start(text, end)) > end:  # `{password:\n    x}`: wrapped before its value
+            return _next_line_value(text, end, vpos)
         if text[end:end + 1] in ("[", "{"):  # `{token: [a, b]}`: the nested collection whole (its `, b` leaked)
             line_end = text.find("\n", end)
-            close = _flow_end(text, end, end + 1)
-            if close <= end + 1 or not _nests(text[end:close]):  # `{token: [}x}`: no collection, hide the line's rest
+            close = _collection_end(text, end)
+            if close is None:  # `{token: [}x}`, `{token: []x}`: no collection, hide the line's rest
                 close = len(text) if line_end < 0 else line_end
             return end, close, None
         v = (_V_FLOW if _FLOW_OPEN.search(prefix) else _V_FLOW_LINE).match(text, end)
+        if v is None:  # `{a: 1,\n b: 2, password: two\nwords}`: a scalar a YAML writer wrapped, to its `,` or `}`
+            v = _V_FLOW.match(text, end)
+            v = v if v and v.group(0).count("\n") <= 8 else None
         after = text[v.end():_ahead(text, v.end())].lstrip("}] \t\r") if v else ""
         v = v if after[:1] in ("", ",") else None  # `{token: 0}Zq9}`: the value goes on past the `}`
         if v and v.group(0) != MASK and v.group(0) not in _QUOTED_MASKS:
@@ -956,6 +1179,8 @@ def _redact_yaml_blocks(text: str, secret_kind: bool = False) -> str:
         data_block = secret_kind and name in _SECRET_DATA
         if pos >= n or not (data_block or is_secret_name(name)):
             continue
+        if _wrapped_flow_key(text, m.start("name") - len(m.group("q")), m.group("ind")):
+            continue  # `{a: 1,\n  password:\n    x}`: a flow mapping's key, its value to its `,` (`_secret_value`)
         column = len(m.group("ind")) + len(m.group("dash") or "")
         block = _BlockMask(column if m.group("block") else None, keep_keys=data_block)
         i = pos + 1  # past the parent line's "\n"
@@ -1060,6 +1285,8 @@ def _mask_flow(value: str, keep_keys: bool) -> str | None:
     masked = _FLOW_SCALAR.sub(one, value)
     if masked == value and MASK not in value and value.strip("{}[], \t"):
         return None  # something in it, but no value found to hide (and none hidden before): hide it whole
+    if _FLOW_SCALAR.sub("", value).strip("{}[], \t\r\n"):
+        return None  # text no scalar took (`{Zq9planted[0]}`: a word glued to a bracket): hide it whole
     return None if bad else masked
 
 
@@ -1090,7 +1317,8 @@ def redact_manifest(doc: Any) -> Any:
     """A copy of a parsed Kubernetes/compose document with secrets hidden.
 
     `kind: Secret` loses all `data`/`stringData` values; container `env` entries with a secret name
-    lose their `value`; every other string goes through `redact_text`.
+    lose their `value`; a `secretKeyRef`/`configMapKeyRef` keeps its `name` and `key` (names, not values);
+    every other string goes through `redact_text`.
     """
     if isinstance(doc, Mapping):
         is_secret = str(doc.get("kind", "")).lower() == "secret"
@@ -1100,6 +1328,9 @@ def redact_manifest(doc: Any) -> Any:
                 out[key] = {k: MASK for k in value}
             elif key == "env" and isinstance(value, list):
                 out[key] = [_redact_env_entry(e) for e in value]
+            elif key in _KEY_REF_NAMES and isinstance(value, Mapping):
+                out[key] = {k: v if k in ("name", "key") and _key_name(v) else redact_manifest({k: v})[k]
+                            for k, v in value.items()}
             elif isinstance(value, str) and is_secret_name(str(key)):
                 out[key] = MASK
             else:

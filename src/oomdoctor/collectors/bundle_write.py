@@ -2,9 +2,12 @@
 
 The bundle mirrors the filesystem so that `collect_bundle` runs the very collectors that read a
 live machine. What leaves the machine is limited to what the collectors need: the environment is
-redacted (oomdoctor.redact), the kernel log is cut to NVRM/Xid/OOM lines, logs are redacted line
-by line, manifests are parsed and their Secrets blanked, and existence-only signals (libvgpu.so,
-the vcuda socket, the service-account directory) become empty marker files, never the real content.
+redacted (oomdoctor.redact), the kernel log is cut to NVRM/Xid/OOM lines, manifests are parsed and their
+Secrets blanked, and existence-only signals (libvgpu.so, the vcuda socket, the service-account directory)
+become empty marker files, never the real content.
+
+Every file's text is redacted once, by the writer (`BundleWriter.add`, `BundleWriter.add_cut_log`): producers hand
+it their raw text. A log redacted by its producer and again by the writer cost a 32 MiB log two passes.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import socket
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -66,8 +69,19 @@ class BundleWriter:
         self.notes: list[str] = []  # what the user should know about the bundle (the CLI prints them)
 
     def add(self, rel: str, data: bytes | str) -> None:
-        """Every file of a bundle passes here, redacted (what its producer redacted is redacted again)."""
+        """Every file of a bundle passes here or through `add_cut_log`, and is redacted here: hand it raw text."""
         self.files[rel] = redact_file(rel, data.encode("utf-8") if isinstance(data, str) else data)
+
+    def add_cut_log(self, rel: str, head: str, tail: str, marker: Callable[[int], str]) -> int:
+        """A log cut in its middle, redacted here as `add` redacts a file: its head and its tail each on its own (a
+        private key whose BEGIN line is in the head is hidden to the head's end, never on through the marker), then
+        joined by the marker line, numbered in the redacted head (hiding a key takes its lines). Returns that line."""
+        head = redact_text(head)
+        head = head if head.endswith("\n") or not head else head + "\n"
+        line = head.count("\n") + 1
+        text = head + redact_text(marker(line)) + "\n" + redact_text(tail).rstrip("\n") + "\n"
+        self.files[rel] = text.encode("utf-8")
+        return line
 
     def write(self, out: Path) -> None:
         now = time.time()
@@ -88,7 +102,7 @@ def redact_file(rel: str, data: bytes) -> bytes:
     if not data:
         return data
     text = data.decode("utf-8", errors="surrogateescape")
-    fmt = "json" if rel.endswith(".json") else "text"
+    fmt = "json" if rel.endswith(".json") and not rel.startswith("logs/") else "text"  # a log is text, `x.json` too
     red = redact_rendered(text, fmt)
     return data if red == text else red.encode("utf-8", errors="surrogateescape")
 
@@ -148,15 +162,13 @@ def add_log(w: BundleWriter, path: str) -> None:
     except OSError as exc:
         raise InputError(f"log {path}: {exc.strerror or exc}") from None
     rel = f"logs/{_unique(w, 'logs', p.name)}"
-    # Each part whole at once: a PEM private key spans lines, and line by line only its BEGIN line matched.
-    head = redact_text(cut.head.decode("utf-8", errors="replace"))
+    # Each part whole at once, by the writer: a PEM private key spans lines, and line by line only its BEGIN line
+    # matched.
+    head = cut.head.decode("utf-8", errors="replace")
     if cut.omitted_bytes == 0 and not cut.tail:
         w.add(rel, head.rstrip("\n") + "\n")
         return
-    tail = redact_text(cut.tail.decode("utf-8", errors="replace"))
-    head = head if head.endswith("\n") or not head else head + "\n"
-    marker_line = head.count("\n") + 1
-    w.add(rel, head + cut.marker(marker_line) + "\n" + tail.rstrip("\n") + "\n")
+    marker_line = w.add_cut_log(rel, head, cut.tail.decode("utf-8", errors="replace"), cut.marker)
     w.log_cuts[rel] = cut.note(marker_line)
     w.notes.append(f"{path}: {cut.summary()}; the first {_mib(len(cut.head))} and the last {_mib(len(cut.tail))} "
                    f"are in {rel}, a marker line between them (line {marker_line})")
@@ -234,10 +246,10 @@ def build_bundle(*, logs: Sequence[str] = (), manifests: Sequence[str] = (), pro
         w.add("commands/nvidia-smi-q.xml", smi.stdout)
     smi_txt = ctx.runner.run(["nvidia-smi"], timeout=SMI_TIMEOUT_S)
     if smi_txt.error is None and (smi_txt.stdout or smi_txt.stderr):
-        w.add("commands/nvidia-smi.txt", redact_text(smi_txt.stdout or smi_txt.stderr))
+        w.add("commands/nvidia-smi.txt", smi_txt.stdout or smi_txt.stderr)
     lines, _, _ = read_kernel_log(ctx)
     if lines is not None:
-        w.add("commands/dmesg.txt", "".join(redact_text(line) + "\n" for line in relevant_lines(lines)))
+        w.add("commands/dmesg.txt", "".join(line + "\n" for line in relevant_lines(lines)))
     torch_json, why = run_torch_child(ctx)
     w.add("commands/torch.json", json.dumps(torch_json if torch_json is not None
                                             else {"version": None, "error": why}, indent=1))
