@@ -264,8 +264,9 @@ class LogScanner:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
             self._sample_readings(block, start, end, index, length)
+        gated = index.gated  # (None: not looked for) a candidate line without a gate opens no pattern: not read
         for ls, before in index.lines:
-            if ls < self._skip_to:
+            if ls < self._skip_to or (gated is not None and ls not in gated):
                 continue
             le = block.find(b"\n", ls, end)
             le = end if le < 0 else le
@@ -359,14 +360,8 @@ class LogScanner:
             self._open_event(ev, block, start)
 
     def _env_scan(self, text: str) -> None:
-        lower = None
-        for name, pat in P.ENV_PATTERNS.items():
-            hay = text
-            if name in P.ENV_CASELESS:
-                hay = lower = text.lower() if lower is None else lower
-            if not any(needle in hay for needle in P.ENV_GATES[name]):
-                continue
-            m = pat.search(text)
+        for name in P.env_gates_open(text):  # most candidate lines open none (gates.py: one pass a line)
+            m = P.ENV_PATTERNS[name].search(text)
             if m:
                 vals = self._env.setdefault(name, [])
                 groups = [g for g in m.groups() if g] if m.groups() else []

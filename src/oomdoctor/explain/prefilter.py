@@ -129,6 +129,8 @@ class BlockIndex(NamedTuple):
     # the span without its terminal escape sequences (strip_escapes), where it had any: `lines` index it, not the
     # reader's buffer
     clean: bytes | None = None
+    # the starts of the candidate lines that hold a gate of some pattern (_gated); None: not looked for, any may
+    gated: frozenset[int] | None = None
 
 
 # Terminal escape sequences: colour and cursor codes (CSI "ESC [ ... m"), window titles and links (OSC "ESC ] ...
@@ -177,7 +179,40 @@ def _index(block: Any, start: int, end: int, src_offset: int) -> BlockIndex:
             n += _count_newlines(block, pos, ls)
             lines.append((ls, n))
             last = pos = ls
-    return BlockIndex(lines, n + _count_newlines(block, pos, end), with_env)  # each byte counted once
+    gated = _gated(block, start, end) if with_env and len(lines) >= GATED_FROM and len(lines) * 1024 >= end - start else None
+    return BlockIndex(lines, n + _count_newlines(block, pos, end), with_env, gated=gated)  # each byte counted once
+
+
+# In a log's head the environment literals make candidates of lines that name a GPU ("device cuda:0", "GPU 0"): in a
+# log that prints one on every step, every line, each costing the scanner its gate tests in Python (session 28:
+# ~3 s/MB). Where a head span has at least one candidate line a KiB (and GATED_FROM in all), two C passes over it
+# find the lines that hold a gate of some pattern (~5 ms/MiB): only those can open one (patterns.GATE_LITERALS).
+GATED_FROM = 256
+_GATES: list[Any] = []
+
+
+def _gated(block: Any, start: int, end: int) -> frozenset[int] | None:
+    """Starts of the lines of block[start:end] holding one of patterns.GATE_LITERALS, or GATE_LITERALS_CASELESS in
+    their lower case (ASCII letters: the characters whose lower case is ASCII are GATE_LITERALS); None without the
+    ahocorasick-rs wheel (the scanner then tests every candidate line)."""
+    if not _GATES:
+        with _PF_LOCK:
+            if not _GATES:
+                try:
+                    import ahocorasick_rs  # type: ignore[import-not-found]
+
+                    kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST  # one match at least on each line that has any
+                    _GATES.extend(ahocorasick_rs.BytesAhoCorasick(list(lits), matchkind=kind)
+                                  for lits in (P.GATE_LITERALS, P.GATE_LITERALS_CASELESS))
+                except Exception:  # noqa: BLE001 - no wheel for this platform
+                    _GATES.append(None)
+    if _GATES[0] is None:
+        return None
+    span = bytes(block[start:end])
+    ends = [e for _, _, e in _GATES[0].find_matches_as_indexes(span)]
+    ends += [e for _, _, e in _GATES[1].find_matches_as_indexes(span.lower())]
+    rfind = span.rfind
+    return frozenset(start + rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in ends)
 
 
 try:  # SIMD newline count, ~4x bytes.count; it holds the GIL, but for ~1 ms per 8 MiB block
