@@ -51,19 +51,36 @@ class _Counting:
         return getattr(self._pat, name)
 
 
+def _candidate_lines(data: bytes) -> set[int]:
+    """Line starts of the head pre-filter's hits, as _index's loop finds them."""
+    return {data.rfind(b"\n", 0, max(e - 1, 0)) + 1 for e in PF._prefilter(True).ends(data)}
+
+
 def test_lines_that_name_the_gpu_are_candidates_but_reach_no_pattern(monkeypatch):
     data = _log()
-    index = PF.index_block(data, 0, len(data), 0)
-    assert len(index.lines) == 3000  # the head's environment literals ("cuda:0", "GPU 0") make each a candidate
+    assert len(_candidate_lines(data)) == 3000  # the head's environment literals ("cuda:0", "GPU 0") take each line
+    assert PF.index_block(data, 0, len(data), 0).lines == []  # ... but none holds a gate of any pattern
     hits = [0]
     monkeypatch.setattr(LogScanner, "_line_hit", lambda self, *a: hits.__setitem__(0, hits[0] + 1))
     _scan(data)
-    assert hits[0] == 0  # ... but none holds a gate of any pattern: the scanner reads none of them
+    assert hits[0] == 0  # the scanner reads none of them
+
+
+def test_a_dense_span_keeps_its_lines_that_hold_a_gate():
+    """Among the GPU lines: an OOM, a hint, a line whose gate is only in its lower case; each kept, with its number."""
+    extra = {500: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+             1200: "NVIDIA A100-SXM4-80GB  Driver Version: 535.104.05", 2000: "Memory keeps growing on cuda:0",
+             2500: "All ranks use cuda:0"}
+    lines = [extra.get(i, GPU_LINES[i % len(GPU_LINES)].format(i=i)) for i in range(3000)]
+    data = "".join(x + "\n" for x in lines).encode()
+    index = PF.index_block(data, 0, len(data), 0)
+    assert [before + 1 for _, before in index.lines] == [501, 1201, 2001, 2501]  # 1-based line numbers
+    assert all(data[ls:].startswith(lines[n].encode()) for ls, n in index.lines)
 
 
 def test_without_the_block_pass_each_line_runs_no_regex(monkeypatch):
     """The scanner's own gate test (one pass a line) opens no hint on these lines either: no regex is searched."""
-    monkeypatch.setattr(PF, "GATED_FROM", 10**9)
+    monkeypatch.setattr(PF, "DENSE_FROM", 10**9)
     searches = [0]
     monkeypatch.setattr(P, "ENV_PATTERNS", {k: _Counting(v, searches) for k, v in P.ENV_PATTERNS.items()})
     scan = _scan(_log(400))
@@ -135,10 +152,39 @@ def test_a_line_the_block_pass_leaves_out_opens_no_pattern(lines):
     "Killed", "step 3 gpu memory allocated: 10.5 GiB"])), min_size=1, max_size=60))
 def test_the_scan_is_the_same_with_and_without_the_block_pass(monkeypatch, lines):
     data = ("\n".join(x.replace("\n", " ").replace("\r", " ") for x in lines) + "\n").encode("utf-8", errors="replace")
-    monkeypatch.setattr(PF, "GATED_FROM", 0)
+    monkeypatch.setattr(PF, "DENSE_FROM", 0)
+    monkeypatch.setattr(PF, "DENSE_BYTES", 10**9)
     with_pass = _scan(data)
-    monkeypatch.setattr(PF, "GATED_FROM", 10**9)
+    monkeypatch.setattr(PF, "DENSE_FROM", 10**9)
     without = _scan(data)
     assert [(e.kind, e.line, e.text, e.count) for e in with_pass.events] == \
         [(e.kind, e.line, e.text, e.count) for e in without.events]
     assert (with_pass.env, with_pass.readings, with_pass.lines) == (without.env, without.readings, without.lines)
+
+
+@pytest.mark.parametrize("block", [4096, 65536, 1 << 20])
+def test_threads_and_windows_give_the_same_scan(tmp_path, block):
+    """A window may be dense (its gate-less candidate lines dropped) where another reader's is not: the scan is the
+    same whatever the windows."""
+    from oomdoctor.explain.read import iter_prepared_at
+
+    lines = [GPU_LINES[i % len(GPU_LINES)].format(i=i) for i in range(6000)]
+    lines[1000] = "Memory keeps growing on cuda:0 every epoch"
+    lines[4000] = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of " \
+                  "79.15 GiB of which 1.20 GiB is free."
+    lines[5000:5000] = ["step 7 loss 0.5"] * 3000  # a sparse stretch: its windows are read line by line
+    path = tmp_path / "gpu.log"
+    path.write_text("\n".join(lines) + "\n")
+
+    def scan(workers: int, size: int):
+        sc = LogScanner()
+        sc.start_source("gpu.log")
+        for buf, start, end, index, offset, length in iter_prepared_at(str(path), PF.index_block, workers=workers,
+                                                                       block_size=size):
+            sc.feed(buf, start, end, index, offset, length)
+        s = sc.finish()
+        return [(e.kind, e.line, e.text, e.count) for e in s.events], s.env, s.readings, s.lines
+
+    ref = scan(1, 1 << 20)
+    assert ref[0] and ref[0][0][1] == 4001 and ref[1].get("growth")
+    assert scan(3, block) == ref == scan(1, block)

@@ -299,9 +299,8 @@ class LogScanner:
             self._skip_to = self._continue(block, start)
         if self._want_readings:
             self._sample_readings(block, start, end, index, length)
-        gated = index.gated  # (None: not looked for) a candidate line without a gate opens no pattern: not read
         for ls, before in index.lines:
-            if ls < self._skip_to or (gated is not None and ls not in gated):
+            if ls < self._skip_to:
                 continue
             le = block.find(b"\n", ls, end)
             le = end if le < 0 else le

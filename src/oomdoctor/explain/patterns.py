@@ -670,7 +670,7 @@ PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events 
 # line of the decoded log (events._decode) that holds a gate holds its bytes, but for what _decode takes out (the
 # caret form of an escape, "^[[") and for the two characters whose lower case holds an ASCII letter (str.lower()
 # makes "k" of the Kelvin sign): those are listed as gates too. A line with none of these bytes opens no pattern
-# (prefilter._gated: the head of a log whose every line names its GPU, session 28).
+# (prefilter._dense_lines: the head of a log whose every line names its GPU, session 28).
 GATE_LITERALS: tuple[bytes, ...] = tuple(sorted(
     {n.encode() for gates in LINE_GATES.values() for n in gates}
     | {n.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for n in gates}
