@@ -5,12 +5,15 @@ OOM traceback every ~100 MB), then times, interleaved and --repeat times each, t
 the same file in the same run. Reports the best and the median time of each and their ratios, the
 peak RSS of `explain` for this file and for a file 10x smaller (constant memory = same peak), and
 the pre-filter engine (ahocorasick-rs, else one bytes.find pass per literal).
+`--baseline DIR` also times, in the same interleaved rounds, explain from another source tree (DIR is its `src`,
+e.g. `git archive COMMIT src | tar -x -C /tmp/before`): before and after on the same file under the same load.
 Usage: PYTHONPATH=src python bench/explain_stream.py [--size 1GB] [--repeat 9] [--style hf] [--markdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -27,12 +30,13 @@ from oomdoctor.explain.read import usable_cpus  # noqa: E402
 from oomdoctor.units import parse_size  # noqa: E402
 
 
-def _run(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and the child's peak RSS (KiB) for one run."""
+def _run(cmd: list[str], src: str | None = None) -> tuple[float, int]:
+    """Wall seconds and the child's peak RSS (KiB) for one run (`src`: PYTHONPATH for it, another source tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    env = dict(os.environ, PYTHONPATH=src) if src else None
     t = time.perf_counter()
     # stdout to a pipe, not /dev/null: GNU grep stops at the first match when it sees /dev/null.
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=600)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=600, env=env)
     dt = time.perf_counter() - t
     if p.returncode not in (0, 1):
         raise SystemExit(f"{cmd[0]} failed with {p.returncode}")
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--threads", type=int, action="append", help="time explain with --threads N (repeatable); default: its default")
     ap.add_argument("--fallback", action="store_true", help="also time the bytes.find pre-filter in-process")
+    ap.add_argument("--baseline", metavar="DIR", help="also time explain from this source tree (its src directory)")
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     default = "/tmp/oomdoctor-bench-explain.log" if args.style == "train" else f"/tmp/oomdoctor-bench-explain-{args.style}.log"
@@ -99,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"default": explain}
     for n in args.threads or []:
         variants[f"--threads {n}"] = [*explain, "--threads", str(n)]
+    if args.baseline:
+        variants["baseline"] = explain
     _run(grep)  # warm the page cache
     t_grep: list[float] = []
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeat):  # interleaved, so load changes hit every command alike
         t_grep.append(_run(grep)[0])
         for k, cmd in variants.items():
-            times[k].append(_run(cmd)[0])
+            times[k].append(_run(cmd, args.baseline if k == "baseline" else None)[0])
     rss_big = peak_rss(explain)
     rss_small = peak_rss([str(small) if x == str(big) else x for x in explain])  # same command, 10x smaller log
     g, gm = min(t_grep), statistics.median(t_grep)

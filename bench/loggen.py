@@ -6,6 +6,9 @@ literals occur), so explain is timed on more than one shape:
 - hf: Hugging Face Trainer output (tqdm bars with carriage returns, metric dicts, per-step GPU
   memory lines with "memory" on them, warnings, NCCL info lines).
 - json: structured JSON lines as `kubectl logs` prints them for a JSON logger.
+- gpu: a training script that names its device on every line ("device cuda:0", "GPU 0: util ..."), which the
+  head pre-filter hands on for the environment hints (session 28: ~3 s/MB before the gates were read in C).
+- returnn: RETURNN's per-step line, with its memory figure on every line ("mem_usage:cuda:0 8.9GB").
 Each has a CUDA OOM traceback every ~100 MB, so every block of the log is scanned for real. The
 first 64 MiB of lines are unique (seeded) and then repeat: the pre-filter's speed depends on which
 bytes a log is made of, not on whether its lines recur.
@@ -18,7 +21,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-STYLES = ("train", "hf", "json")
+STYLES = ("train", "hf", "json", "gpu", "returnn")
 
 OOM = (
     "Traceback (most recent call last):\n"
@@ -80,7 +83,24 @@ def _json(rnd: random.Random, step: int) -> str:
     return json.dumps(rec, separators=(",", ":")) + "\n"
 
 
-_LINES: dict[str, Callable[[random.Random, int], str]] = {"train": _train, "hf": _hf, "json": _json}
+def _gpu(rnd: random.Random, step: int) -> str:
+    ts = f"2026-11-22 03:{step // 60 % 60:02d}:{step % 60:02d}"
+    if rnd.random() < 0.6:
+        return f"[{ts}] INFO epoch {step // 5000} step {step} loss {rnd.uniform(0.1, 3):.4f} lr 3e-4 device cuda:0\n"
+    return (f"[{ts}] INFO GPU 0: util {rnd.randint(80, 100)}% temp {rnd.randint(60, 80)}C "
+            f"power {rnd.randint(250, 400)}W\n")
+
+
+def _returnn(rnd: random.Random, step: int) -> str:
+    ctc = [rnd.uniform(3, 6) for _ in range(3)]
+    return (f"ep {step // 2000 + 1} train, step {step % 2000}, ctc_4 {ctc[0]:.3f}, ctc_8 {ctc[1]:.3f}, ctc {ctc[2]:.3f}, "
+            f"aed_ce {rnd.uniform(4, 6):.3f}, aed_fer {rnd.uniform(0.7, 0.9):.3f}, num_seqs {rnd.randint(8, 12)}, "
+            f"max_size:time {rnd.randint(200000, 250000)}, max_size:out-spatial {rnd.randint(50, 70)}, "
+            f"mem_usage:cuda:0 {rnd.uniform(8.5, 9.2):.1f}GB, {rnd.uniform(0.7, 0.9):.3f} sec/step\n")
+
+
+_LINES: dict[str, Callable[[random.Random, int], str]] = {"train": _train, "hf": _hf, "json": _json, "gpu": _gpu,
+                                                          "returnn": _returnn}
 
 
 def sample(size: int, style: str = "train", seed: int = 0) -> bytes:

@@ -12,8 +12,8 @@ import argparse
 import importlib
 
 from oomdoctor.cli.common import add_output_options, emit, progress, terminal_width, wants_color, warn_skipped
-from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-from oomdoctor.explain.events import LogScanner, index_block
+from oomdoctor.errors import EXIT_FINDINGS, EXIT_OK, InputError, UsageError
+from oomdoctor.explain.events import STDIN, LogScan, LogScanner, index_block
 from oomdoctor.explain.rank import Explanation, explain_scan
 from oomdoctor.explain.read import check_readable, iter_prepared_at, log_size
 from oomdoctor.render import explain as render
@@ -84,7 +84,7 @@ def _scan_files(scanner: LogScanner, paths: list[str], labels: list[str] | None,
                 total: int = 0, update=None) -> None:
     done, shown = 0, -1
     for i, path in enumerate(paths):
-        scanner.start_source(labels[i] if labels else ("<stdin>" if path == "-" else path))
+        scanner.start_source(labels[i] if labels else (STDIN if path == "-" else path))
         for buf, start, end, index, offset, length in iter_prepared_at(path, index_block, workers=threads):
             scanner.feed(buf, start, end, index, offset, length)  # indexed ahead; places are the log's offsets
             if update is not None:
@@ -93,6 +93,15 @@ def _scan_files(scanner: LogScanner, paths: list[str], labels: list[str] | None,
                 if pct != shown:
                     shown = pct
                     update(f"{pct}%")
+
+
+def _refuse_binary(scan: LogScan) -> None:
+    """A log that is binary data (a core dump, a checkpoint, a wrong file) is unreadable input, as a missing one is:
+    one line, exit 2, nothing else (an "OOM found" read from its bytes would be noise, "none found" a false pass)."""
+    if scan.binary_sources:
+        name, share = scan.binary_sources[0]
+        raise InputError(f"{'standard input' if name == STDIN else name}: does not look like text ({share:.0%} of its "
+                         "first and last bytes are NUL or other control bytes, which text logs do not hold)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
                 _scan(scanner, [str(p) for p in files], [f"logs/{p.name}" for p in files], args)
     if args.logs:
         _scan(scanner, args.logs, None, args)
-    ex = explain_scan(scanner.finish(), facts, bundle=args.bundle)
+    scan = scanner.finish()
+    _refuse_binary(scan)
+    ex = explain_scan(scan, facts, bundle=args.bundle)
     _redact(ex)
     if args.format == "json":
         out = render.to_json(ex)

@@ -109,6 +109,34 @@ class LogScan:
     # (source, line) of TF BFC warnings broken before "The caller indicates ...": both lines of each (_bfc_second_sentence),
     # which line-by-line readers (recovery, reported failures) would take for a tf_oom line and a stray sentence
     bfc_wrapped: frozenset[tuple[str, int]] = frozenset()
+    # the sources read (LogScanner.start_source), those of them that held no byte, and those that look like binary data
+    # rather than text (not_text: with the share of their sampled bytes that no text holds)
+    sources: tuple[str, ...] = ()
+    empty_sources: tuple[str, ...] = ()
+    binary_sources: tuple[tuple[str, float], ...] = ()
+
+
+# Bytes that no text log holds: the C0 controls but for BEL, backspace (Keras' progress bar), the whitespace ones and
+# ESC (colour codes). Random bytes are 9% of them; text in a legacy encoding (Latin-1, cp1251, GBK, Shift-JIS) holds
+# none, however much of it is not UTF-8, and UTF-16 is decoded by the reader. A source is binary data when its first
+# SAMPLE_HEAD bytes and its last LOOKBACK bytes each hold BINARY_SHARE of them, BINARY_MIN at least, a run of NULs
+# counting as one: a log that `logrotate copytruncate` left starting with NULs, or a crash left ending with them, is
+# text. A sample of NULs alone is no text either (a file preallocated or zeroed).
+_NOT_TEXT = bytes(range(0, 7)) + bytes(range(14, 27)) + bytes(range(28, 32))
+_NUL_RUN = re.compile(rb"\x00{2,}")
+STDIN = "<stdin>"  # the source name of standard input (cli.explain), "standard input" in what users read
+BINARY_SHARE = 0.05
+BINARY_MIN = 32
+
+
+def not_text_share(sample: bytes) -> float:
+    """The share of `sample`'s bytes that no text holds (_NOT_TEXT, a run of NULs as one); 0 for fewer than
+    BINARY_MIN of them, 1 for NULs alone."""
+    if not sample.strip(b"\x00"):
+        return 1.0 if sample else 0.0
+    sample = _NUL_RUN.sub(b"\x00", sample)
+    n = len(sample) - len(sample.translate(None, _NOT_TEXT))
+    return n / len(sample) if n >= BINARY_MIN else 0.0
 
 
 def _decode(b: bytes) -> str:
@@ -224,6 +252,10 @@ class LogScanner:
         self._tail = b""  # end of the previous block, for look-back context
         self._head = b""  # this source's first SAMPLE_HEAD bytes
         self._samples: list[tuple[str, int, str]] = []
+        self._sources: list[str] = []
+        self._empty: list[str] = []
+        self._binary: list[tuple[str, float]] = []
+        self._judged = True  # (nothing to judge before a source is started)
         self._pending: tuple[OomEvent, int] | None = None  # (event, lines still to append)
         self._dropped = 0
         self._bfc_head: OomEvent | None = None  # a BFC warning's head that ended a block (_resolve_bfc_head)
@@ -248,6 +280,9 @@ class LogScanner:
             self._pending = None
             self._finish_event(ev)
         self._keep_sample()
+        self._judge_source()
+        self._sources.append(name)
+        self._judged = False
         self.source, self._line, self._tail, self._src_bytes, self._head = name, 0, b"", 0, b""
         self._next_sample, self._sample_end, self._env_rescanned = FULL_READING_BYTES, 0, 0
 
@@ -397,14 +432,8 @@ class LogScanner:
             self._open_event(ev, block, start)
 
     def _env_scan(self, text: str) -> None:
-        lower = None
-        for name, pat in P.ENV_PATTERNS.items():
-            hay = text
-            if name in P.ENV_CASELESS:
-                hay = lower = text.lower() if lower is None else lower
-            if not any(needle in hay for needle in P.ENV_GATES[name]):
-                continue
-            m = pat.search(text)
+        for name in P.env_gates_open(text):  # most candidate lines open none (gates.py: one pass a line)
+            m = P.ENV_PATTERNS[name].search(text)
             if m:
                 vals = self._env.setdefault(name, [])
                 groups = [g for g in m.groups() if g] if m.groups() else []
@@ -560,11 +589,27 @@ class LogScanner:
             self._finish_event(ev)
         events = sorted(self._events.values(), key=lambda e: (e.source, e.line))
         self._keep_sample()
+        self._judge_source()
         relabel_xla(events, self._samples)  # XLA's allocator line in a JAX log is JAX's, not TensorFlow's
         k8s_reasons(events, self._samples)  # an exit 137 in Kubernetes' record: the reason it gives
         return LogScan(events=events, readings=self._readings, env=self._env, lines=self._line,
                        bytes=self._bytes, dropped_events=self._dropped, samples=self._samples,
-                       bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last))
+                       bfc_wrapped=frozenset(self._wrapped) | frozenset(self._wrapped_last),
+                       sources=tuple(self._sources), empty_sources=tuple(self._empty),
+                       binary_sources=tuple(self._binary))
+
+    def _judge_source(self) -> None:
+        """Whether the source read last (start_source) was empty, or binary data (_NOT_TEXT): a CI gate given a
+        truncated or a wrong file must not read "No OOM-like event found" as a pass."""
+        if self._judged:
+            return  # no source was started (feed_lines, explain_text), or this one was judged already
+        self._judged = True
+        if not self._src_bytes:
+            self._empty.append(self.source)
+        else:
+            head, tail = not_text_share(self._head), not_text_share(self._tail)
+            if head >= BINARY_SHARE and tail >= BINARY_SHARE:
+                self._binary.append((self.source, min(head, tail)))
 
     def _keep_sample(self) -> None:
         """This source's head, and its tail past the head (a short log is all head)."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from typing import Any
 
+from oomdoctor.explain.gates import GateIndex
 from oomdoctor.explain.mentions import (
     CJK_CHAR,
     CJK_HEDGE,
@@ -574,8 +576,7 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                      "by the other", "by an other", "by a other", "by an different", "by the different", "by a old", "by an old", "by the old",
                      "previous ", "earlier ", "by old ",
                      "占用", "释放", "进程", "程序", "任务", "同一",
-                     "someone", "dditional", "no process", "more memory", "first gpu", "gpu0", "gpu 0", "cuda:0",
-                     "device 0", "same gpu"),
+                     "someone", "dditional", "no process", "more memory", "first gpu", "same gpu"),
     "fragmentation_words": ("fragment",),
     "xla_total_allocation": ("total allocation:",),
     "cuda_free_total": ("Free memory/Total memory: ",),
@@ -589,12 +590,71 @@ ENV_GATES: dict[str, tuple[str, ...]] = {
                   "grace period"),
     "collective_timeout": ("Watchdog caught collective", "before timing out", "Timed out waiting"),
 }
+# Weak gates: a pattern's needles that open it only together with one of a second set. A GPU's index ("cuda:0", "GPU 0")
+# is on every line of many training logs, and the only branches of other_holder that hold none of its other gates
+# also need one of these words: "cuda:0 is full", "all ranks use cuda:0", "GPU 0 takes much more ... than each other
+# GPU". (A log whose every line says `device cuda:0` ran that regex on each line: ~3 s/MB, session 28.) "lled" stands
+# for "filled": Python's caseless match takes a dotless or dotted I for "i", which lower() keeps as it is.
+ENV_PAIRED_GATES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "other_holder": (("gpu=", "gpu =", "gpu0", "gpu 0", "cuda:0", "device 0"),
+                     ("lled", "full", "all ", "every ", "each ", "much more")),
+}
 ENV_CASELESS = frozenset({"growth", "other_holder", "fragmentation_words", "late_failure", "leak_words", "leak_said",
                           "stop_kill"})
 # The hints that name the machine (GPU, driver, kernel, sharing layer, nvidia-smi rows, TensorFlow's device
 # memory), as opposed to the reporter's prose (the caseless ones above).
 MACHINE_HINTS = frozenset(ENV_PATTERNS) - ENV_CASELESS - {"mem_fraction", "pool_setting", "fix_denied",
                                                              "collective_timeout"}  # a setting quoted in docs is no machine fact
+
+
+def env_gate_passes(name: str, text: str) -> bool:
+    """Whether ENV_PATTERNS[name] may match `text`: one of its gates is in it (caseless ones in lower case), or one of
+    each set of its paired gates. What env_gates_open computes for all names at once."""
+    hay = text.lower() if name in ENV_CASELESS else text
+    if any(n in hay for n in ENV_GATES[name]):
+        return True
+    weak, also = ENV_PAIRED_GATES.get(name, ((), ()))
+    return any(n in hay for n in weak) and any(n in hay for n in also)
+
+
+_GATE_INDEXES: dict[str, GateIndex] = {}
+_GATE_LOCK = threading.Lock()
+
+
+def gate_index(which: str) -> GateIndex:
+    """The gates of LINE_PATTERNS ("line"), or of ENV_PATTERNS in exact case ("env") or in lower case ("env_caseless"),
+    paired gates under "NAME/weak" and "NAME/also". Built on first use (ahocorasick-rs imports then)."""
+    idx = _GATE_INDEXES.get(which)
+    if idx is None:
+        with _GATE_LOCK:
+            idx = _GATE_INDEXES.get(which)
+            if idx is None:
+                if which == "line":
+                    gates = dict(LINE_GATES)
+                else:
+                    caseless = which == "env_caseless"
+                    gates = {n: g for n, g in ENV_GATES.items() if (n in ENV_CASELESS) == caseless}
+                    for n, (weak, also) in ENV_PAIRED_GATES.items():
+                        if (n in ENV_CASELESS) == caseless:
+                            gates[f"{n}/weak"], gates[f"{n}/also"] = weak, also
+                idx = _GATE_INDEXES[which] = GateIndex(gates)
+    return idx
+
+
+def env_gates_open(text: str) -> list[str]:
+    """The names of ENV_PATTERNS, in their order, whose gates `text` passes (env_gate_passes), in two passes."""
+    found = gate_index("env").names_in(text) | gate_index("env_caseless").names_in(text.lower())
+    if not found:
+        return []
+    opened = [n for n in found if n in _ENV_ORDER]
+    opened += [n for n, weak, also in _ENV_PAIRED_KEYS if weak in found and also in found and n not in opened]
+    return sorted(opened, key=_ENV_ORDER.__getitem__) if len(opened) > 1 else opened
+
+
+_ENV_ORDER = {n: i for i, n in enumerate(ENV_PATTERNS)}  # the hints' order in LogScan.env, whichever gate opened them
+_ENV_PAIRED_KEYS = tuple((n, f"{n}/weak", f"{n}/also") for n in ENV_PAIRED_GATES)
+
+
 # The head pre-filter looks for every exact-case gate; the caseless hints' literals are listed by hand below (the
 # verbs of "growth" as people write them, the anchors of the prose hints), lower case unless a case variant is
 # listed: a phrase in capitals ("USED BY ANOTHER PROCESS") is not a candidate in the head (review, session 20).
@@ -631,6 +691,21 @@ ENV_LITERALS: tuple[bytes, ...] = tuple(sorted({
     b"by an other", b"by a other", b"by an different", b"by the different", b"by a old", b"by an old", b"by the old", b"arlier ", b"by old ", b"than one", b"than 1 ", b"ontexts",
 }))
 PREFILTER_LITERALS = EVENT_LITERALS + ENV_LITERALS  # the head of a log: events and hints
+
+# Every gate that opens a pattern by itself: those of LINE_GATES and the exact-case ENV_GATES (GATE_LITERALS), the
+# caseless ones and the second words of ENV_PAIRED_GATES, to look for in a lowered line (GATE_LITERALS_CASELESS). A
+# line of the decoded log (events._decode) that holds a gate holds its bytes, but for what _decode takes out (the
+# caret form of an escape, "^[[") and for the two characters whose lower case holds an ASCII letter (str.lower()
+# makes "k" of the Kelvin sign): those are listed as gates too. A line with none of these bytes opens no pattern
+# (prefilter._dense_lines: the head of a log whose every line names its GPU, session 28).
+GATE_LITERALS: tuple[bytes, ...] = tuple(sorted(
+    {n.encode() for gates in LINE_GATES.values() for n in gates}
+    | {n.encode() for name, gates in ENV_GATES.items() if name not in ENV_CASELESS for n in gates}
+    | {b"^[[", "\u0130".encode(), "\u212a".encode()}
+    | {n.encode() for name, (_, also) in ENV_PAIRED_GATES.items() if name not in ENV_CASELESS for n in also}))
+GATE_LITERALS_CASELESS: tuple[bytes, ...] = tuple(sorted(
+    {n.encode() for name, gates in ENV_GATES.items() if name in ENV_CASELESS for n in gates}
+    | {n.encode() for name, (_, also) in ENV_PAIRED_GATES.items() if name in ENV_CASELESS for n in also}))
 
 _SIZE = re.compile(r"(?<![0-9,])" + _N + r"\s?" + _U)  # from a number's first digit (see _N0)
 
@@ -888,12 +963,12 @@ def classify_line(line: str) -> str | None:
         parts = (line[a:b] for a, b in zip(cuts[::2], cuts[1::2]))
         around = next((k for k in map(classify_line, (p for p in parts if "bfc) ran out of memory" not in p)) if k), None)
         return around or "oom_caught"
-    for kind, gate, pat in _GATED_PATTERNS:
-        for needle in gate:
-            if needle in line:
-                if _failure_match(kind, pat, line):
-                    return kind
-                break
+    gated = gate_index("line").names_in(line)
+    if not gated:
+        return None
+    for kind, _gate, pat in _GATED_PATTERNS:
+        if kind in gated and _failure_match(kind, pat, line):
+            return kind
     return None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor.explain.deciders import OLD_TORCH, OLDEST_TORCH, bundle_command, decider
-from oomdoctor.explain.events import SAMPLE_HEAD, LogScan, LogScanner, OomEvent
+from oomdoctor.explain.events import SAMPLE_HEAD, STDIN, LogScan, LogScanner, OomEvent
 from oomdoctor.explain.framework import server_kind
 from oomdoctor.explain.kinds import GPU_KINDS, MARKERS, RECOVERY, SELF_CONTAINED, category_hint
 from oomdoctor.explain.listing import ERROR_LINE, source_listing
@@ -141,6 +141,12 @@ class Explanation:
         return self.hypotheses[0].category if self.hypotheses else None
 
     @property
+    def input_empty(self) -> bool:
+        """Every log read held no byte (0 lines read)."""
+        s = self.scan
+        return s is not None and bool(s.sources) and len(s.empty_sources) == len(s.sources)
+
+    @property
     def failures(self) -> list[OomEvent]:
         """The events that ended (or broke) the job: every event but the recovered ones."""
         ids = {id(e) for e in self.recovered}
@@ -194,6 +200,8 @@ class Explanation:
             out["scanned"] = {"lines": self.scan.lines, "bytes": self.scan.bytes,
                               "events_not_kept": self.scan.dropped_events,
                               "readings": {k: len(v) for k, v in self.scan.readings.items()}}
+            if self.scan.empty_sources:  # logs that held no byte (a truncated file, an empty pipe)
+                out["scanned"]["empty_sources"] = list(self.scan.empty_sources)
         return out
 
 
@@ -410,6 +418,8 @@ def explain_scan(scan: LogScan, facts: FactSet | None = None, prior: Any = _DEFA
     """`bundle`: the path the facts were read from (--bundle), so that what decides points into it."""
     ex = _explain_scan(scan, facts, prior)
     ex.bundle = bundle
+    if scan.empty_sources and (ex.events or not ex.input_empty):  # (else the answer itself says so)
+        ex.notes += [f"{'standard input' if s == STDIN else s} is empty (0 lines read)" for s in scan.empty_sources]
     if facts is not None:
         ex.facts_given = True
         note = _facts_note(facts, ex)

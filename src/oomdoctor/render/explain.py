@@ -63,6 +63,16 @@ def _notes(con, ex: Explanation) -> None:
         con.print(f"[yellow]Note:[/yellow] {escape(n)}")
 
 
+def none_found(ex: Explanation) -> str:
+    """The answer when the logs hold no event; an empty log says so (a CI gate given a truncated file)."""
+    if ex.input_empty:
+        n = len(ex.scan.sources) if ex.scan is not None else 1
+        return "No OOM-like event found: " + ("the log is empty" if n == 1 else f"all {n} logs are empty") + \
+            " (0 lines read)."
+    return "No OOM-like event found." + (" The text reads as documentation: its OOM wording is not taken as a "
+                                         "failure." if ex.documentation else "")
+
+
 def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     from rich.console import Console
     from rich.markup import escape
@@ -71,8 +81,7 @@ def to_text(ex: Explanation, *, color: bool = False, width: int = 100) -> str:
     con = Console(file=buf, width=width, color_system="standard" if color else None, highlight=False,
                   force_terminal=color, soft_wrap=not color, emoji=False)  # `__main__:train:88` is no emoji
     if not ex.events:
-        con.print("No OOM-like event found." + (" The text reads as documentation: its OOM wording is not taken as "
-                                                 "a failure." if ex.documentation else ""))
+        con.print(none_found(ex))
         if ex.hypotheses:  # a leaning from the words alone (explain/rank.py _words_only), never a failure
             con.print("If the job did fail for memory, its words lean to (a word model, no failure line to read):")
             for h in ex.hypotheses[:3]:
@@ -147,5 +156,5 @@ def to_html(ex: Explanation) -> str:
                        "numbers": number_rows(e.numbers, e.kind), "primary": e is ex.primary})
     return render_page("explain.html.j2", "oomdoctor explain", hypotheses=[h.to_json() for h in ranked(ex)],
                        events=events, facts_used=ex.facts_used, notes=ex.notes, failed=bool(ex.failures),
-                       failures=len(ex.failures), recovered=len(ex.recovered), documentation=ex.documentation,
+                       failures=len(ex.failures), recovered=len(ex.recovered), none_found=none_found(ex),
                        to_decide=ex.to_decide() if ex.failures else [])
