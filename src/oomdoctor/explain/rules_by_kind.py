@@ -196,6 +196,10 @@ def event_rules(ev: OomEvent, b: Board, env: dict[str, list[str]]) -> None:
               "be computed in chunks", "compute it in chunks, or shard it across GPUs")
     elif k in ("torch_oom", "mps_oom"):
         torch_oom(ev, b, env)
+        if server_kind(k, ev.text) == TGI:
+            # TGI's warmup quotes PyTorch's message (its cudaMallocAsync form, with its figures): the fix is TGI's
+            # launch flags, not a training script's batch size or checkpointing (a new user's walkthrough)
+            b.fixes["true_capacity"] = [SERVER_FIXES[TGI]]
     elif k == "torch_oom_legacy":
         b.add("true_capacity", 1.6, "PyTorch <= 0.4 reports 'cuda runtime error (2) : out of memory' with no numbers",
               _capacity_fix(None, None, None, None))
