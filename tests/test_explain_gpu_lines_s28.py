@@ -188,3 +188,9 @@ def test_threads_and_windows_give_the_same_scan(tmp_path, block):
     ref = scan(1, 1 << 20)
     assert ref[0] and ref[0][0][1] == 4001 and ref[1].get("growth")
     assert scan(3, block) == ref == scan(1, block)
+
+
+def test_the_lowered_pass_does_not_cut_a_long_line():
+    """The lowered pass reads a MiB at a time, cut at a line's end: a gate past the first MiB of a long line is seen."""
+    data = b"x" * ((1 << 20) - 3) + b"cuda:0 is FULL " + b"y" * 100 + b"\n" + b"z\n" * 10 + b"ALL ranks use GPU 0\n"
+    assert PF._gated(data, 0, len(data)) == {0, data.index(b"ALL")}

@@ -238,7 +238,12 @@ def _gated(block: Any, start: int, end: int) -> frozenset[int] | None:
         return None
     with memoryview(block) as view, view[start:end] as span:
         ends = [start + e for _, _, e in _GATES[0].find_matches_as_indexes(span)]
-    ends += [start + e for _, _, e in _GATES[1].find_matches_as_indexes(bytes(block[start:end]).lower())]
+    a = start
+    while a < end:  # lowered a MiB at a time, cut at a line's end (no gate holds a newline): no copy of the span
+        b = end if end - a <= 1 << 20 else (block.rfind(b"\n", a, a + (1 << 20)) + 1
+                                           or block.find(b"\n", a + (1 << 20), end) + 1 or end)
+        ends += [a + e for _, _, e in _GATES[1].find_matches_as_indexes(block[a:b].lower())]
+        a = b
     rfind = block.rfind
     return frozenset(max(rfind(b"\n", start, max(e - 1, start)) + 1, start) for e in ends)
 
