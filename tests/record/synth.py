@@ -49,3 +49,15 @@ def unpack_runs(archive: Path, out: Path) -> Path:
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(tar.extractfile(m).read())
     return out / "record_runs"
+
+
+def fake_dmesg(tmp_path, monkeypatch, lines: list[str]) -> None:
+    """A `dmesg` first on PATH that prints `lines` (the kernel log a test gives the recorder)."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "dmesg"
+    exe.write_text(f"#!{sys.executable}\nfor line in {lines!r}:\n    print(line)\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")

@@ -10,12 +10,12 @@ than missing one.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from oomdoctor.analysis import kill, postmortem
 from oomdoctor.parsers.kernlog import parse_oom_kills
+
+from .synth import fake_dmesg as _fake_dmesg
 
 MINE = "/kubepods/burstable/podMINE/ctr1"
 OTHER = "/kubepods/burstable/podOTHER/abc"
@@ -30,15 +30,6 @@ def _lines(t: float, pid: int = 873311, comm: str = "python", task_memcg: str | 
     memcg = f"oom_memcg={oom_memcg}," if oom_memcg else ""
     return [f"[{t:12.6f}] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,{memcg}"
             f"task_memcg={task_memcg},task={comm},pid={pid},uid=1001", kill_line]
-
-
-def _fake_dmesg(tmp_path, monkeypatch, lines: list[str]) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    exe = bin_dir / "dmesg"
-    exe.write_text(f"#!{sys.executable}\nfor line in {lines!r}:\n    print(line)\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
 
 def _entry(**kw) -> dict:

@@ -19,14 +19,7 @@ import pytest
 from oomdoctor.analysis import kill
 from oomdoctor.parsers.kernlog import parse_oom_kills
 
-
-def _fake_dmesg(tmp_path, monkeypatch, lines: list[str]) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    exe = bin_dir / "dmesg"
-    exe.write_text(f"#!{sys.executable}\nfor line in {lines!r}:\n    print(line)\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+from .synth import fake_dmesg as _fake_dmesg
 
 
 def _named_by_kernel(meta: dict) -> bool:

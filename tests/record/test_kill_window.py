@@ -22,17 +22,10 @@ import pytest
 
 from oomdoctor.analysis import kill
 
+from .synth import fake_dmesg as _fake_dmesg
+
 ROOT = Path(__file__).resolve().parents[2]
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel log and /proc are Linux's")
-
-
-def _fake_dmesg(tmp_path, monkeypatch, lines: list[str]) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    exe = bin_dir / "dmesg"
-    exe.write_text(f"#!{sys.executable}\nfor line in {lines!r}:\n    print(line)\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
 
 def _kill_line(t: float | None, pid: int, comm: str) -> str:
